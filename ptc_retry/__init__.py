@@ -1,0 +1,50 @@
+"""ptc-retry: keep every program a Jupyter kernel runs, and replay a failed one with a small fix.
+
+In a kernel with the extension loaded (``%load_ext ptc_retry``, or the
+``ptc-retry`` kernel), a failed program's traceback ends with a notice naming
+its checkpoint, and the model fixes it with one line::
+
+    await ptc_retry.replay("c3", "retries=3", "retries=5")
+
+Importing this package needs no running kernel: the store, the replay text
+logic and the prompt text are plain Python. The IPython parts load with the
+extension.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import CheckpointError, PtcRetryError, ReplayError, StoreError
+from .notice import failure_notice, prompt_section
+from .replay import replay
+from .store import CheckpointStore
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointStore",
+    "PtcRetryError",
+    "ReplayError",
+    "StoreError",
+    "failure_notice",
+    "load_ipython_extension",
+    "prompt_section",
+    "replay",
+    "unload_ipython_extension",
+]
+
+
+def load_ipython_extension(shell: Any) -> None:
+    """``%load_ext ptc_retry``. IPython is imported here, not when the package is."""
+    from .extension import load_ipython_extension as load
+
+    load(shell)
+
+
+def unload_ipython_extension(shell: Any) -> None:
+    """``%unload_ext ptc_retry``."""
+    from .extension import unload_ipython_extension as unload
+
+    unload(shell)

@@ -1,0 +1,23 @@
+"""The errors ptc-retry raises. Each message says what was wrong and what to do."""
+
+from __future__ import annotations
+
+
+class PtcRetryError(Exception):
+    """Base class of every error ptc-retry raises on purpose."""
+
+
+class StoreError(PtcRetryError):
+    """The checkpoint store cannot be used (unsafe root, bad session directory)."""
+
+
+class CheckpointError(PtcRetryError):
+    """A checkpoint is missing, unreadable, or not a JSON object with a ``"code"`` string."""
+
+
+class ReplayError(PtcRetryError):
+    """A replay cannot run as asked: unknown target, or an edit that does not match exactly once."""
+
+
+class PatchError(PtcRetryError):
+    """A native-mode patch cannot apply: bad shape, bad path, or an edit that does not match."""

@@ -1,0 +1,220 @@
+"""The ptc-retry kernel end to end, through jupyter_client with request metadata."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from conftest import Kernel
+
+# A realistic agent program of about 600 bytes with one wrong literal: the
+# "region" key is spelled "regoin" in the lookup.
+PROGRAM = """\
+import statistics
+
+orders = [
+    {"id": 1, "region": "north", "amount": 120.5, "items": 3},
+    {"id": 2, "region": "south", "amount": 80.0, "items": 1},
+    {"id": 3, "region": "north", "amount": 42.25, "items": 2},
+    {"id": 4, "region": "east", "amount": 310.0, "items": 7},
+    {"id": 5, "region": "south", "amount": 15.75, "items": 1},
+]
+
+def by_region(rows):
+    totals = {}
+    for row in rows:
+        totals.setdefault(row["regoin"], []).append(row["amount"])
+    return {name: round(sum(values), 2) for name, values in totals.items()}
+
+summary = by_region(orders)
+mean_amount = statistics.mean(row["amount"] for row in orders)
+print("regions:", sorted(summary))
+print(f"mean order: {mean_amount:.2f}")
+summary
+"""
+
+FIX = ('row["regoin"]', 'row["region"]')
+ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def arguments_of(code: str) -> str:
+    # Spaced and key-ordered the way a model's raw tool-call string may be.
+    return json.dumps({"code": code}, indent=1, ensure_ascii=False)
+
+
+def test_failure_is_saved_byte_for_byte_and_noticed(kernel: Kernel, checkpoint_root: Path) -> None:
+    raw = arguments_of(PROGRAM)
+    assert len(PROGRAM.encode()) > 600
+
+    run = kernel.execute(PROGRAM, {"call_id": "call_7", "arguments": raw, "turn": 1, "step": 1})
+
+    saved = checkpoint_root / "test" / "by-id" / "call_7.json"
+    assert saved.read_bytes() == raw.encode()
+    assert run.status == "error"
+    assert run.error["ename"] == "KeyError"
+    assert run.error["evalue"] == "'regoin'"
+    notice = run.error["traceback"][-1]
+    assert "call_7" in notice and str(saved) in notice
+    assert 'await ptc_retry.replay("call_7"' in notice
+    assert "\x1b[" not in notice
+    assert run.reply["content"]["traceback"][-1] == notice
+    assert run.ptc == {
+        "call_id": "call_7",
+        "checkpoint": str(saved),
+        "ordinal": 1,
+        "status": "error",
+        "notice": notice,
+        "guard": None,
+    }
+
+
+def test_one_line_replay_runs_the_corrected_program(kernel: Kernel, checkpoint_root: Path) -> None:
+    kernel.execute(PROGRAM, {"call_id": "call_7", "arguments": arguments_of(PROGRAM), "step": 1})
+    line = f"await ptc_retry.replay('call_7', {FIX[0]!r}, {FIX[1]!r})"
+
+    run = kernel.execute(line, {"call_id": "call_8", "arguments": arguments_of(line), "step": 2})
+
+    assert run.status == "ok", run.error
+    assert "regions: ['east', 'north', 'south']" in run.stdout
+    assert run.result == "{'north': 162.75, 'south': 95.75, 'east': 310.0}"
+    names = kernel.execute("print(sorted(summary), round(mean_amount, 2), callable(by_region))")
+    assert names.stdout == "['east', 'north', 'south'] 113.7 True\n"
+    session = checkpoint_root / "test"
+    history = [json.loads(line) for line in (session / "history.jsonl").read_text().splitlines()]
+    assert [(h["id"], h["status"], h.get("replay_of")) for h in history[:2]] == [
+        ("call_7", "error", None),
+        ("call_8", "ok", "call_7"),
+    ]
+    corrected = json.loads((session / "by-id" / "call_8.json").read_text())["code"]
+    assert corrected == PROGRAM.replace(*FIX)
+
+
+def test_replaying_a_replay_edits_the_corrected_program(kernel: Kernel) -> None:
+    kernel.execute(PROGRAM, {"call_id": "a1"})
+    first = kernel.execute(
+        "await ptc_retry.replay('a1', 'print(\"regions:\"', 'print(\"REGIONS:\"')",
+        {"call_id": "a2"},
+    )
+    assert first.status == "error"  # the KeyError is still there
+    notice = first.error["traceback"][-1]
+    assert '"a2"' in notice  # the notice points at the replay, so fixes accumulate
+
+    second = kernel.execute(
+        f"await ptc_retry.replay('a2', {FIX[0]!r}, {FIX[1]!r})", {"call_id": "a3"}
+    )
+
+    assert second.status == "ok", second.error
+    assert "REGIONS: ['east', 'north', 'south']" in second.stdout
+
+
+def test_replay_traceback_shows_the_corrected_programs_lines(kernel: Kernel) -> None:
+    kernel.execute(PROGRAM, {"call_id": "t1"})
+    run = kernel.execute(
+        "await ptc_retry.replay('t1', 'import statistics', 'import statistics\\n')"
+    )
+    text = ANSI.sub("", "\n".join(run.error["traceback"]))
+    assert 'totals.setdefault(row["regoin"], []).append(row["amount"])' in text
+    assert "<ptc-retry" in text
+
+
+def test_metadata_without_matching_code_saves_the_source(
+    kernel: Kernel, checkpoint_root: Path
+) -> None:
+    kernel.execute("x = 1", {"call_id": "m1", "arguments": '{"code": "something else"}'})
+    saved = checkpoint_root / "test" / "by-id" / "m1.json"
+    assert json.loads(saved.read_text()) == {"code": "x = 1"}
+
+
+def test_successful_programs_are_checkpointed(kernel: Kernel, checkpoint_root: Path) -> None:
+    run = kernel.execute("answer = 6 * 7\nanswer")
+    assert run.result == "42"
+    assert run.ptc["call_id"] == "c1" and run.ptc["status"] == "ok" and run.ptc["notice"] is None
+    saved = checkpoint_root / "test" / "by-id" / "c1.json"
+    assert json.loads(saved.read_text()) == {"code": "answer = 6 * 7\nanswer"}
+
+
+def test_short_failing_program_gets_no_notice(kernel: Kernel) -> None:
+    run = kernel.execute("1/0")
+    assert run.status == "error"
+    assert run.ptc["notice"] is None
+    assert not any("ptc-retry" in line for line in run.error["traceback"])
+
+
+def test_syntax_error_program_is_checkpointed_and_noticed(
+    kernel: Kernel, checkpoint_root: Path
+) -> None:
+    broken = PROGRAM.replace("def by_region(rows):", "def by_region(rows)")
+    run = kernel.execute(broken, {"call_id": "s1"})
+    assert run.error["ename"] == "SyntaxError"
+    assert "s1" in run.error["traceback"][-1]
+    assert (checkpoint_root / "test" / "by-id" / "s1.json").exists()
+    fixed = kernel.execute(
+        "await ptc_retry.replay('s1', edits=[('def by_region(rows)', 'def by_region(rows):'), "
+        f"({FIX[0]!r}, {FIX[1]!r})])"
+    )
+    assert fixed.status == "ok", fixed.error
+
+
+def test_keyboard_interrupt_is_noticed(kernel: Kernel) -> None:
+    program = "# a long enough program\n" * 10 + "raise KeyboardInterrupt\n"
+    run = kernel.execute(program, {"call_id": "k1"})
+    assert run.error["ename"] == "KeyboardInterrupt"
+    assert run.ptc["status"] == "interrupted"
+    assert "k1" in run.error["traceback"][-1]
+
+
+def test_control_flow_exceptions_get_no_notice(kernel: Kernel) -> None:
+    program = (
+        "class FinalAnswerException(Exception):\n    pass\n"
+        + "# padding so the program is over the notice threshold\n" * 4
+        + "raise FinalAnswerException('done')\n"
+    )
+    run = kernel.execute(program)
+    assert run.error["ename"] == "FinalAnswerException"
+    assert run.ptc["notice"] is None
+    assert run.ptc["status"] == "ok"
+
+
+def test_top_level_return_and_await_in_a_replayed_program(kernel: Kernel) -> None:
+    program = (
+        "import asyncio\n"
+        "await asyncio.sleep(0.01)\n"
+        "value = 'before'\n"
+        "if value == 'before':\n"
+        "    raise ValueError('boom')\n"
+        "value\n"
+    )
+    kernel.execute(program, {"call_id": "r1"})
+    run = kernel.execute(
+        "await ptc_retry.replay('r1', \"raise ValueError('boom')\", \"return 'returned'\")"
+    )
+    assert run.status == "ok", run.error
+    assert run.result == "'returned'"
+
+
+def test_unicode_and_one_megabyte_programs_round_trip(
+    kernel: Kernel, checkpoint_root: Path
+) -> None:
+    text = "naïve → ünïcödé 🐍 " * 10
+    program = f"label = {text!r}\n" + "# filler line for a large program\n" * 30000 + "len(label)\n"
+    assert len(program.encode()) > 1_000_000
+    raw = json.dumps({"code": program})
+    run = kernel.execute(program, {"call_id": "big", "arguments": raw})
+    assert run.result == str(len(text))
+    assert (checkpoint_root / "test" / "by-id" / "big.json").read_bytes() == raw.encode()
+    replayed = kernel.execute("await ptc_retry.replay('big', 'len(label)', 'label[:5]')")
+    assert replayed.result == repr(text[:5])
+
+
+def test_replay_without_await_says_what_to_write(kernel: Kernel) -> None:
+    kernel.execute(PROGRAM, {"call_id": "w1"})
+    run = kernel.execute(f"x = ptc_retry.replay('w1', {FIX[0]!r}, {FIX[1]!r})")
+    assert "await ptc_retry.replay('w1', ...)" in run.stderr
+
+
+def test_previous_one_is_the_last_program(kernel: Kernel) -> None:
+    kernel.execute(PROGRAM)
+    run = kernel.execute(f"await ptc_retry.replay(1, {FIX[0]!r}, {FIX[1]!r})")
+    assert run.status == "ok", run.error
+    assert run.ptc["call_id"] == "c2"
