@@ -107,6 +107,7 @@ class PtcRetryExtension:
         self._reported: str | None = None
         self._replaced_showtraceback: Any = None
         self._had_own_showtraceback = False
+        self._magics: Any = None
 
     # -- store ---------------------------------------------------------------
 
@@ -278,8 +279,11 @@ class PtcRetryExtension:
 
         shell.user_ns["ptc_retry"] = ptc_retry
         shell.user_ns_hidden["ptc_retry"] = ptc_retry
-        shell.register_magics(PtcRetryMagics(shell, extension=self))
-        self.open_store()
+        self._magics = PtcRetryMagics(shell, extension=self)
+        shell.register_magics(self._magics)
+        # The store opens at the first program, so that a problem with it is
+        # reported in that program's output, where the model reads it, rather
+        # than in a kernel log nobody sees.
 
     def unregister(self) -> None:
         shell = self.shell
@@ -290,8 +294,11 @@ class PtcRetryExtension:
                 shell._showtraceback = self._replaced_showtraceback
             else:
                 del shell._showtraceback
-        if self.config in shell.configurables:
-            shell.configurables.remove(self.config)
+        for configurable in (self.config, self._magics):
+            if configurable in shell.configurables:
+                shell.configurables.remove(configurable)
+        if shell.magics_manager.registry.get(type(self._magics).__name__) is self._magics:
+            del shell.magics_manager.registry[type(self._magics).__name__]
         import ptc_retry
 
         if shell.user_ns.get("ptc_retry") is ptc_retry:

@@ -102,11 +102,15 @@ class Replay:
             call_id, code = store.load_code(self.target)
         except CheckpointError as exc:
             raise ReplayError(str(exc)) from None
+        running = extension.current_call()
+        if running is not None and running.call is not None and running.call.id == call_id:
+            raise ReplayError(
+                f"{call_id!r} is this replay call itself; replay the call that failed before it"
+            )
         # 2. The literal replacements.
         corrected = apply_edits(code, self.edits, replace_all=self.replace_all)
         # 3. This call's checkpoint becomes the corrected program.
         name = call_id
-        running = extension.current_call()
         if running is not None and running.call is not None:
             if running.call.replay_of is not None:
                 raise ReplayError(

@@ -1,0 +1,102 @@
+"""%load_ext ptc_retry in a stock ipykernel: what it adds, configures and removes."""
+
+from __future__ import annotations
+
+import ast
+import json
+from pathlib import Path
+
+import pytest
+from conftest import Kernel
+
+SNAPSHOT = """
+import json as _json
+_ip = get_ipython()
+_json.dumps({
+    "pre": len(_ip.events.callbacks["pre_run_cell"]),
+    "post": len(_ip.events.callbacks["post_run_cell"]),
+    "own_showtraceback": "_showtraceback" in _ip.__dict__,
+    "configurables": sorted(
+        type(c).__name__ for c in _ip.configurables if type(c).__name__.startswith("PtcRetry")
+    ),
+    "registry": sorted(n for n in _ip.magics_manager.registry if n.startswith("PtcRetry")),
+    "magics": sorted(n for n in _ip.magics_manager.magics["line"] if n.startswith("ptc_")),
+    "ptc_retry_in_ns": "ptc_retry" in _ip.user_ns,
+})
+"""
+
+
+@pytest.fixture
+def stock(start_kernel) -> Kernel:  # type: ignore[no-untyped-def]
+    return start_kernel("python3")
+
+
+def snapshot(kernel: Kernel) -> dict:
+    return json.loads(ast.literal_eval(kernel.execute(SNAPSHOT).result))
+
+
+def test_unload_removes_every_hook_name_and_magic(stock: Kernel) -> None:
+    before = snapshot(stock)
+    stock.execute("%load_ext ptc_retry")
+    loaded = snapshot(stock)
+    stock.execute("%unload_ext ptc_retry")
+    after = snapshot(stock)
+
+    assert loaded["pre"] == before["pre"] + 1 and loaded["post"] == before["post"] + 1
+    assert loaded["own_showtraceback"] and loaded["ptc_retry_in_ns"]
+    assert loaded["magics"] == ["ptc_history", "ptc_show"]
+    assert loaded["configurables"] == ["PtcRetry", "PtcRetryMagics"]
+    assert loaded["registry"] == ["PtcRetryMagics"]
+    assert after == before
+
+
+def test_unload_restores_a_traceback_hook_someone_else_set(stock: Kernel) -> None:
+    stock.execute(
+        "_ip = get_ipython()\n"
+        "_orig = _ip._showtraceback\n"
+        "def _mine(etype, value, stb):\n    _orig(etype, value, stb + ['mine'])\n"
+        "_ip._showtraceback = _mine"
+    )
+    stock.execute("%load_ext ptc_retry")
+    stock.execute("%unload_ext ptc_retry")
+    assert stock.execute("get_ipython()._showtraceback is _mine").result == "True"
+    assert stock.execute("1/0").error["traceback"][-1] == "mine"
+
+
+def test_extension_in_a_stock_kernel_saves_and_notices(
+    stock: Kernel, checkpoint_root: Path
+) -> None:
+    stock.execute("%load_ext ptc_retry")
+    program = (
+        "numbers = list(range(10))\n" + "# explained at length in a comment\n" * 5 + "numbers[10]\n"
+    )
+    failed = stock.execute(program)
+    assert '"c1"' in failed.error["traceback"][-1]  # the %load_ext cell ran before the hooks
+    fixed = stock.execute("await ptc_retry.replay('c1', 'numbers[10]', 'numbers[9]')")
+    assert fixed.result == "9"
+    assert json.loads((checkpoint_root / "test" / "by-id" / "c1.json").read_text()) == {
+        "code": program
+    }
+
+
+def test_config_magic_changes_the_notice_threshold(stock: Kernel) -> None:
+    stock.execute("%load_ext ptc_retry")
+    stock.execute("%config PtcRetry.notice_min_bytes = 0")
+    assert "ptc-retry" in stock.execute("1/0").error["traceback"][-1]
+    stock.execute("%config PtcRetry.notice_min_bytes = 100000")
+    assert "ptc-retry" not in stock.execute("1/0").error["traceback"][-1]
+
+
+def test_traits_are_settable_on_the_kernel_command_line(start_kernel) -> None:  # type: ignore[no-untyped-def]
+    kernel = start_kernel(args=("--PtcRetry.notice_min_bytes=0",))
+    assert "ptc-retry" in kernel.execute("1/0").error["traceback"][-1]
+
+
+def test_history_and_show_magics(stock: Kernel) -> None:
+    stock.execute("%load_ext ptc_retry")
+    stock.execute("answer = 42")
+    history = stock.execute("%ptc_history").stdout
+    assert "c1" in history and "ok" in history
+    shown = stock.execute("%ptc_show c1").stdout
+    assert shown.endswith("answer = 42\n")
+    assert "nope" in stock.execute("%ptc_show nope").stderr
