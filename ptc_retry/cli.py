@@ -1,14 +1,65 @@
-"""The ``ptc-retry`` command."""
+"""The ``ptc-retry`` command.
+
+::
+
+    ptc-retry demo [--save PATH.ipynb]     a scripted agent on a real kernel: fail, notice, replay
+    ptc-retry prompt [--session-dir DIR]   the system-prompt section
+    ptc-retry install-kernel [--user | --sys-prefix | --prefix P]
+    ptc-retry history [--session S] [--last N] [--json]
+    ptc-retry show ID|N [--session S]
+    ptc-retry stats [--session S | --all]
+    ptc-retry gc [--older-than AGE] [--dry-run]
+
+``history``, ``show`` and ``stats`` only read: they never create, change or delete a file, so
+they are safe to run while a kernel writes to the session. ``gc`` deletes whole session
+directories and nothing else. These four take ``--root DIR``; the default is the store's:
+``$PTC_RETRY_ROOT`` when set, else ``<tempdir>/ptc-retry-<uid>``. A root that is a symlink,
+belongs to another user or is a shared sticky directory is refused, by the store's own rules.
+
+Exit codes:
+
+- 0: done.
+- 1: nothing to show or not done: no session yet, an unknown session or call id, or a
+  session directory ``gc`` could not remove.
+- 2: a usage error (unknown option, malformed value), or a root refused as unsafe.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import re
+import shutil
 import sys
+import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from . import __version__
+from .errors import CheckpointError, StoreError
+from .history import (
+    SessionReader,
+    check_root,
+    format_history,
+    format_stats,
+    list_sessions,
+    session_problem,
+    session_stats,
+    to_json_line,
+    tree_stats,
+)
 from .notice import prompt_section
-from .store import default_root
+from .store import default_root, sanitize
+
+EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
+
+
+class CommandFailed(Exception):
+    """Ends a command with ``message`` on stderr and exit code ``code``."""
+
+    def __init__(self, message: str, code: int = EXIT_NOT_FOUND) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -17,7 +68,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not hasattr(args, "run"):
         parser.print_help()
         return 2
-    return int(args.run(args) or 0)
+    try:
+        return int(args.run(args) or 0)
+    except CommandFailed as exc:
+        print(f"ptc-retry {args.command}: {exc}", file=sys.stderr)
+        return exc.code
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     demo = commands.add_parser(
         "demo", help="run a scripted agent on a real kernel: a failure, the notice, the replay"
+    )
+    demo.add_argument(
+        "--save",
+        metavar="PATH.ipynb",
+        help="also write the session as a notebook you can open in JupyterLab",
     )
     demo.set_defaults(run=run_demo)
 
@@ -53,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--display-name", default="Python 3 (ptc-retry)", help="name shown in Jupyter"
     )
     install.set_defaults(run=run_install_kernel)
+    _add_session_commands(commands)
+    for name, subparser in commands.choices.items():
+        subparser.set_defaults(command=name)
     return parser
 
 
@@ -83,4 +146,272 @@ def run_install_kernel(args: argparse.Namespace) -> int:
 def run_demo(args: argparse.Namespace) -> int:
     from .demo import run
 
-    return run(root=default_root())
+    return run(root=default_root(), save=args.save)
+
+
+# -- reading and cleaning sessions -------------------------------------------------------------
+
+_AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
+_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_SESSION_HELP = "the session directory's name (default: the most recently modified session)"
+_STATS_EPILOG = """\
+columns:
+  calls              distinct call ids in the session
+  failures           calls that ended in an error or were interrupted
+  replays            calls that replayed an earlier one (ptc_retry.replay)
+  unfinished         calls saved but never finished: still running, or their kernel died
+  program bytes      bytes of every saved program (by-id/*.json) on disk
+  bytes not re-sent  for each replay, the saved size of the program it replayed: the bytes the
+                     model would have sent again without ptc-retry. The replay call's own short
+                     line is not recorded anywhere, so it is not subtracted."""
+
+
+def parse_age(text: str) -> float:
+    """``30m``, ``12h``, ``7d`` (also ``s`` and ``w``) as seconds."""
+    match = _AGE.fullmatch(text.strip())
+    if not match:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an age: write a number and a unit, e.g. 30m, 12h or 7d "
+            "(units: s, m, h, d, w)"
+        )
+    return float(match.group(1)) * _SECONDS[match.group(2)]
+
+
+def _count(text: str) -> int:
+    if not re.fullmatch(r"[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 0")
+    return int(text)
+
+
+def _add_session_commands(commands: argparse._SubParsersAction) -> None:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--root",
+        metavar="DIR",
+        type=Path,
+        help="where the sessions are (default: $PTC_RETRY_ROOT if set, else "
+        f"<tempdir>/ptc-retry-<uid>; here {default_root()})",
+    )
+    pick = argparse.ArgumentParser(add_help=False)
+    pick.add_argument(
+        "--session",
+        metavar="S",
+        help=_SESSION_HELP,
+    )
+
+    history = commands.add_parser(
+        "history",
+        parents=[common, pick],
+        help="list the calls of a session: id, status, sizes, replays",
+        description="List the calls of one session, oldest first, from its history.jsonl. "
+        "A program saved without a history line is shown as unfinished: it is still "
+        "running, or its kernel died mid-call. Reads only; changes nothing.",
+    )
+    history.add_argument(
+        "--last", metavar="N", type=_count, help="only the last N calls (default: all)"
+    )
+    history.add_argument(
+        "--json",
+        action="store_true",
+        help="print the history lines as JSON, one object a line, instead of a table",
+    )
+    history.set_defaults(run=run_history)
+
+    show = commands.add_parser(
+        "show",
+        parents=[common, pick],
+        help="print the program a call saved",
+        description='Print the program a call saved (the "code" of by-id/<ID>.json), ready '
+        'to pipe into a file. A checkpoint without "code" (a tool call\'s arguments) is '
+        "printed as indented JSON. Reads only; changes nothing.",
+    )
+    show.add_argument(
+        "target",
+        metavar="ID|N",
+        help="a call id such as c3 or call_7, or a number N for previous/N.json: the N-th "
+        "call of the step before the latest one",
+    )
+    show.set_defaults(run=run_show)
+
+    stats = commands.add_parser(
+        "stats",
+        parents=[common],
+        help="count calls, failures, replays and the bytes replays did not re-send",
+        description="Count one session's calls, failures, replays and bytes, or every\n"
+        "session's with --all. Reads only; changes nothing.",
+        epilog=_STATS_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    which = stats.add_mutually_exclusive_group()
+    which.add_argument(
+        "--session",
+        metavar="S",
+        help=_SESSION_HELP,
+    )
+    which.add_argument(
+        "--all", action="store_true", help="every session, one row each, and a total line"
+    )
+    stats.set_defaults(run=run_stats)
+
+    gc = commands.add_parser(
+        "gc",
+        parents=[common],
+        help="delete session directories nothing was written to for a while",
+        description="Delete the session directories under the root whose newest file is "
+        "older than AGE. A kernel that is still running but idle for that long loses its "
+        "saved programs too (it goes on working). Entries that are not ptc-retry session "
+        "directories (no history.jsonl and no by-id/), symlinks and other users' "
+        "directories are skipped and named; nothing outside the root is touched.",
+    )
+    gc.add_argument(
+        "--older-than",
+        metavar="AGE",
+        type=parse_age,
+        default=parse_age("7d"),
+        help="a number and a unit: 30m, 12h, 7d, 2w (default: 7d)",
+    )
+    gc.add_argument(
+        "--dry-run", action="store_true", help="only say what would be deleted and freed"
+    )
+    gc.set_defaults(run=run_gc)
+
+
+def _root(args: argparse.Namespace) -> tuple[Path, bool]:
+    """The root to use and whether it exists; CommandFailed (exit 2) when it is unsafe."""
+    root = (args.root.expanduser() if args.root is not None else default_root()).absolute()
+    try:
+        return root, check_root(root)
+    except StoreError as exc:
+        raise CommandFailed(f"{exc} (or pass --root DIR)", EXIT_USAGE) from None
+    except OSError as exc:
+        raise CommandFailed(f"cannot read {root} ({exc.strerror}).", EXIT_USAGE) from None
+
+
+def _sessions(args: argparse.Namespace) -> tuple[Path, list[Path]]:
+    """The root and its sessions, newest first; CommandFailed when there is none."""
+    root, exists = _root(args)
+    sessions = list_sessions(root) if exists else []
+    if not sessions:
+        raise CommandFailed(
+            f"no sessions under {root}. A kernel with ptc-retry loaded saves its programs "
+            "there; if yours are elsewhere, pass --root DIR or set PTC_RETRY_ROOT."
+        )
+    return root, sessions
+
+
+def _pick_session(args: argparse.Namespace) -> SessionReader:
+    """The session named by --session, else the most recently modified one (and say so)."""
+    root, sessions = _sessions(args)
+    names = ", ".join(path.name for path in sessions[:8]) + (", ..." if len(sessions) > 8 else "")
+    if args.session is None:
+        if len(sessions) > 1:
+            print(
+                f"showing session {sessions[0].name}, the most recently modified of "
+                f"{len(sessions)} (newest first: {names}); pick another with --session NAME",
+                file=sys.stderr,
+            )
+        return SessionReader(sessions[0])
+    path = root / sanitize(args.session)  # sanitized as the store names it: stays in root
+    problem = session_problem(path) if path.exists() or path.is_symlink() else "does not exist"
+    if problem is not None:
+        raise CommandFailed(
+            f"session {args.session!r} in {root}: {problem}. Sessions there, newest first: {names}."
+        )
+    return SessionReader(path)
+
+
+def run_history(args: argparse.Namespace) -> int:
+    reader = _pick_session(args)
+    lines = reader.history()
+    shown = lines[-args.last :] if args.last else lines
+    if args.json:
+        for line in shown:
+            print(to_json_line(line))
+        return EXIT_OK
+    print(format_history(shown, session_dir=reader.path))
+    if len(shown) < len(lines):
+        print(f"(the last {len(shown)} of {len(lines)} calls; --last 0 shows all)")
+    if any(line.get("status") == "unfinished" for line in shown):
+        print(
+            "unfinished: saved but never finished (still running, or its kernel died); "
+            f"`ptc-retry show ID --session {reader.name}` prints its program."
+        )
+    return EXIT_OK
+
+
+def run_show(args: argparse.Namespace) -> int:
+    reader = _pick_session(args)
+    target: str | int = int(args.target) if re.fullmatch(r"[0-9]+", args.target) else args.target
+    try:
+        call_id, path, data = reader.read(target)
+    except CheckpointError as exc:
+        raise CommandFailed(str(exc)) from None
+    print(f"# {call_id}: {path}", file=sys.stderr)
+    text = data.decode("utf-8", "replace")
+    try:
+        decoded = json.loads(text)
+    except (ValueError, RecursionError):
+        decoded = None
+    if isinstance(decoded, dict) and isinstance(decoded.get("code"), str):
+        text = decoded["code"]
+    elif isinstance(decoded, (dict, list)):
+        text = json.dumps(decoded, indent=2, ensure_ascii=False)
+    else:
+        print(f"# {path.name} is not a JSON object; shown as saved", file=sys.stderr)
+    print(text, end="" if text.endswith("\n") else "\n")
+    return EXIT_OK
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    if args.all:
+        _, sessions = _sessions(args)
+        readers = [SessionReader(path) for path in sessions]
+    else:
+        readers = [_pick_session(args)]
+    rows = [session_stats(reader) for reader in readers]
+    print(format_stats(rows, total=len(rows) > 1))
+    return EXIT_OK
+
+
+def run_gc(args: argparse.Namespace) -> int:
+    root, exists = _root(args)
+    if not exists:
+        print(f"nothing to remove: {root} does not exist")
+        return EXIT_OK
+    now = time.time()
+    verb = "would remove" if args.dry_run else "removed"
+    removed = kept = freed = 0
+    failed = False
+    for name in sorted(p.name for p in root.iterdir()):
+        path = root / name
+        problem = session_problem(path)
+        if problem is not None:
+            print(f"skipped {name}: {problem}")
+            continue
+        newest, size = tree_stats(path)
+        if now - newest <= args.older_than:
+            kept += 1
+            continue
+        if not args.dry_run:
+            try:
+                shutil.rmtree(path)  # removes symlinks inside, never what they point to
+            except OSError as exc:
+                print(f"ptc-retry gc: could not remove {path} ({exc})", file=sys.stderr)
+                failed = True
+                continue
+        removed += 1
+        freed += size
+        print(f"{verb} {name}: {size} bytes, last written {_age(now - newest)} ago")
+    print(
+        f"{verb} {removed} session(s) under {root}, "
+        f"{'would free' if args.dry_run else 'freed'} {freed} bytes; "
+        f"kept {kept} written to in the last {_age(args.older_than)}"
+    )
+    return EXIT_NOT_FOUND if failed else EXIT_OK
+
+
+def _age(seconds: float) -> str:
+    for unit in ("d", "h", "m"):  # days, not weeks: --older-than 7d reads back as 7d
+        if seconds >= _SECONDS[unit]:
+            return f"{seconds / _SECONDS[unit]:.3g}{unit}"
+    return f"{seconds:.0f}s"

@@ -146,30 +146,37 @@ class Kernel:
 
 @pytest.fixture
 def checkpoint_root(tmp_path: Path) -> Path:
-    root = tmp_path / "checkpoints"
-    return root
+    return tmp_path / "checkpoints"
+
+
+def spawn(
+    name: str = "ptc-retry",
+    *,
+    root: Path,
+    session: str | None = "test",
+    env: dict[str, str] | None = None,
+    args: tuple[str, ...] = (),
+) -> Kernel:
+    """Start a real kernel whose checkpoints go to ``root/session``.
+
+    ``session=None`` leaves the session to the kernel (derived from its connection file).
+    """
+    kernel_env = dict(os.environ)
+    kernel_env["PTC_RETRY_ROOT"] = str(root)
+    kernel_env.pop("PTC_RETRY_SESSION", None)
+    if session is not None:
+        kernel_env["PTC_RETRY_SESSION"] = session
+    kernel_env.update(env or {})
+    return Kernel(name, kernel_env, list(args))
 
 
 @pytest.fixture
 def start_kernel(jupyter_path: Path, checkpoint_root: Path) -> Iterator[Any]:
-    """``start_kernel(name="ptc-retry", session=None, env=None, args=())`` -> Kernel."""
+    """``start_kernel(name="ptc-retry", session="test", root=None, env=None, args=())``."""
     kernels: list[Kernel] = []
 
-    def start(
-        name: str = "ptc-retry",
-        *,
-        session: str | None = "test",
-        root: Path | None = None,
-        env: dict[str, str] | None = None,
-        args: tuple[str, ...] = (),
-    ) -> Kernel:
-        kernel_env = dict(os.environ)
-        kernel_env["PTC_RETRY_ROOT"] = str(root or checkpoint_root)
-        kernel_env.pop("PTC_RETRY_SESSION", None)
-        if session is not None:
-            kernel_env["PTC_RETRY_SESSION"] = session
-        kernel_env.update(env or {})
-        kernel = Kernel(name, kernel_env, list(args))
+    def start(name: str = "ptc-retry", *, root: Path | None = None, **options: Any) -> Kernel:
+        kernel = spawn(name, root=root or checkpoint_root, **options)
         kernels.append(kernel)
         return kernel
 

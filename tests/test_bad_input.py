@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Kernel
+from conftest import Kernel, spawn
 
 PROGRAM = "\n".join(
     [
@@ -27,8 +27,7 @@ PROGRAM = "\n".join(
 @pytest.fixture(scope="module")
 def shared(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
     root = tmp_path_factory.mktemp("bad-input")
-    env = dict(os.environ, PTC_RETRY_ROOT=str(root), PTC_RETRY_SESSION="bad")
-    kernel = Kernel("ptc-retry", env, [])
+    kernel = spawn(root=root, session="bad")
     kernel.root = root  # type: ignore[attr-defined]
     first = kernel.execute(PROGRAM, {"call_id": "p1"})
     assert first.error["ename"] == "AssertionError"
