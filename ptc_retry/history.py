@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
-from .store import _parse_lines, _secure_dir, _uid, sanitize
+from .store import _parse_lines, _uid, check_dir, sanitize
 
 COLUMNS = ("id", "status", "turn", "step", "ordinal", "bytes", "ename", "replay_of", "when")
 FAILED = frozenset({"error", "interrupted"})
@@ -62,7 +62,7 @@ def check_root(root: Path) -> bool:
     """
     if not os.path.lexists(root):
         return False
-    _secure_dir(root, "checkpoint root")
+    check_dir(root, "checkpoint root")
     return True
 
 

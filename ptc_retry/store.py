@@ -96,6 +96,18 @@ def _secure_dir(path: Path, what: str) -> None:
         else:
             os.chmod(path, _DIR_MODE)  # the umask may have removed bits we need
         st = os.lstat(path)
+    check_dir(path, what, st)
+    if st.st_mode & 0o022:  # others could plant or swap files in it
+        os.chmod(path, _DIR_MODE)
+
+
+def check_dir(path: Path, what: str, st: os.stat_result | None = None) -> None:
+    """Raise StoreError unless ``path`` is a real directory of ours; changes nothing.
+
+    Refused: a symlink (it could point anywhere), another user's directory (they could
+    read or swap our programs), and a shared sticky directory such as /tmp itself.
+    """
+    st = st if st is not None else os.lstat(path)
     if stat.S_ISLNK(st.st_mode):
         raise StoreError(f"{what} {path} is a symlink, which could point anywhere; {_HINT}.")
     if not stat.S_ISDIR(st.st_mode):
@@ -108,8 +120,6 @@ def _secure_dir(path: Path, what: str) -> None:
         )
     if st.st_mode & stat.S_ISVTX:  # chmod would break a shared directory such as /tmp
         raise StoreError(f"{what} {path} is a shared directory (sticky bit); {_HINT}.")
-    if st.st_mode & 0o022:  # others could plant or swap files in it
-        os.chmod(path, _DIR_MODE)
 
 
 def _write_atomic(path: Path, data: bytes) -> None:

@@ -1,0 +1,116 @@
+"""What ptc-retry costs per cell: the stock IPython kernel against the ptc-retry kernel.
+
+Run: ``python benchmarks/kernel_overhead.py [--cells 300] [--rounds 6] [--long 4000]``
+
+Prints three figures, each measured in this one run with batches interleaved
+(stock, ptc-retry, stock, ...), so that a busy machine slows both alike:
+
+1. kernel CPU per trivial cell (utime + stime of the kernel process, from
+   /proc/<pid>/stat): the figure that matters on a shared host, and far less
+   noisy than wall time;
+2. round-trip wall time per cell through jupyter_client;
+3. growth: the ptc-retry kernel's CPU per cell over cells 3,000-4,000 of one
+   session against its first 1,000 (the history must not make cells slower).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from jupyter_client.manager import KernelManager
+
+from kernel_ext.kernelspec import kernel_spec_manager
+
+TICKS = os.sysconf("SC_CLK_TCK")
+CELL = "x = 1"
+
+
+def start(name: str, root: Path) -> KernelManager:
+    km = KernelManager(kernel_name=name, kernel_spec_manager=kernel_spec_manager())
+    env = dict(os.environ, PTC_RETRY_ROOT=str(root), PTC_RETRY_SESSION=f"bench-{name}")
+    km.start_kernel(env=env)
+    return km
+
+
+def cpu_seconds(km: KernelManager) -> float:
+    pid = km.provisioner.process.pid  # type: ignore[union-attr]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS  # utime, stime
+
+
+def batch(km: KernelManager, client, cells: int) -> tuple[float, float]:  # type: ignore[no-untyped-def]
+    """Run ``cells`` trivial cells; return (kernel CPU s, wall s) per cell."""
+    cpu, wall = cpu_seconds(km), time.perf_counter()
+    for _ in range(cells):
+        reply = client.execute_interactive(CELL, timeout=60, output_hook=lambda msg: None)
+        assert reply["content"]["status"] == "ok", reply
+    return (cpu_seconds(km) - cpu) / cells, (time.perf_counter() - wall) / cells
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cells", type=int, default=300, help="cells per batch")
+    parser.add_argument("--rounds", type=int, default=6, help="interleaved batches per kernel")
+    parser.add_argument("--long", type=int, default=4000, help="cells in the growth session")
+    args = parser.parse_args()
+
+    with tempfile.TemporaryDirectory() as tmp:
+        kernels = {name: start(name, Path(tmp)) for name in ("python3", "ptc-retry")}
+        clients = {}
+        for name, km in kernels.items():
+            clients[name] = km.client()
+            clients[name].start_channels()
+            clients[name].wait_for_ready(timeout=60)
+            batch(km, clients[name], 50)  # warm up imports and caches
+        cpu: dict[str, list[float]] = {name: [] for name in kernels}
+        wall: dict[str, list[float]] = {name: [] for name in kernels}
+        for _ in range(args.rounds):
+            for name, km in kernels.items():
+                c, w = batch(km, clients[name], args.cells)
+                cpu[name].append(c)
+                wall[name].append(w)
+
+        print(f"{args.rounds} interleaved batches of {args.cells} cells ({CELL!r}) per kernel")
+        for label, data in (("kernel CPU per cell", cpu), ("round trip per cell", wall)):
+            stock = statistics.median(data["python3"])
+            ours = statistics.median(data["ptc-retry"])
+            print(
+                f"  {label:22} stock {stock * 1e3:7.3f} ms   ptc-retry {ours * 1e3:7.3f} ms   "
+                f"ratio {ours / stock:.3f}"
+            )
+
+        # Growth: both kernels go on to cell 4,000 in lock-step batches of 250. The
+        # ratio to the stock kernel in the same batches cancels out the machine's load.
+        step = 250
+        per_batch: dict[str, list[float]] = {name: [] for name in kernels}
+        for _ in range(args.long // step):
+            for name, km in kernels.items():
+                per_batch[name].append(batch(km, clients[name], step)[0])
+        early = slice(0, 1000 // step)
+        late = slice(3000 // step, args.long // step)
+
+        def relative(part: slice) -> float:
+            ours, stock = per_batch["ptc-retry"][part], per_batch["python3"][part]
+            return statistics.median(ours) / statistics.median(stock)
+
+        ours_early = statistics.median(per_batch["ptc-retry"][early])
+        ours_late = statistics.median(per_batch["ptc-retry"][late])
+        print(
+            f"  growth: ptc-retry CPU per cell, cells 3,000-{args.long:,} of a session "
+            f"{ours_late * 1e3:.3f} ms against {ours_early * 1e3:.3f} ms for its first 1,000 "
+            f"(ratio {ours_late / ours_early:.3f}; against the stock kernel in the same batches "
+            f"{relative(late):.3f} late vs {relative(early):.3f} early)"
+        )
+        for name, km in kernels.items():
+            clients[name].stop_channels()
+            km.shutdown_kernel(now=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
