@@ -94,7 +94,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo.set_defaults(run=run_demo)
 
     prompt = commands.add_parser("prompt", help="print the system-prompt section for a session")
-    prompt.add_argument("--mode", default="code", choices=["code"], help="agent mode")
+    prompt.add_argument(
+        "--mode",
+        default="code",
+        choices=["code", "native"],
+        help="code: run_code programs and ptc_retry.replay; "
+        "native: direct tool calls and editPreviousToolCalling",
+    )
     prompt.add_argument(
         "--session-dir",
         help="the session directory the kernel saves programs in (default: the pattern)",

@@ -50,7 +50,7 @@ _FILE_MODE = 0o600
 # Without O_BINARY, Windows would turn "\n" into "\r\n" and break byte-for-byte copies.
 _O_BINARY = getattr(os, "O_BINARY", 0)
 _HINT = "set PTC_RETRY_ROOT to a directory you own"
-_RESEND = "send the whole program again instead of replaying it"
+_RESEND = "send the call again in full instead of replaying it"
 
 
 def sanitize(call_id: str) -> str:

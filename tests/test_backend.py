@@ -1,0 +1,534 @@
+"""KernelBackend end to end: real kernels, started by the backend itself.
+
+Tests that leave the kernel usable share one backend (``backend``) and use distinct
+call ids; tests that kill or restart a kernel share another (``fragile``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import time
+import tracemalloc
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+import pytest
+
+from ptc_retry.backend import (
+    MAX_RAW_OUTPUT_CHARS,
+    BackendError,
+    KernelBackend,
+    KernelStartError,
+)
+
+T = TypeVar("T")
+Run = Callable[[Coroutine[Any, Any, T]], T]
+
+# About 700 bytes, one wrong literal: the "region" key is spelled "regoin" in the lookup.
+PROGRAM = """\
+import statistics
+
+orders = [
+    {"id": 1, "region": "north", "amount": 120.5, "items": 3},
+    {"id": 2, "region": "south", "amount": 80.0, "items": 1},
+    {"id": 3, "region": "north", "amount": 42.25, "items": 2},
+    {"id": 4, "region": "east", "amount": 310.0, "items": 7},
+]
+
+def by_region(rows):
+    totals = {}
+    for row in rows:
+        totals.setdefault(row["regoin"], []).append(row["amount"])
+    return {name: round(sum(values), 2) for name, values in totals.items()}
+
+summary = by_region(orders)
+print("regions:", sorted(summary))
+print(f"mean order: {statistics.mean(row['amount'] for row in orders):.2f}")
+summary
+"""
+NOTICE_ID = re.compile(r'checkpoint "([^"]+)"')
+
+
+def raw(code: str) -> str:
+    """A tool call's arguments as a model writes them."""
+    return json.dumps({"code": code}, ensure_ascii=False)
+
+
+def history(kb: KernelBackend) -> list[dict[str, Any]]:
+    path = kb.session_dir / "history.jsonl"
+    text = path.read_text("utf-8") if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def line_of(kb: KernelBackend, call_id: str) -> dict[str, Any]:
+    (line,) = [h for h in history(kb) if h["id"] == call_id]
+    return line
+
+
+@pytest.fixture(scope="module")
+def run() -> Iterator[Run[Any]]:
+    """Run a coroutine on the one event loop every backend of this module lives on."""
+    loop = asyncio.new_event_loop()
+    yield loop.run_until_complete
+    loop.close()
+
+
+@pytest.fixture(scope="module")
+def options(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """KernelBackend keyword arguments that keep every file inside temporary directories."""
+    return {
+        "root": tmp_path_factory.mktemp("checkpoints"),
+        "env": {"IPYTHONDIR": str(tmp_path_factory.mktemp("ipython"))},
+    }
+
+
+@pytest.fixture(scope="module")
+def backend(run: Run[Any], options: dict[str, Any]) -> Iterator[KernelBackend]:
+    kb = KernelBackend(**options)
+    run(kb.start())
+    yield kb
+    run(kb.shutdown())
+
+
+@pytest.fixture(scope="module")
+def fragile(run: Run[Any], options: dict[str, Any]) -> Iterator[KernelBackend]:
+    """A backend whose kernel the tests kill and restart."""
+    kb = KernelBackend(interrupt_grace=1, **options)
+    run(kb.start())
+    yield kb
+    run(kb.shutdown())
+
+
+# -- the agent loop -------------------------------------------------------------------------
+
+
+def test_scripted_agent_fails_reads_the_notice_replays_and_succeeds(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    first = run(backend.handle_tool_call("run_code", raw(PROGRAM), "call_a1"))
+
+    assert "KeyError: 'regoin'" in first
+    notice = first.splitlines()[-1]
+    assert notice.startswith("[ptc-retry]") and "\x1b[" not in first
+    target = NOTICE_ID.search(notice).group(1)
+    assert target == "call_a1"
+    line = f"await ptc_retry.replay({target!r}, 'row[\"regoin\"]', 'row[\"region\"]')"
+    second = run(backend.handle_tool_call("run_code", raw(line), "call_a2"))
+
+    assert second.startswith("regions: ['east', 'north', 'south']\nmean order: 138.19")
+    assert second.endswith("{'north': 162.75, 'south': 80.0, 'east': 310.0}")
+    assert line_of(backend, "call_a1")["status"] == "error"
+    assert line_of(backend, "call_a2")["status"] == "ok"
+    assert line_of(backend, "call_a2")["replay_of"] == "call_a1"
+    saved = backend.session_dir / "by-id" / "call_a1.json"
+    assert saved.read_bytes() == raw(PROGRAM).encode()
+
+
+def test_run_result_carries_the_kernels_facts(backend: KernelBackend, run: Run[Any]) -> None:
+    result = run(backend.run_code(PROGRAM, call_id="call_f1", arguments=raw(PROGRAM)))
+
+    assert result.status == "error"
+    assert (result.ename, result.evalue) == ("KeyError", "'regoin'")
+    assert result.call_id == "call_f1"
+    assert result.checkpoint == str(backend.session_dir / "by-id" / "call_f1.json")
+    assert result.notice == result.text.splitlines()[-1]
+    assert result.text.count("[ptc-retry]") == 1
+    assert result.metadata["notice"] == result.notice
+    assert result.outputs[-1]["output_type"] == "error"
+    assert backend.last_result is result
+
+
+def test_value_is_the_last_expression(backend: KernelBackend, run: Run[Any]) -> None:
+    result = run(backend.run_code("answer = 6 * 7\nanswer", call_id="call_v1"))
+    assert (result.status, result.value, result.text) == ("ok", "42", "42")
+    assert run(backend.run_code("quiet = 1", call_id="call_v2")).text == "[no output]"
+
+
+def test_calls_without_an_id_get_distinct_ids(backend: KernelBackend, run: Run[Any]) -> None:
+    first = run(backend.run_code("1"))
+    second = run(backend.run_code("2"))
+    assert first.call_id != second.call_id
+    assert {first.call_id, second.call_id} <= {h["id"] for h in history(backend)}
+
+
+def test_parallel_calls_of_one_message_share_a_step(backend: KernelBackend, run: Run[Any]) -> None:
+    async def one_message() -> list[str]:
+        step = backend.next_step()
+        calls = [("call_p1", "part_one = 'left'"), ("call_p2", "part_two = 'right'")]
+        return await asyncio.gather(
+            *(backend.handle_tool_call("run_code", raw(c), i, step=step) for i, c in calls)
+        )
+
+    run(one_message())
+    run(backend.run_code("print(part_one, part_two)", call_id="call_p3"))
+
+    p1, p2 = line_of(backend, "call_p1"), line_of(backend, "call_p2")
+    assert p1["step"] == p2["step"] and (p1["ordinal"], p2["ordinal"]) == (1, 2)
+    assert json.loads((backend.session_dir / "previous" / "2.json").read_text()) == {
+        "code": "part_two = 'right'"
+    }
+
+
+def test_calls_on_one_backend_run_one_at_a_time(backend: KernelBackend, run: Run[Any]) -> None:
+    program = "import time\norder = globals().setdefault('order', [])\ntime.sleep(0.2)\n"
+
+    async def three_at_once() -> None:
+        await asyncio.gather(
+            *(
+                backend.run_code(f"{program}order.append({n})", call_id=f"call_o{n}")
+                for n in (1, 2, 3)
+            )
+        )
+
+    run(three_at_once())
+    assert run(backend.run_code("order", call_id="call_o4")).value == "[1, 2, 3]"
+
+
+# -- what the model reads ---------------------------------------------------------------------
+
+
+def test_long_output_keeps_head_and_tail_with_a_marker(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    code = "for i in range(20_000):\n    print(f'{i:06d}')"  # 140,000 characters
+    result = run(backend.run_code(code, call_id="call_t1"))
+
+    assert result.truncated and result.output_chars == 140_000
+    head, tail = result.text.split("\n[... 120,000 characters cut ...]\n")
+    assert head.startswith("000000\n000001\n") and len(head) == 10_000
+    assert tail.endswith("019998\n019999") and len(tail) == 9_999  # its final newline trimmed
+
+
+def test_notice_survives_truncation_once(backend: KernelBackend, run: Run[Any]) -> None:
+    code = "print('x' * 100_000)\n" + PROGRAM
+    result = run(backend.run_code(code, call_id="call_t2", arguments=raw(code)))
+
+    assert result.text.splitlines()[-1] == result.notice
+    assert result.text.count(result.notice) == 1
+    assert "characters cut" in result.text
+
+
+def test_binary_output_is_a_placeholder(backend: KernelBackend, run: Run[Any]) -> None:
+    code = (
+        "import base64\nfrom IPython.display import display\n"
+        "png = base64.b64encode(bytes(12_345)).decode()\n"
+        "display({'image/png': png, 'text/plain': '<chart>'}, raw=True)"
+    )
+    result = run(backend.run_code(code, call_id="call_b1"))
+
+    assert result.text == "[image/png output, 12.3 kB]\n<chart>"
+    assert result.outputs[0]["data"]["image/png"].startswith("AAAA")
+
+
+def test_ansi_codes_are_stripped_from_output(backend: KernelBackend, run: Run[Any]) -> None:
+    result = run(backend.run_code("print('\\x1b[31mred\\x1b[0m plain')", call_id="call_b2"))
+    assert result.text == "red plain"
+
+
+def test_unicode_round_trips(backend: KernelBackend, run: Run[Any]) -> None:
+    code = "label = 'naïve → ünïcödé 🐍'\nprint(label)\nlabel[::-1]"
+    arguments = raw(code)
+    result = run(backend.run_code(code, call_id="call_u1", arguments=arguments))
+
+    assert result.text == "naïve → ünïcödé 🐍\n'🐍 édöcïnü → evïan'"
+    assert Path(result.checkpoint).read_bytes() == arguments.encode()
+
+
+def test_huge_output_is_held_bounded(backend: KernelBackend, run: Run[Any]) -> None:
+    code = (
+        "import sys\n"
+        "for n in range(50):\n"
+        "    sys.stdout.write(('HEAD' if n == 0 else '') + 'x' * 999_999 + '\\n')\n"
+        "    sys.stdout.flush()\n"
+        "print('TAIL')"
+    )
+    tracemalloc.start()
+    try:
+        result = run(backend.run_code(code, call_id="call_h1"))
+        held, _ = tracemalloc.get_traced_memory()  # what is still allocated: the result
+    finally:
+        tracemalloc.stop()
+
+    assert result.output_chars > 50_000_000
+    assert result.text.startswith("HEAD") and result.text.endswith("TAIL")
+    assert len(result.text) < backend.max_output_chars + 100
+    assert sum(len(o.get("text", "")) for o in result.outputs) <= MAX_RAW_OUTPUT_CHARS
+    assert held < 5_000_000
+
+
+# -- arguments the model got wrong ------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "arguments", "says"),
+    [
+        ("run_code", "print(1)", "not valid JSON"),
+        ("run_code", "", "not valid JSON"),
+        ("run_code", '["print(1)"]', "not an array"),
+        ("run_code", '"{\\"code\\": \\"print(1)\\"}"', "not a string"),
+        ("run_code", '{"source": "print(1)"}', 'needs "code"'),
+        ("run_code", '{"code": 5}', "not a number"),
+        ("run_code", '{"code": null}', "not null"),
+        ("run_code", '{"code": {"lines": []}}', "not an object"),
+        ("run_code", '{"code": "print(1)", "timeout": 9}', "remove 'timeout'"),
+        ("run_code", '{"code": "print(\\ud800)"}', "lone surrogate"),
+        ("run_python", '{"code": "print(1)"}', "no tool named 'run_python'"),
+    ],
+)
+def test_malformed_tool_calls_never_reach_the_kernel(
+    backend: KernelBackend, run: Run[Any], tool: str, arguments: str, says: str
+) -> None:
+    text = run(backend.handle_tool_call(tool, arguments, "call_bad"))
+
+    assert text.startswith("Error: ") and text.endswith("Nothing ran.")
+    assert says in text
+    assert "call_bad" not in {h["id"] for h in history(backend)}
+    assert not (backend.session_dir / "by-id" / "call_bad.json").exists()
+
+
+def test_decoded_arguments_are_accepted(backend: KernelBackend, run: Run[Any]) -> None:
+    text = run(backend.handle_tool_call("run_code", {"code": "print('from a dict')"}, "call_d1"))
+    assert text == "from a dict"
+    assert json.loads((backend.session_dir / "by-id" / "call_d1.json").read_text()) == {
+        "code": "print('from a dict')"
+    }
+
+
+# -- time limits ------------------------------------------------------------------------------
+
+
+def test_timeout_keeps_printed_lines_and_the_kernels_state(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    run(backend.run_code("kept = 'still here'", call_id="call_s1"))
+    code = "import time\nprint('line 1')\nprint('line 2', flush=True)\ntime.sleep(60)"
+
+    result = run(backend.run_code(code, call_id="call_s2", timeout=1))
+
+    assert result.status == "timeout" and not result.restarted
+    assert result.text.startswith("line 1\nline 2\n")
+    assert "KeyboardInterrupt" in result.text
+    assert "time limit" in result.text.splitlines()[-1]  # the kernel's or the backend's words
+    after = run(backend.run_code("print(kept)", call_id="call_s3"))
+    assert (after.status, after.text) == ("ok", "still here")
+
+
+def test_cancelling_a_call_interrupts_the_program(backend: KernelBackend, run: Run[Any]) -> None:
+    with pytest.raises(asyncio.TimeoutError):
+        run(asyncio.wait_for(backend.run_code("import time\ntime.sleep(60)"), 1))
+    started = time.monotonic()
+    after = run(backend.run_code("'free'", call_id="call_c1", timeout=30))
+    assert after.value == "'free'" and time.monotonic() - started < 10
+
+
+def test_program_deaf_to_interrupts_gets_the_kernel_restarted(
+    fragile: KernelBackend, run: Run[Any]
+) -> None:
+    run(fragile.run_code("lost = 1", call_id="call_r0"))
+    code = (
+        "import signal, time\n"
+        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+        "print('ignoring interrupts', flush=True)\n"
+        "time.sleep(60)"
+    )
+    result = run(fragile.run_code(code, call_id="call_r1", timeout=1))
+
+    assert result.status == "timeout" and result.restarted
+    assert result.text.startswith("ignoring interrupts\n")
+    assert "the kernel was restarted" in result.text and 'checkpoint "call_r1"' in result.text
+    after = run(fragile.run_code("'lost' in globals()", call_id="call_r2"))
+    assert after.value == "False"
+
+
+# -- kernel death -----------------------------------------------------------------------------
+
+DYING = """\
+values = [3, 4, 5]
+total = sum(values)
+print('partial', total)
+import os, sys, time
+sys.stdout.flush()
+time.sleep(0.5)
+os._exit(1)
+print('finished', total * 2)
+"""
+
+
+def test_os_exit_is_reported_as_died_and_the_program_replays(
+    fragile: KernelBackend, run: Run[Any]
+) -> None:
+    result = run(fragile.run_code(DYING, call_id="call_x1", arguments=raw(DYING), timeout=120))
+
+    assert result.status == "died" and result.restarted
+    assert result.duration < 15
+    assert result.text.startswith("partial 12\n")
+    assert "(exit code 1)" in result.text and "all variables" in result.text
+    assert 'checkpoint "call_x1"' in result.text
+    assert Path(result.checkpoint).read_bytes() == raw(DYING).encode()
+    replayed = run(
+        fragile.run_code("await ptc_retry.replay('call_x1', 'os._exit(1)', 'pass')", timeout=60)
+    )
+    assert (replayed.status, replayed.text) == ("ok", "partial 12\nfinished 24")
+    assert line_of(fragile, "call_x1")["status"] == "unfinished"
+
+
+def test_sigkill_from_outside_is_reported_as_died(fragile: KernelBackend, run: Run[Any]) -> None:
+    code = "import time\nprint('waiting', flush=True)\ntime.sleep(60)"
+
+    async def kill_while_running() -> Any:
+        call = asyncio.ensure_future(fragile.run_code(code, call_id="call_k1", timeout=120))
+        await asyncio.sleep(1.5)
+        os.kill(fragile.kernel_manager.provisioner.pid, signal.SIGKILL)
+        return await call
+
+    result = run(kill_while_running())
+
+    assert result.status == "died" and result.duration < 15
+    assert result.text.startswith("waiting\n") and "SIGKILL" in result.text
+    assert run(fragile.run_code("6 * 7", call_id="call_k2")).value == "42"
+
+
+def test_death_between_calls_is_noticed_by_the_next_call(
+    fragile: KernelBackend, run: Run[Any]
+) -> None:
+    os.kill(fragile.kernel_manager.provisioner.pid, signal.SIGKILL)
+    time.sleep(0.2)
+
+    result = run(fragile.run_code("print('fresh')", call_id="call_k3"))
+
+    assert result.status == "ok" and result.restarted
+    assert result.text.startswith("[ptc-retry] The kernel had died since the last call")
+    assert result.text.endswith("\nfresh")
+
+
+# -- prompt, tools, lifecycle -----------------------------------------------------------------
+
+
+def test_system_prompt_names_this_session(tmp_path: Path) -> None:
+    kb = KernelBackend(root=tmp_path, session_id="agent-7")
+    assert str(tmp_path / "agent-7") in kb.system_prompt()
+    assert kb.system_prompt() == kb.system_prompt()
+
+
+def test_tool_schema_in_the_openai_and_anthropic_shapes() -> None:
+    kb = KernelBackend()
+    openai = kb.tool_schema("openai")
+    anthropic = kb.tool_schema("anthropic")
+
+    assert openai["type"] == "function" and openai["function"]["name"] == "run_code"
+    assert anthropic["name"] == "run_code"
+    schema = anthropic["input_schema"]
+    assert schema == openai["function"]["parameters"]
+    assert schema["required"] == ["code"] and schema["additionalProperties"] is False
+    assert schema["properties"]["code"]["type"] == "string"
+    assert kb.tool_schemas("anthropic") == [anthropic]
+    with pytest.raises(ValueError, match="openai"):
+        kb.tool_schema("gemini")
+
+
+def test_native_mode_is_not_available_yet() -> None:
+    with pytest.raises(ValueError, match="native"):
+        KernelBackend(mode="native")
+
+
+def test_unknown_kernel_name_is_a_clear_error(run: Run[Any], options: dict[str, Any]) -> None:
+    kb = KernelBackend(kernel_name="no-such-kernel", **options)
+    with pytest.raises(KernelStartError, match="no kernel named 'no-such-kernel'.*ptc-retry"):
+        run(kb.start())
+
+
+def test_run_code_before_start_is_a_clear_error() -> None:
+    with pytest.raises(BackendError, match="start"):
+        asyncio.run(KernelBackend().run_code("1"))
+
+
+def test_four_backends_run_concurrently(run: Run[Any], options: dict[str, Any]) -> None:
+    async def four() -> tuple[list[str], float]:
+        backends = [KernelBackend(**options) for _ in range(4)]
+        await asyncio.gather(*(kb.start() for kb in backends))
+        try:
+            await asyncio.gather(*(kb.run_code(f"mine = {n}") for n, kb in enumerate(backends)))
+            started = time.monotonic()
+            results = await asyncio.gather(
+                *(kb.run_code("import time\ntime.sleep(1)\nmine") for kb in backends)
+            )
+            return [r.value for r in results], time.monotonic() - started
+        finally:
+            await asyncio.gather(*(kb.shutdown() for kb in backends))
+
+    values, elapsed = run(four())
+
+    assert values == ["0", "1", "2", "3"]
+    assert elapsed < 3.5  # four one-second programs overlapped
+
+
+def test_shutdown_removes_the_session_directory(run: Run[Any], options: dict[str, Any]) -> None:
+    kb = KernelBackend(**options)
+    run(kb.start())
+    run(kb.run_code("1"))
+    assert kb.session_dir.is_dir()
+
+    run(kb.shutdown())
+
+    assert not kb.session_dir.exists()
+    run(kb.shutdown())  # again: nothing to do
+
+
+def test_shutdown_keep_keeps_the_checkpoints(run: Run[Any], options: dict[str, Any]) -> None:
+    async def session() -> KernelBackend:
+        async with KernelBackend(**options) as kb:
+            await kb.run_code("1", call_id="call_keep")
+            await kb.shutdown(keep=True)
+        return kb
+
+    kb = run(session())
+    assert (kb.session_dir / "by-id" / "call_keep.json").exists()
+
+
+def test_sync_twins_run_a_program(options: dict[str, Any]) -> None:
+    with KernelBackend(**options) as kb:
+        result = kb.run_code_sync("print('sync')", call_id="call_y1")
+        text = kb.handle_tool_call_sync("run_code", raw("21 * 2"), "call_y2")
+    assert (result.status, result.text, text) == ("ok", "sync", "42")
+    assert not kb.session_dir.exists()
+
+
+def test_another_ipython_kernel_gets_the_extension_through_argv(
+    run: Run[Any], options: dict[str, Any]
+) -> None:
+    async def session() -> tuple[Any, Any]:
+        async with KernelBackend(kernel_name="python3", **options) as kb:
+            failed = await kb.run_code(PROGRAM, call_id="call_n1", arguments=raw(PROGRAM))
+            fix = "await ptc_retry.replay('call_n1', 'row[\"regoin\"]', 'row[\"region\"]')"
+            return failed, await kb.run_code(fix, call_id="call_n2")
+
+    failed, fixed = run(session())
+
+    assert failed.metadata is None and failed.status == "error"
+    assert failed.call_id == "call_n1" and failed.checkpoint.endswith("by-id/call_n1.json")
+    assert failed.notice == failed.text.splitlines()[-1]
+    assert fixed.status == "ok" and fixed.text.startswith("regions:")
+
+
+def test_ptc_retry_kernel_starts_where_no_kernelspec_is_installed(
+    run: Run[Any], options: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from jupyter_client.kernelspec import KernelSpecManager
+
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path / "nothing"))
+    monkeypatch.setenv("JUPYTER_DATA_DIR", str(tmp_path / "nothing-either"))
+    if "ptc-retry" in KernelSpecManager().find_kernel_specs():
+        pytest.skip("a ptc-retry kernelspec is installed system-wide here")
+
+    async def session() -> Any:
+        async with KernelBackend(**options) as kb:
+            return await kb.run_code("'fresh machine'", call_id="call_fresh")
+
+    result = run(session())
+    assert result.value == "'fresh machine'"
+    assert result.metadata["call_id"] == "call_fresh"  # only the ptc-retry kernel sends this

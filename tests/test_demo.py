@@ -1,0 +1,90 @@
+"""``ptc-retry demo`` runs to the end on a real kernel and saves a notebook JupyterLab opens."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import nbformat
+import pytest
+
+from ptc_retry import demo
+
+
+@pytest.fixture(scope="module")
+def played(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One demo run: (exit code, transcript, notebook path, checkpoint root)."""
+    root = tmp_path_factory.mktemp("checkpoints")
+    notebook = tmp_path_factory.mktemp("saved") / "demo.ipynb"
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = demo.run(root=root, save=notebook)
+    yield code, out.getvalue(), notebook, root
+
+
+def test_demo_completes(played: Any) -> None:
+    code, transcript, _, _ = played
+    assert code == 0, transcript
+
+
+def test_transcript_shows_the_failure_the_notice_and_the_replay(played: Any) -> None:
+    _, transcript, _, _ = played
+    failure = transcript.index("KeyError: 'unit_prcie'")
+    notice = transcript.index('[ptc-retry] Program saved as checkpoint "call_1"')
+    replay = transcript.index(
+        """await ptc_retry.replay("call_1", 'row["unit_prcie"]', 'row["unit_price"]')"""
+    )
+    success = transcript.index("best month 2024-03: 71.90; median order 21.75")
+    assert failure < notice < replay < success
+    assert "the model reads (status: ok)" in transcript
+
+
+def test_transcript_compares_the_retry_with_resending(played: Any) -> None:
+    _, transcript, _, _ = played
+    retry = len(json.dumps({"code": _replay_line()}).encode())
+    resend = len(json.dumps({"code": demo.PROGRAM.replace(*demo.FIX)}).encode())
+    assert f"retry by replay (one line)       {retry:>6,} bytes" in transcript
+    assert f"retry by re-sending the program  {resend:>6,} bytes" in transcript
+    assert "ceil(bytes / 4)" in transcript
+
+
+def test_the_checkpoints_of_the_demo_are_kept(played: Any) -> None:
+    _, _, _, root = played
+    (session,) = root.iterdir()
+    assert {p.name for p in (session / "by-id").iterdir()} == {"call_1.json", "call_2.json"}
+
+
+def test_save_writes_a_valid_notebook(played: Any) -> None:
+    _, _, path, _ = played
+    notebook = nbformat.read(path, as_version=4)
+    nbformat.validate(notebook)
+
+    code_cells = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    failed, fixed = code_cells
+    assert failed.source == demo.PROGRAM
+    assert failed.outputs[-1].output_type == "error"
+    assert "raises-exception" in failed.metadata.tags
+    assert fixed.source == _replay_line()
+    assert any("best month" in output.get("text", "") for output in fixed.outputs)
+    assert notebook.metadata.kernelspec.name == "ptc-retry"
+
+
+def _replay_line() -> str:
+    old, new = demo.FIX
+    return f'await ptc_retry.replay("call_1", {old!r}, {new!r})'
+
+
+def test_demo_says_so_when_the_kernel_cannot_start(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(demo.KernelBackend, "start", _refuse_to_start)
+    assert demo.run(root=tmp_path) == 1
+    assert "the kernel did not start: no python here" in capsys.readouterr().err
+
+
+async def _refuse_to_start(self: Any) -> None:
+    raise demo.KernelStartError("no python here")
