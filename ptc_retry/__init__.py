@@ -17,7 +17,7 @@ from typing import Any
 
 from .errors import CheckpointError, PtcRetryError, ReplayError, StoreError
 from .notice import failure_notice, prompt_section
-from .replay import replay
+from .replay import replay, resume
 from .store import CheckpointStore
 
 __version__ = "0.1.0"
@@ -32,6 +32,7 @@ __all__ = [
     "load_ipython_extension",
     "prompt_section",
     "replay",
+    "resume",
     "unload_ipython_extension",
 ]
 

@@ -7,7 +7,7 @@ Load it in any IPython or ipykernel session::
 or for every session, in ``ipython_config.py``::
 
     c.InteractiveShellApp.extensions = ["ptc_retry"]
-    c.PtcRetry.notice_min_bytes = 150
+    c.PtcRetry.notice_min_bytes = 500
 
 Every cell that runs is saved to the checkpoint store *before* it runs. When a
 cell fails and its program is at least ``PtcRetry.notice_min_bytes`` long, one
@@ -19,6 +19,77 @@ When the execute_request carries ``metadata["ptc_retry"]`` (see the README), its
 call id, raw arguments, tool, turn and step are used; otherwise ids are ``c1,
 c2, ...`` and each cell is its own step. ``%unload_ext ptc_retry`` removes every
 hook, name and magic this extension added and restores what it replaced.
+
+Repeated-failure guard
+----------------------
+An agent that sends the same failing program again and again is told so, and
+can be stopped::
+
+    c.PtcRetry.guard_mode = "pause"     # "off" | "observe" (default) | "pause"
+    c.PtcRetry.failure_limit = 3        # an integer >= 2; anything else is an error
+    c.PtcRetry.guard_exclude = ["shell"]
+
+Failures are *identical* when the tool name, the program (the call's arguments
+as canonical JSON: keys sorted, arrays in order; whitespace inside the program
+counts), the exception name and the first line of its message (``0x...``
+addresses masked) are equal. The guard counts identical failures in a row within
+one turn (the ``turn`` of the request metadata; 0 without one); a success, a
+different failure, a call of an excluded tool or a new turn ends the streak.
+Output on stderr is not a failure; an interrupt or a time-limit stop is.
+
+- ``observe``: the failure that makes the streak reach the limit gets one more
+  sentence in its notice (even below ``notice_min_bytes``, where that sentence
+  is the whole notice), once per streak.
+- ``pause``: also, every later program is refused: nothing runs, its output is an
+  ``application/json`` report and an error ``RetryGuardPaused`` naming the tool,
+  the count, the first and last ids and times. The refused call is still saved,
+  with status ``refused``. The reply metadata ``guard`` carries the report
+  (ids, counts, times, tool, exception name; never program or error text).
+
+A pause lifts when a request carries ``metadata["ptc_retry"]["new_instruction"]:
+true`` (a backend sends it when the user speaks; that program then runs), or
+when a person runs a cell that is exactly ``%ptc_guard reset`` and carries no
+``metadata["ptc_retry"]`` at all. The rule rests on what a model cannot choose:
+it writes a cell's text, not the request's metadata. So ``%ptc_guard reset``
+inside a larger program, ``get_ipython().run_line_magic("ptc_guard", "reset")``,
+or the exact line sent by a backend with our metadata, reset nothing. Its limit:
+a client that sends no metadata (nbclient, most gateway executors) cannot be told
+from a person, so a model behind such a client that sends exactly that one line
+does lift the pause; and the guard stops a model that repeats itself, not a
+hostile program (code running in the kernel can change the kernel). Also,
+without ``new_instruction`` a paused kernel stays paused until that reset: use
+``pause`` with a backend that sends it, ``observe`` otherwise. ``%ptc_guard``
+shows the guard's state. Changing a guard option starts the guard fresh; the
+guard lives in memory, so a kernel restart starts it fresh too.
+
+Resume
+------
+When a program fails or is interrupted, its history line records the top-level
+statement that was running (``failed_statement: {"index", "lines": [first,
+last]}``, 0-based index, 1-based lines) and how many ``completed`` before it,
+and the notice adds "add resume=True to skip the N statements that completed".
+``await ptc_retry.replay(id, old, new, resume=True)`` then runs the corrected
+program from the earlier of that statement and the first statement an edit
+touches; ``await ptc_retry.resume(id)`` does it without an edit. What the
+skipped statements made is still in the namespace. A statement cut off half-way
+runs again whole: a loop starts again from its first iteration. The whole
+program runs, with one line on stderr saying why, when the target did not fail,
+when the kernel restarted since it ran (its state is gone), or when the turn
+has used up ``PtcRetry.max_resumes_per_turn`` (default 3; a new turn, a new
+instruction or a program that succeeds renews it).
+
+Time limit
+----------
+``c.PtcRetry.time_limit = 55`` (seconds; default None, no limit), or per call
+``metadata["ptc_retry"]["time_limit"]``: the kernel stops its own program when
+the limit passes, so a client's own timeout is the last resort. The program
+ends with ``KeyboardInterrupt("time limit of 55 s reached")``, or
+``CancelledError`` with that message when it was awaiting; all its output stays;
+the notice says "Stopped by the time limit" and offers resume; the kernel takes
+the next call at once. A program that catches the interrupt and goes on is
+interrupted again every second. A person's interrupt works as before. The limit
+needs the kernel's main thread (not an ipykernel subshell); a thread runs only
+while a program with a limit runs.
 """
 
 from __future__ import annotations
@@ -26,18 +97,26 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
+import secrets
 import sys
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from IPython.core.error import InputRejected
 from IPython.core.magic import Magics, line_magic, magics_class
-from traitlets import Integer, List, Unicode
+from traitlets import Enum, Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
 from .errors import PtcRetryError
+from .guard import GUARD_MODES, RepeatedFailureGuard, failure_key, refusal_message
 from .history import format_history
-from .notice import failure_notice
+from .notice import NOTICE_MIN_BYTES, failure_notice, short_failure_notice
+from .program import statement_spans
+from .replay import edited_statement
 from .store import Call, CheckpointStore
+from .time_limit import TimeLimit, valid_limit
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -46,6 +125,24 @@ if TYPE_CHECKING:
 
 #: The metadata key of execute_requests and execute_replies.
 METADATA_KEY = "ptc_retry"
+
+#: Names this kernel process in history lines, so a resume can tell that the kernel
+#: restarted since a program ran (and its state is gone).
+KERNEL_TOKEN = f"{os.getpid()}-{secrets.token_hex(4)}"
+
+# A person's reset: a cell that is exactly this magic line (see PtcRetryMagics.ptc_guard).
+_PERSON_RESET = re.compile(r"\s*%ptc_guard[ \t]+reset\s*")
+
+# Request metadata fields and their types; a field of another type is ignored.
+_REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
+    "call_id": (str,),
+    "arguments": (str,),
+    "tool": (str,),
+    "turn": (int,),
+    "step": (int,),
+    "new_instruction": (bool,),
+    "time_limit": (int, float),
+}
 
 
 class PtcRetry(Configurable):
@@ -68,11 +165,12 @@ class PtcRetry(Configurable):
     ).tag(config=True)
 
     notice_min_bytes = Integer(
-        150,
+        NOTICE_MIN_BYTES,
         min=0,
         help="""A failed program gets the replay notice only when its saved arguments
         are at least this many UTF-8 bytes: below it, re-sending the program costs
-        the model less than reading the notice. 0 notices every failure.""",
+        the model less than reading the notice and writing a replay (the default is
+        the break-even the evaluation measured). 0 notices every failure.""",
     ).tag(config=True)
 
     control_flow_exceptions = List(
@@ -81,6 +179,66 @@ class PtcRetry(Configurable):
         help="""Names of exception classes that end a program on purpose and are not
         failures: they get no notice. SystemExit is always one of them.""",
     ).tag(config=True)
+
+    guard_mode = Enum(
+        list(GUARD_MODES),
+        default_value="observe",
+        help="""What the repeated-failure guard does when one program fails the same way
+        failure_limit times in a row within a turn. "observe": the notice of that failure
+        says so, once per streak. "pause": also, every later program is refused (error
+        RetryGuardPaused) until a new instruction or a person's `%ptc_guard reset`.
+        "off": no guard. Changing any guard option starts the guard fresh.""",
+    ).tag(config=True)
+
+    failure_limit = Integer(
+        3,
+        help="""How many identical failures in a row trip the guard: an integer >= 2.""",
+    ).tag(config=True)
+
+    guard_exclude = List(
+        Unicode(),
+        default_value=[],
+        help="""Tool names (exact) whose calls the guard never counts; a call of one
+        of them ends a streak.""",
+    ).tag(config=True)
+
+    max_resumes_per_turn = Integer(
+        3,
+        min=0,
+        help="""How many times a turn may resume a program (replay with resume=True, or
+        ptc_retry.resume) before a resume runs the whole program instead, so a loop of
+        resumes cannot go on forever. A new turn, a new instruction or a program that
+        succeeds gives a fresh budget. 0 turns resume off.""",
+    ).tag(config=True)
+
+    time_limit = Float(
+        None,
+        allow_none=True,
+        help="""Seconds a program may run before the kernel stops it (a KeyboardInterrupt,
+        or CancelledError while it awaits, keeping its output); the next program runs at
+        once. None means no limit. A request's metadata["ptc_retry"]["time_limit"]
+        overrides it for one call.""",
+    ).tag(config=True)
+
+    @validate("failure_limit")
+    def _check_failure_limit(self, proposal: Any) -> int:
+        value = proposal["value"]
+        if isinstance(value, bool) or value < 2:
+            raise TraitError(
+                f"PtcRetry.failure_limit must be an integer >= 2 (how many identical failures "
+                f"in a row trip the guard), not {value!r}."
+            )
+        return int(value)
+
+    @validate("time_limit")
+    def _check_time_limit(self, proposal: Any) -> float | None:
+        value = proposal["value"]
+        if value is not None and valid_limit(value) is None:
+            raise TraitError(
+                f"PtcRetry.time_limit must be a finite number of seconds > 0, or None for no "
+                f"limit, not {value!r}."
+            )
+        return value
 
 
 @dataclass
@@ -91,6 +249,57 @@ class _Running:
     call: Call | None
     notice: str | None = None
     replays: list[Replay] = field(default_factory=list)
+    tool: str = "run_code"
+    turn: int = 0
+    #: The checkpointed arguments, for the guard's key.
+    arguments: str = ""
+    #: The guard's report when this program is refused, and the error it shows.
+    refused: dict[str, Any] | None = None
+    refusal: RetryGuardPaused | None = None
+    refusal_shown: bool = False
+    #: A cell that is exactly ``%ptc_guard reset``, sent by a person (no backend metadata).
+    person_reset: bool = False
+    time_limit: TimeLimit | None = None
+    #: ``(filename, transformed text)`` of the program a replay runs in this call.
+    program: tuple[str, str] | None = None
+    resumed_from: int | None = None
+    failure: _Failure | None = None
+
+
+@dataclass
+class _Failure:
+    """What the guard and a resume need to know of a failure."""
+
+    error: BaseException
+    key: str
+    #: ``{"index": i, "lines": [first, last]}`` of the top-level statement that was running.
+    statement: dict[str, Any] | None
+
+    @property
+    def completed(self) -> int:
+        return self.statement["index"] if self.statement else 0
+
+
+class RetryGuardPaused(InputRejected):
+    """The repeated-failure guard refused to run this program (``guard_mode = "pause"``)."""
+
+    def __init__(self, message: str, report: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.report = report
+
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of a traceback: nothing ran, there are no frames.
+        return [f"RetryGuardPaused: {self}"]
+
+
+class _Refuser:
+    """An AST transformer that rejects the cell: IPython shows the error and runs nothing."""
+
+    def __init__(self, error: RetryGuardPaused) -> None:
+        self.error = error
+
+    def visit(self, node: Any) -> Any:
+        raise self.error
 
 
 class PtcRetryExtension:
@@ -108,6 +317,25 @@ class PtcRetryExtension:
         self._replaced_showtraceback: Any = None
         self._had_own_showtraceback = False
         self._magics: Any = None
+        #: Kept in memory only: a kernel restart starts a fresh guard.
+        self.guard = self._new_guard()
+        self.config.observe(
+            self._restart_guard, names=["guard_mode", "failure_limit", "guard_exclude"]
+        )
+        self._refuser: _Refuser | None = None
+        self._resume_turn: int | None = None
+        self._resumes = 0
+        # A frame called by this code and named <module> runs a cell's own code.
+        self._run_code = shell.run_code.__func__.__code__
+
+    def _new_guard(self) -> RepeatedFailureGuard:
+        config = self.config
+        return RepeatedFailureGuard(
+            mode=config.guard_mode, limit=config.failure_limit, exclude=config.guard_exclude
+        )
+
+    def _restart_guard(self, change: Any = None) -> None:
+        self.guard = self._new_guard()
 
     # -- store ---------------------------------------------------------------
 
@@ -142,53 +370,190 @@ class PtcRetryExtension:
     # -- hooks ---------------------------------------------------------------
 
     def pre_run_cell(self, info: Any) -> None:
-        request = self.request_metadata()
+        raw_request = self.raw_request_metadata()
+        request = checked_metadata(raw_request)
         source = info.raw_cell
+        tool = request.get("tool", "run_code")
+        turn = request.get("turn", 0)
+        arguments = checkpoint_arguments(source, request.get("arguments"))
         call = None
         store = self.open_store()
         if store is not None:
             try:
                 call = store.begin(
-                    checkpoint_arguments(source, request.get("arguments")),
+                    arguments,
                     call_id=request.get("call_id"),
-                    tool=request.get("tool", "run_code"),
-                    turn=request.get("turn", 0),
+                    tool=tool,
+                    turn=turn,
                     step=request.get("step"),
                 )
             except (OSError, PtcRetryError) as exc:
                 self.warn_once(f"could not save this program ({exc})")
             else:
                 self._reported = None
-        self._running.append(_Running(info, call))
+        running = _Running(info, call, tool=tool, turn=turn, arguments=arguments)
+        outermost = not self._running
+        self._running.append(running)
+        if outermost:  # a cell run by a program is part of that program
+            self._before_program(running, request, from_backend=raw_request is not None)
+
+    def _before_program(
+        self, running: _Running, request: dict[str, Any], *, from_backend: bool
+    ) -> None:
+        """The guard's decision, the resume budget and the time limit of an agent's call."""
+        if request.get("new_instruction"):
+            self.guard.reset()
+            self._resumes = 0
+        if running.turn != self._resume_turn:
+            self._resume_turn, self._resumes = running.turn, 0
+        # Only a person types into a cell without our backend's metadata; a model's
+        # program is whatever the cell holds, so "exactly this line" keeps it out.
+        running.person_reset = (
+            not from_backend and _PERSON_RESET.fullmatch(running.info.raw_cell) is not None
+        )
+        if self.guard.refusing and not running.person_reset:
+            running.refused = self.guard.refuse()
+            running.refusal = RetryGuardPaused(refusal_message(running.refused), running.refused)
+            # The cell parses, then this transformer rejects it: IPython shows the error
+            # and runs nothing. It is in place only while a refused cell runs.
+            self._refuser = _Refuser(running.refusal)
+            self.shell.ast_transformers.append(self._refuser)
+            return
+        seconds = valid_limit(request.get("time_limit")) or self.config.time_limit
+        if seconds:
+            limit = TimeLimit(seconds, self._run_code)
+            if limit.start():
+                running.time_limit = limit
+            else:
+                self.warn_once("the time limit works only in the kernel's main thread")
 
     def post_run_cell(self, result: Any) -> None:
         running = self._pop(result)
         if running is None:
             return  # an empty cell: IPython fires post_run_cell without pre_run_cell
+        outermost = not self._running
+        limit = running.time_limit
+        if limit is not None:
+            limit.stop()  # first: no interrupt may reach what follows
+        self._drop_refuser()
         error = None
         if result is not None:
             error = result.error_before_exec or result.error_in_exec
-        status = self._status(error, cancelled=result is None)
+        if running.refusal is not None:
+            status = "refused"
+            if result is not None and error is not running.refusal:
+                # Input that fails before the transformer (a syntax error) is refused
+                # too: the reply must say RetryGuardPaused, as the output did.
+                result.error_before_exec = error = running.refusal
+        else:
+            status = self._status(error, cancelled=result is None)
+            if limit is not None and limit.stopped and status == "error":
+                status = "interrupted"  # a CancelledError of an awaiting program
+        failure = None
+        if error is not None and status in ("error", "interrupted"):
+            failure = self._failure(running, error)
         call = running.call
         if call is not None and self.store is not None:
             extra: dict[str, Any] = {}
             if error is not None:
                 extra["ename"] = type(error).__name__
+            if failure is not None and failure.statement is not None:
+                extra["failed_statement"] = failure.statement
+                extra["completed"] = failure.completed
+                extra["kernel"] = KERNEL_TOKEN
+            if limit is not None and limit.stopped:
+                extra["time_limit"] = limit.seconds
+            if running.resumed_from is not None:
+                extra["resumed_from"] = running.resumed_from
             try:
                 self.store.finish(call, status, **extra)
             except (OSError, PtcRetryError) as exc:
                 self.warn_once(f"could not write the history ({exc})")
+        guard = running.refused
+        if outermost and running.refused is None:
+            guard = self.guard.record(
+                failure.key if failure is not None else None,
+                tool=running.tool,
+                turn=running.turn,
+                ename=type(error).__name__ if error is not None else None,
+                call_id=call.id if call else None,
+                when=call.started if call else time.time(),
+            )
+            if status == "ok":
+                self._resumes = 0
         self.reply_metadata = {
             "call_id": call.id if call else None,
             "checkpoint": str(call.path) if call else None,
             "ordinal": call.ordinal if call else None,
             "status": status,
             "notice": running.notice,
-            "guard": None,
+            "guard": guard,
         }
+        if limit is not None and limit.stopped:
+            # Only then: the seconds of the kernel's own time limit that stopped the program.
+            self.reply_metadata["time_limit"] = limit.seconds
         for replay in running.replays:
             if not replay.awaited:
                 print(replay.not_awaited_message(), file=sys.stderr)
+
+    def _drop_refuser(self) -> None:
+        if self._refuser is not None:
+            transformers = self.shell.ast_transformers
+            if self._refuser in transformers:
+                transformers.remove(self._refuser)
+            self._refuser = None
+
+    def _failure(self, running: _Running, error: BaseException) -> _Failure:
+        """The failure of ``error`` in ``running``, computed once."""
+        failure = running.failure
+        if failure is None or failure.error is not error:
+            key = failure_key(running.tool, running.arguments, error)
+            failure = running.failure = _Failure(error, key, self._failed_statement(running, error))
+        return failure
+
+    def _failed_statement(self, running: _Running, error: BaseException) -> dict[str, Any] | None:
+        """The top-level statement that was running when ``error`` ended the program.
+
+        Read from the traceback: in a replay, the outermost frame of the replayed
+        program's file; otherwise the frame that IPython's ``run_code`` called, the
+        cell's own code. None when no statement ran (e.g. a syntax error).
+        """
+        tb = error.__traceback__
+        line = None
+        if running.program is not None:
+            filename, text = running.program
+            while tb is not None and line is None:
+                if tb.tb_frame.f_code.co_filename == filename:
+                    line = tb.tb_lineno
+                tb = tb.tb_next
+        else:
+            text = None
+            while tb is not None and line is None:
+                if tb.tb_frame.f_code is self._run_code and tb.tb_next is not None:
+                    line = tb.tb_next.tb_lineno
+                tb = tb.tb_next
+            if line is not None:
+                text = self._cell_text(running.info)
+        if not isinstance(line, int) or text is None:
+            return None
+        try:
+            spans = statement_spans(text)
+        except SyntaxError:
+            return None
+        for index, (first, last) in enumerate(spans):
+            if first <= line <= last:
+                return {"index": index, "lines": [first, last]}
+        return None
+
+    def _cell_text(self, info: Any) -> str | None:
+        """The cell as IPython compiled it (magics turned into calls; same lines)."""
+        transformed = getattr(info, "transformed_cell", None)  # IPython >= 9
+        if isinstance(transformed, str):
+            return transformed
+        try:
+            return self.shell.transform_cell(info.raw_cell)
+        except Exception:
+            return None
 
     def _pop(self, result: Any) -> _Running | None:
         if not self._running:
@@ -217,50 +582,136 @@ class PtcRetryExtension:
         Plain IPython has no request; a field of the wrong type is ignored, so a
         backend's mistake never stops a program.
         """
+        return checked_metadata(self.raw_request_metadata())
+
+    def raw_request_metadata(self) -> dict[str, Any] | None:
+        """``metadata["ptc_retry"]`` of the execute_request being run as sent, if a dict."""
         kernel = getattr(self.shell, "kernel", None)
         if kernel is None:
-            return {}
+            return None
         try:
             parent = kernel.get_parent("shell")
         except Exception:
-            return {}
+            return None
         if not isinstance(parent, dict):
-            return {}
+            return None
         raw = (parent.get("metadata") or {}).get(METADATA_KEY)
-        if not isinstance(raw, dict):
-            return {}
-        wanted = {"call_id": str, "arguments": str, "tool": str, "turn": int, "step": int}
-        return {
-            key: value
-            for key, value in raw.items()
-            if key in wanted and isinstance(value, wanted[key]) and not isinstance(value, bool)
-        }
+        return raw if isinstance(raw, dict) else None
 
     def show_traceback(self, etype: type, evalue: BaseException, stb: list[str]) -> None:
-        """Wraps the shell's ``_showtraceback``: IPython formats, we append the notice."""
+        """Wraps the shell's ``_showtraceback``: IPython formats, we append the notice.
+
+        A refused program shows the guard's report and its RetryGuardPaused error
+        instead, whatever IPython was about to show (e.g. a syntax error).
+        """
         try:
-            stb = self._with_notice(evalue, stb)
+            running = self._running[-1] if self._running else None
+            if running is not None and running.refusal is not None:
+                etype, evalue, stb = self._refusal_output(running)
+            else:
+                stb = self._with_notice(evalue, stb)
+        except Exception as exc:  # never lose the user's traceback to our own bug
+            self.warn_once(f"could not add the notice ({type(exc).__name__}: {exc})")
         finally:
             self._replaced_showtraceback(etype, evalue, stb)
+
+    def _refusal_output(self, running: _Running) -> tuple[type, BaseException, list[str]]:
+        refusal = running.refusal
+        assert refusal is not None
+        if not running.refusal_shown:
+            running.refusal_shown = True
+            from IPython.display import display
+
+            # Metadata only (ids, counts, times, tool, exception name), for tools.
+            display({"application/json": refusal.report}, raw=True)
+        return type(refusal), refusal, refusal._render_traceback_()
 
     def _with_notice(self, evalue: BaseException, stb: list[str]) -> list[str]:
         if not self._running:
             return stb
         running = self._running[-1]
-        call = running.call
-        if (
-            call is None
-            or running.notice is not None
-            or self.is_control_flow(evalue)
-            or call.bytes < self.config.notice_min_bytes
-        ):
+        if running.notice is not None or self.is_control_flow(evalue):
             return stb
-        running.notice = failure_notice(call.id, call.path)
-        return [*stb, running.notice]
+        failure = self._failure(running, evalue)
+        limit = running.time_limit
+        stopped = limit.seconds if limit is not None and limit.stopped else None
+        repeated = 0
+        if running is self._running[0]:
+            count = self.guard.count_if_failed(failure.key, running.tool, running.turn)
+            repeated = count if count == self.guard.limit else 0
+        paused = bool(repeated) and self.guard.mode == "pause"
+        call = running.call
+        if call is not None and call.bytes >= self.config.notice_min_bytes:
+            notice: str | None = failure_notice(
+                call.id,
+                call.path,
+                completed=failure.completed,
+                time_limit=stopped,
+                repeated=repeated,
+                paused=paused,
+            )
+        else:
+            notice = short_failure_notice(time_limit=stopped, repeated=repeated, paused=paused)
+        if notice is None:
+            return stb
+        running.notice = notice
+        return [*stb, notice]
 
     def current_call(self) -> _Running | None:
         """The program that is running now (the innermost one), if any."""
         return self._running[-1] if self._running else None
+
+    # -- resume ----------------------------------------------------------------
+
+    def resume_start(self, call_id: str, code: str, corrected: str, transformed: str) -> int:
+        """The top-level statement a resume of ``call_id`` starts at (0-based).
+
+        ``code`` is the program ``call_id`` ran, ``corrected`` the program to run now
+        and ``transformed`` that as compiled. The start is the earlier of the statement
+        that failed and the first statement an edit touched. 0 when the whole program
+        must run: then one line on stderr says why, unless nothing had run anyway
+        (e.g. a syntax error).
+        """
+        line = self._history_line(call_id) or {}
+        status = line.get("status")
+        restarted = f"the kernel restarted after {call_id} ran, so what it computed is gone"
+        if status == "unfinished":  # the kernel died while it ran
+            return self._run_whole(restarted)
+        if status not in ("error", "interrupted"):
+            return self._run_whole(f"{call_id} did not fail, so there is nothing to skip")
+        failed = line.get("failed_statement")
+        index = failed.get("index") if isinstance(failed, dict) else None
+        if not isinstance(index, int):
+            return 0  # no statement ran (a syntax error): the whole program it is
+        if line.get("kernel") != KERNEL_TOKEN:
+            return self._run_whole(restarted)
+        if index == 0:
+            return 0
+        touched = edited_statement(code, corrected, transformed)
+        start = index if touched is None else min(index, touched)
+        if start == 0:
+            return 0
+        budget = self.config.max_resumes_per_turn
+        if self._resumes >= budget:
+            return self._run_whole(
+                f"this turn has used its {budget} resumes (PtcRetry.max_resumes_per_turn)"
+            )
+        self._resumes += 1
+        return start
+
+    def _history_line(self, call_id: str) -> dict[str, Any] | None:
+        store = self.open_store()
+        if store is None:
+            return None
+        for line in reversed(store.history()):
+            if line.get("id") == call_id:
+                return line
+        return None
+
+    @staticmethod
+    def _run_whole(reason: str) -> int:
+        print(f"ptc-retry: {reason}: running the whole program.", file=sys.stderr)
+        return 0
 
     # -- load / unload -------------------------------------------------------
 
@@ -289,6 +740,11 @@ class PtcRetryExtension:
         shell = self.shell
         shell.events.unregister("pre_run_cell", self.pre_run_cell)
         shell.events.unregister("post_run_cell", self.post_run_cell)
+        self._drop_refuser()
+        for running in self._running:  # unloaded by the program that is running
+            if running.time_limit is not None:
+                running.time_limit.stop()
+                running.time_limit = None
         if shell.__dict__.get("_showtraceback") == self.show_traceback:
             if self._had_own_showtraceback:
                 shell._showtraceback = self._replaced_showtraceback
@@ -310,6 +766,21 @@ class PtcRetryExtension:
         if self.store is not None:
             self.store.close()
             self.store = None
+
+
+def checked_metadata(raw: dict[str, Any] | None) -> dict[str, Any]:
+    """The fields of request metadata that have the expected type (a bool is no int here)."""
+    if not raw:
+        return {}
+    checked = {}
+    for key, value in raw.items():
+        types = _REQUEST_FIELDS.get(key)
+        if types is None or not isinstance(value, types):
+            continue
+        if isinstance(value, bool) and bool not in types:
+            continue
+        checked[key] = value
+    return checked
 
 
 def checkpoint_arguments(source: str, arguments: str | None) -> str:
@@ -368,7 +839,7 @@ def active_extension() -> PtcRetryExtension:
     return extension
 
 
-MAGIC_NAMES = {"line": ["ptc_history", "ptc_show"]}
+MAGIC_NAMES = {"line": ["ptc_history", "ptc_show", "ptc_guard"]}
 
 
 @magics_class
@@ -405,6 +876,33 @@ class PtcRetryMagics(Magics):
             print(exc, file=sys.stderr)
             return
         print(f"# {call_id}: {store.path_for(target)}\n{code}")
+
+    @line_magic
+    def ptc_guard(self, line: str) -> None:
+        """%ptc_guard: the repeated-failure guard's state. %ptc_guard reset: start it fresh.
+
+        A reset lifts a pause. It works only as a cell of its own, exactly
+        ``%ptc_guard reset``, sent without ptc-retry metadata: a person at the
+        notebook. Inside a larger program, from Python, or in a call from a backend
+        it resets nothing, so a model's program cannot lift a pause.
+        """
+        extension = self.extension
+        word = line.strip()
+        if word in ("", "status"):
+            print(extension.guard.status())
+        elif word == "reset":
+            running = extension._running[0] if extension._running else None
+            if running is None or not running.person_reset:
+                print(
+                    "ptc-retry: nothing was reset. %ptc_guard reset works only as a cell of "
+                    "its own, run by a person at the notebook.",
+                    file=sys.stderr,
+                )
+                return
+            extension.guard.reset()
+            print("ptc-retry: the guard starts fresh; programs run again.")
+        else:
+            print("usage: %ptc_guard [reset]", file=sys.stderr)
 
 
 def load_ipython_extension(shell: InteractiveShell) -> None:

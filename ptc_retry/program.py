@@ -16,7 +16,9 @@ What a program may rely on, as in an IPython cell:
   nothing else is added (except ``__builtins__`` when missing, as ``exec`` does);
 - tracebacks and syntax errors name ``filename`` and the program's own line
   numbers, and ``linecache`` holds ``source`` so tracebacks show its lines;
-- the whole program is compiled before any of it runs.
+- the whole program is compiled before any of it runs;
+- ``start=k`` skips the first ``k`` top-level statements (a resume): the others
+  keep their line numbers, and ``from __future__`` imports still apply.
 
 How: the top-level statements run in order, in three kinds of steps. Runs of
 statements without a top-level ``return`` are compiled as module code with
@@ -48,7 +50,14 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["CompiledProgram", "compile_program", "make_program", "register_source", "run_program"]
+__all__ = [
+    "CompiledProgram",
+    "compile_program",
+    "make_program",
+    "register_source",
+    "run_program",
+    "statement_spans",
+]
 
 # A block's frame reads "in <module>" in tracebacks, as a cell's does.
 _BLOCK_NAME = "<module>"
@@ -116,14 +125,15 @@ def register_source(filename: str, source: str) -> None:
 
 
 def compile_program(
-    source: str, filename: str, *, transformed: str | None = None
+    source: str, filename: str, *, transformed: str | None = None, start: int = 0
 ) -> CompiledProgram:
     """Compile a program to run like a notebook cell (see the module doc).
 
     ``transformed`` (default ``source``) is the text compiled, e.g. IPython's
     ``transform_cell(source)``, which keeps the line structure; ``source`` is what
-    syntax errors quote. Raises :class:`SyntaxError` with ``filename`` and the
-    line number.
+    syntax errors quote. ``start`` is the index of the first top-level statement
+    to run (0: all of them). Raises :class:`SyntaxError` with ``filename`` and the
+    line number (the whole text must parse, skipped statements included).
     """
     __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
     compiler = _Compiler(source, filename)
@@ -134,6 +144,8 @@ def compile_program(
         raise SyntaxError(str(exc), (filename, 1, 1, None)) from None
     body = tree.body
     compiler.flags |= _future_flags(body, compiler)
+    if start > 0:
+        body = body[start:]
     last = body.pop() if body and isinstance(body[-1], ast.Expr) else None
     may_return = "return" in text
     steps: list[tuple[str, types.CodeType]] = []
@@ -153,8 +165,34 @@ def compile_program(
     return CompiledProgram(filename, tuple(steps))
 
 
+def statement_spans(text: str) -> list[tuple[int, int]]:
+    """``(first_line, last_line)`` of each top-level statement of ``text``, 1-based.
+
+    A statement's first line is that of its first decorator, if any. This is the
+    split a resume counts in: the one :func:`compile_program` and IPython's
+    ``run_ast_nodes`` both run in order. Raises :class:`SyntaxError` when ``text``
+    does not parse.
+    """
+    try:
+        tree = ast.parse(text)
+    except ValueError as exc:  # null bytes, on Python < 3.12
+        raise SyntaxError(str(exc)) from None
+    spans = []
+    for stmt in tree.body:
+        first = stmt.lineno
+        for decorator in getattr(stmt, "decorator_list", ()):
+            first = min(first, decorator.lineno)
+        spans.append((first, stmt.end_lineno or stmt.lineno))
+    return spans
+
+
 def make_program(
-    source: str, filename: str, namespace: dict[str, Any], *, transformed: str | None = None
+    source: str,
+    filename: str,
+    namespace: dict[str, Any],
+    *,
+    transformed: str | None = None,
+    start: int = 0,
 ) -> Callable[[], Coroutine[Any, Any, object]]:
     """Register ``source`` in linecache, compile it, and return it as an async function.
 
@@ -164,29 +202,35 @@ def make_program(
     __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
     register_source(filename, source)
     try:
-        program = compile_program(source, filename, transformed=transformed)
+        program = compile_program(source, filename, transformed=transformed, start=start)
     except SyntaxError as error:
         # IPython prints every frame of a SyntaxError raised by running code, hidden
         # or not: cut the compiler's frames from the traceback.
         raise error.with_traceback(None) from None
 
-    def start() -> Coroutine[Any, Any, object]:
+    def run() -> Coroutine[Any, Any, object]:
         return program.run(namespace)
 
-    return start
+    return run
 
 
 async def run_program(
-    source: str, filename: str, namespace: dict[str, Any], *, transformed: str | None = None
+    source: str,
+    filename: str,
+    namespace: dict[str, Any],
+    *,
+    transformed: str | None = None,
+    start: int = 0,
 ) -> object:
     """Run a program in ``namespace`` like a notebook cell and return its result.
 
     The result is the value of a top-level ``return``, else of a last top-level
     expression, else ``None``. The program's exceptions propagate unchanged.
+    ``start=k`` runs only from the k-th top-level statement (0-based).
     """
     __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
     try:
-        program = make_program(source, filename, namespace, transformed=transformed)
+        program = make_program(source, filename, namespace, transformed=transformed, start=start)
     except SyntaxError as error:
         # IPython prints every frame of a SyntaxError raised by running code, hidden
         # or not: cut the compiler's frames from the traceback.

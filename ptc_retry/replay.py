@@ -10,17 +10,27 @@ would do by hand, in the same order:
 4. run the corrected program as an async function in the kernel's namespace:
    top-level ``await`` works, a top-level ``return`` ends it with a value, else
    the value of its last expression is the result.
+
+With ``resume=True`` step 4 skips the top-level statements that completed before
+the target failed (their effects are still in the namespace): the program runs
+from the earlier of the statement that failed and the first statement an edit
+touches. ``await ptc_retry.resume("c3")`` does that with no edit, e.g. after an
+interrupt. A statement that was cut off half-way runs again whole: a loop starts
+again from its first iteration. The whole program runs instead, with one line
+saying why, when the target did not fail, when the kernel restarted since it ran
+(its state is gone), or when this turn used up ``PtcRetry.max_resumes_per_turn``.
 """
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Any
 
 from .edits import apply_edits, normalize_edits
 from .errors import CheckpointError, PtcRetryError, ReplayError
-from .program import run_program
+from .program import run_program, statement_spans
 
 if TYPE_CHECKING:
     from .extension import PtcRetryExtension
@@ -33,16 +43,20 @@ def replay(
     *,
     replace_all: bool = False,
     edits: Iterable[tuple[str, str]] | None = None,
+    resume: bool = False,
 ) -> Replay:
     """Replay a saved program with a small fix; must be awaited.
 
     ``target`` is a checkpoint id (``"c3"``, ``"call_7"``) or an int n for
     ``previous/n.json``. Give either ``old, new`` or ``edits=[(old, new), ...]``
     (applied in order). Each old text must occur exactly once, unless
-    ``replace_all``. Raises :class:`ReplayError` when the edits are malformed or
-    ptc-retry is not loaded; matching errors come when the replay is awaited.
+    ``replace_all``. ``resume=True`` skips the statements that completed before
+    the target failed (see the module doc); with it, the edits may be left out.
+    Raises :class:`ReplayError` when the edits are malformed or ptc-retry is not
+    loaded; matching errors come when the replay is awaited.
     """
-    pairs = normalize_edits(old, new, edits)
+    nothing = old is None and new is None and edits is None
+    pairs = [] if resume and nothing else normalize_edits(old, new, edits)
     if isinstance(target, bool) or not isinstance(target, (str, int)):
         raise ReplayError(
             f'replay target must be a checkpoint id like "c3" or an int n for previous/n.json, '
@@ -54,11 +68,20 @@ def replay(
         extension = active_extension()
     except PtcRetryError as exc:
         raise ReplayError(str(exc)) from None
-    pending = Replay(extension, target, pairs, replace_all=replace_all)
+    pending = Replay(extension, target, pairs, replace_all=replace_all, resume=resume)
     running = extension.current_call()
     if running is not None:
         running.replays.append(pending)
     return pending
+
+
+def resume(target: str | int) -> Replay:
+    """Run a saved program again from the statement where it failed or was interrupted.
+
+    ``await ptc_retry.resume("c3")`` is ``await ptc_retry.replay("c3", resume=True)``:
+    no edit, and the statements that completed are not run again.
+    """
+    return replay(target, resume=True)
 
 
 class Replay:
@@ -71,11 +94,13 @@ class Replay:
         edits: list[tuple[str, str]],
         *,
         replace_all: bool,
+        resume: bool = False,
     ) -> None:
         self.extension = extension
         self.target = target
         self.edits = edits
         self.replace_all = replace_all
+        self.resume = resume
         self.awaited = False
 
     def __await__(self) -> Generator[Any, None, Any]:
@@ -86,10 +111,11 @@ class Replay:
         return self.not_awaited_message() if not self.awaited else f"<replay of {self.target!r}>"
 
     def not_awaited_message(self) -> str:
-        return (
-            f"ptc_retry.replay({self.target!r}, ...) did not run: it must be awaited. "
-            f"Write: await ptc_retry.replay({self.target!r}, ...)"
-        )
+        if self.resume and not self.edits:
+            call = f"resume({self.target!r})"
+        else:
+            call = f"replay({self.target!r}, ...)"
+        return f"ptc_retry.{call} did not run: it must be awaited. Write: await ptc_retry.{call}"
 
     async def _run(self) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
@@ -108,7 +134,9 @@ class Replay:
                 f"{call_id!r} is this replay call itself; replay the call that failed before it"
             )
         # 2. The literal replacements.
-        corrected = apply_edits(code, self.edits, replace_all=self.replace_all)
+        corrected = code
+        if self.edits:
+            corrected = apply_edits(code, self.edits, replace_all=self.replace_all)
         # 3. This call's checkpoint becomes the corrected program.
         name = call_id
         if running is not None and running.call is not None:
@@ -125,11 +153,48 @@ class Replay:
             except OSError as exc:
                 extension.warn_once(f"could not save the corrected program ({exc})")
             name = running.call.id
-        # 4. Run it as an async function in the kernel's namespace.
+        # 4. Run it as an async function in the kernel's namespace, from the statement
+        #    where a resume starts.
         shell = extension.shell
+        filename = f"<ptc-retry {name}>"
+        transformed = shell.transform_cell(corrected)
+        start = 0
+        if self.resume:
+            start = extension.resume_start(call_id, code, corrected, transformed)
+        if running is not None:
+            running.program = (filename, transformed)
+            running.resumed_from = start or None
         return await run_program(
-            corrected,
-            f"<ptc-retry {name}>",
-            shell.user_ns,
-            transformed=shell.transform_cell(corrected),
+            corrected, filename, shell.user_ns, transformed=transformed, start=start
         )
+
+
+def edited_statement(code: str, corrected: str, transformed: str) -> int | None:
+    """Index of the first top-level statement of ``corrected`` that an edit touched.
+
+    ``transformed`` is ``corrected`` as it is compiled (IPython keeps the lines).
+    Work is by line, so a statement sharing a line with an edit counts as touched.
+    None when the texts are equal or the edits touch no statement (a comment at
+    the end); 0 when ``transformed`` does not parse (the whole program then fails
+    to compile anyway).
+    """
+    if code == corrected:
+        return None
+    # The length of the common prefix, by bisection: each comparison runs in C.
+    low, high = 0, min(len(code), len(corrected))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if code[:middle] == corrected[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    # Line ends as the compiler counts them: "\r\n", "\r" or "\n".
+    line = len(io.StringIO(corrected[:low] + "x", newline=None).readlines())
+    try:
+        spans = statement_spans(transformed)
+    except SyntaxError:
+        return 0
+    for index, (_, last) in enumerate(spans):
+        if last >= line:
+            return index
+    return None

@@ -95,15 +95,24 @@ class Kernel:
         self.client.wait_for_ready(timeout=KERNEL_TIMEOUT)
 
     def execute(
-        self, code: str, metadata: dict[str, Any] | None = None, timeout: float = KERNEL_TIMEOUT
+        self,
+        code: str,
+        metadata: dict[str, Any] | None = None,
+        timeout: float = KERNEL_TIMEOUT,
     ) -> Execution:
+        """Run ``code``; ``metadata`` goes to ``metadata["ptc_retry"]`` of the request.
+
+        Requests say ``stop_on_error: False``, as an agent backend's do: each program
+        stands alone, and ipykernel 6 may abort a request that arrives just after an
+        error reply otherwise (its abort window races).
+        """
         content = {
             "code": code,
             "silent": False,
             "store_history": True,
             "user_expressions": {},
             "allow_stdin": False,
-            "stop_on_error": True,
+            "stop_on_error": False,
         }
         request_md = {"ptc_retry": metadata} if metadata is not None else {}
         msg = self.client.session.msg("execute_request", content, metadata=request_md)

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 from conftest import Kernel
 
+from ptc_retry.notice import parse_notice
+
 SNAPSHOT = """
 import json as _json
 _ip = get_ipython()
@@ -25,6 +27,27 @@ _json.dumps({
 })
 """
 
+# Over notice_min_bytes: four students, and the last line asks for a fifth.
+RANKING = """\
+scores = {
+    "ana": [88, 92, 79, 85],
+    "ben": [71, 85, 90, 77],
+    "chloe": [95, 91, 97, 89],
+    "dev": [64, 70, 82, 75],
+}
+
+
+def average(marks):
+    return round(sum(marks) / len(marks), 1)
+
+
+ranking = sorted(scores, key=lambda name: average(scores[name]), reverse=True)
+for place, name in enumerate(ranking, 1):
+    print(f"{place}. {name:<6} {average(scores[name]):5.1f}")
+print("class average:", average([m for marks in scores.values() for m in marks]))
+ranking[4]
+"""
+
 
 @pytest.fixture
 def stock(start_kernel) -> Kernel:  # type: ignore[no-untyped-def]
@@ -38,13 +61,14 @@ def snapshot(kernel: Kernel) -> dict:
 def test_unload_removes_every_hook_name_and_magic(stock: Kernel) -> None:
     before = snapshot(stock)
     stock.execute("%load_ext ptc_retry")
+    stock.execute("%config PtcRetry.failure_limit = 4")  # reconfigured state unloads too
     loaded = snapshot(stock)
     stock.execute("%unload_ext ptc_retry")
     after = snapshot(stock)
 
     assert loaded["pre"] == before["pre"] + 1 and loaded["post"] == before["post"] + 1
     assert loaded["own_showtraceback"] and loaded["ptc_retry_in_ns"]
-    assert loaded["magics"] == ["ptc_history", "ptc_show"]
+    assert loaded["magics"] == ["ptc_guard", "ptc_history", "ptc_show"]
     assert loaded["configurables"] == ["PtcRetry", "PtcRetryMagics"]
     assert loaded["registry"] == ["PtcRetryMagics"]
     assert after == before
@@ -67,16 +91,13 @@ def test_extension_in_a_stock_kernel_saves_and_notices(
     stock: Kernel, checkpoint_root: Path
 ) -> None:
     stock.execute("%load_ext ptc_retry")
-    program = (
-        "numbers = list(range(10))\n" + "# explained at length in a comment\n" * 5 + "numbers[10]\n"
-    )
-    failed = stock.execute(program)
-    assert '"c1"' in failed.error["traceback"][-1]  # the %load_ext cell ran before the hooks
-    fixed = stock.execute("await ptc_retry.replay('c1', 'numbers[10]', 'numbers[9]')")
-    assert fixed.result == "9"
-    assert json.loads((checkpoint_root / "test" / "by-id" / "c1.json").read_text()) == {
-        "code": program
-    }
+    failed = stock.execute(RANKING)
+    saved = checkpoint_root / "test" / "by-id" / "c1.json"
+    # c1: the %load_ext cell ran before the hooks.
+    assert parse_notice(failed.error["traceback"][-1]) == ("c1", str(saved))
+    fixed = stock.execute("await ptc_retry.replay('c1', 'ranking[4]', 'ranking[3]')")
+    assert fixed.result == "'dev'"
+    assert json.loads(saved.read_text()) == {"code": RANKING}
 
 
 def test_config_magic_changes_the_notice_threshold(stock: Kernel) -> None:

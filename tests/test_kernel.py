@@ -6,7 +6,10 @@ import json
 import re
 from pathlib import Path
 
+import pytest
 from conftest import Kernel
+
+from ptc_retry.notice import parse_notice
 
 # A realistic agent program of about 600 bytes with one wrong literal: the
 # "region" key is spelled "regoin" in the lookup.
@@ -134,6 +137,48 @@ def test_successful_programs_are_checkpointed(kernel: Kernel, checkpoint_root: P
     assert json.loads(saved.read_text()) == {"code": "answer = 6 * 7\nanswer"}
 
 
+# A failing program whose saved size is set to the byte by the length of its title.
+TITLE = (
+    "Stock levels of the Lyon, Porto and Gdansk warehouses in week 23, counted on Monday "
+    "morning by the night shift and checked against the delivery notes of the weekend"
+)
+STOCK_CHECK = """\
+title = "{title}"
+stock = {{"bolts": 1200, "nuts": 860, "washers": 310, "hinges": 45, "brackets": 12}}
+reorder_at = {{"bolts": 500, "nuts": 500, "washers": 200, "hinges": 50, "brackets": 20}}
+
+
+def to_reorder(levels, limits):
+    return sorted(name for name, count in levels.items() if count < limits[name])
+
+
+print(title)
+print("reorder:", to_reorder(stock, reorder_at))
+stock["screws"]
+"""
+
+
+def stock_check_of(size: int) -> str:
+    """A failing program whose checkpoint, ``{"code": ...}`` as JSON, is ``size`` bytes."""
+    empty = len(json.dumps({"code": STOCK_CHECK.format(title="")}).encode())
+    program = STOCK_CHECK.format(title=TITLE[: size - empty])
+    assert len(json.dumps({"code": program}, ensure_ascii=False).encode()) == size
+    return program
+
+
+@pytest.mark.parametrize(("size", "noticed"), [(499, False), (500, True)])
+def test_the_default_notice_threshold_is_500_bytes(
+    kernel: Kernel, checkpoint_root: Path, size: int, noticed: bool
+) -> None:
+    run = kernel.execute(stock_check_of(size), {"call_id": f"b{size}"})
+
+    saved = checkpoint_root / "test" / "by-id" / f"b{size}.json"
+    assert saved.stat().st_size == size  # what notice_min_bytes is compared with
+    assert run.error["ename"] == "KeyError"
+    assert (run.ptc["notice"] is not None) is noticed
+    assert (parse_notice(run.error["traceback"][-1]) == (f"b{size}", str(saved))) is noticed
+
+
 def test_short_failing_program_gets_no_notice(kernel: Kernel) -> None:
     run = kernel.execute("1/0")
     assert run.status == "error"
@@ -156,21 +201,61 @@ def test_syntax_error_program_is_checkpointed_and_noticed(
     assert fixed.status == "ok", fixed.error
 
 
+# Over notice_min_bytes: downloads pages until a person's interrupt (raised here) stops it.
+INTERRUPTED = """\
+import time
+
+pages = [
+    "https://example.com/reports/2024-01.csv",
+    "https://example.com/reports/2024-02.csv",
+    "https://example.com/reports/2024-03.csv",
+    "https://example.com/reports/2024-04.csv",
+]
+fetched = []
+
+
+def fetch(url):
+    time.sleep(0.01)  # stands for a slow download
+    return {"url": url, "bytes": len(url) * 1000}
+
+
+for number, url in enumerate(pages, 1):
+    fetched.append(fetch(url))
+    if number == 2:
+        raise KeyboardInterrupt  # as if a person pressed stop after the second page
+print(len(fetched), "pages")
+"""
+
+
 def test_keyboard_interrupt_is_noticed(kernel: Kernel) -> None:
-    program = "# a long enough program\n" * 10 + "raise KeyboardInterrupt\n"
-    run = kernel.execute(program, {"call_id": "k1"})
+    run = kernel.execute(INTERRUPTED, {"call_id": "k1"})
     assert run.error["ename"] == "KeyboardInterrupt"
     assert run.ptc["status"] == "interrupted"
-    assert "k1" in run.error["traceback"][-1]
+    assert parse_notice(run.error["traceback"][-1])[0] == "k1"
+
+
+# Over notice_min_bytes: an agent's program that ends by raising its final answer.
+FINAL_ANSWER = """\
+class FinalAnswerException(Exception):
+    \"\"\"Raised by the agent's final_answer tool to end the run with a value.\"\"\"
+
+
+def final_answer(value):
+    raise FinalAnswerException(value)
+
+
+invoices = [
+    {"number": "INV-101", "customer": "Acme", "total": 1200.0, "paid": True},
+    {"number": "INV-102", "customer": "Globex", "total": 860.5, "paid": False},
+    {"number": "INV-103", "customer": "Initech", "total": 310.25, "paid": False},
+]
+unpaid = [invoice for invoice in invoices if not invoice["paid"]]
+final_answer(f"{len(unpaid)} unpaid, {sum(i['total'] for i in unpaid):.2f} due")
+"""
 
 
 def test_control_flow_exceptions_get_no_notice(kernel: Kernel) -> None:
-    program = (
-        "class FinalAnswerException(Exception):\n    pass\n"
-        + "# padding so the program is over the notice threshold\n" * 4
-        + "raise FinalAnswerException('done')\n"
-    )
-    run = kernel.execute(program)
+    run = kernel.execute(FINAL_ANSWER)
     assert run.error["ename"] == "FinalAnswerException"
     assert run.ptc["notice"] is None
     assert run.ptc["status"] == "ok"

@@ -69,7 +69,7 @@ EXECUTE_DEFAULTS = {
     "store_history": True,
     "user_expressions": {},
     "allow_stdin": False,
-    "stop_on_error": True,
+    "stop_on_error": False,
 }
 
 

@@ -10,11 +10,27 @@ import nbformat
 from conftest import Kernel
 from nbclient import NotebookClient
 
-LONG_FAILURE = (
-    "values = [1, 2, 3]\n"
-    + "# a comment that makes this program long enough\n" * 4
-    + ("values[3]\n")
-)
+from ptc_retry.notice import parse_notice
+
+# Over notice_min_bytes: three readings, and the last line asks for a fourth.
+LONG_FAILURE = """\
+readings = [
+    {"sensor": "north", "celsius": 18.5, "time": "06:00"},
+    {"sensor": "south", "celsius": 21.0, "time": "06:00"},
+    {"sensor": "east", "celsius": 3.0, "time": "06:05"},
+]
+
+
+def fahrenheit(celsius):
+    return round(celsius * 9 / 5 + 32, 1)
+
+
+for reading in readings:
+    reading["fahrenheit"] = fahrenheit(reading["celsius"])
+    print(f"{reading['sensor']:>6} {reading['time']}: {reading['fahrenheit']} F")
+values = [reading["celsius"] for reading in readings]
+values[3]
+"""
 
 
 def test_client_without_metadata_gets_default_ids_and_the_notice(
@@ -32,8 +48,10 @@ def test_client_without_metadata_gets_default_ids_and_the_notice(
 
     error = nb.cells[1].outputs[-1]
     assert error["ename"] == "IndexError"
-    assert error["traceback"][-1].startswith('[ptc-retry] Program saved as checkpoint "c2"')
-    assert nb.cells[2].outputs[-1]["data"]["text/plain"] == "45"
+    assert error["traceback"][-1].startswith("[ptc-retry] Saved as ")
+    saved = checkpoint_root / "nb" / "by-id" / "c2.json"
+    assert parse_notice(error["traceback"][-1]) == ("c2", str(saved))
+    assert nb.cells[2].outputs[-1]["data"]["text/plain"] == "45.0"
     history = (checkpoint_root / "nb" / "history.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in history] == ["c1", "c2", "c3"]
 
@@ -41,9 +59,7 @@ def test_client_without_metadata_gets_default_ids_and_the_notice(
 def test_program_that_kills_the_kernel_is_unfinished_and_replayable(
     kernel: Kernel, checkpoint_root: Path
 ) -> None:
-    program = (
-        "import os\nprogress = 'half'\n" + "# long enough for the notice\n" * 5 + "os._exit(1)\n"
-    )
+    program = "import os\nprogress = 'half'\n" + "os._exit(1)\n"
     kernel.client.execute(program)  # no reply will come
     deadline = time.monotonic() + 30
     while kernel.manager.is_alive() and time.monotonic() < deadline:

@@ -1,0 +1,213 @@
+"""The in-kernel time limit: the kernel stops its own program when the limit passes.
+
+A client that times out loses everything the program printed, and some never
+interrupt the kernel. With a limit, the program ends itself, keeps its output,
+and the kernel is free for the next call at once.
+
+How: a timer thread, started only for a program that has a limit, sends SIGINT
+to the main thread when the limit passes (``signal.pthread_kill``, so a blocking
+``time.sleep`` or socket read is woken too; ``_thread.interrupt_main`` where that
+does not exist). For the length of the program our own SIGINT handler is
+installed; it tells our signal from a person's interrupt (which goes to the
+handler that was there before, unchanged) and stops the program the one way
+that is safe where the main thread stands:
+
+- running the program's code (sync or ``await``-ing code that computes): it
+  raises ``KeyboardInterrupt("time limit of N s reached")`` there;
+- idle in the event loop while the program awaits (an ``await`` of I/O or
+  sleep): it cancels the program's task, from the loop and only if the task
+  still awaits inside the program, so the program ends with ``CancelledError``
+  carrying the same message; raising in the event loop itself would break the
+  kernel;
+- anywhere else (IPython's own code between statements): it does nothing and
+  the timer tries again a moment later.
+
+The timer keeps trying (every second) while a program catches the interrupt and
+goes on. When the program ends, :meth:`TimeLimit.stop` stops the timer and
+swallows a signal still on its way, so no interrupt leaks into the next program.
+Only the main thread can handle signals: elsewhere (an ipykernel subshell) the
+limit is not enforced and :meth:`TimeLimit.start` returns False.
+"""
+
+from __future__ import annotations
+
+import _thread
+import asyncio
+import math
+import signal
+import threading
+import time
+import types
+from typing import Any
+
+# After a stop was delivered, wait this long before stopping again (the program
+# may be ending); after a signal found no safe place to stop, try again at the next poll.
+_AFTER_DELIVERY = 1.0
+_POLL = 0.05
+# How long stop() waits for a signal that was sent but not handled yet.
+_FLUSH_WAIT = 0.2
+
+
+def valid_limit(value: object) -> float | None:
+    """``value`` as a limit in seconds, or None when it is not a finite number > 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and seconds > 0 else None
+
+
+def _format_seconds(seconds: float) -> str:
+    return f"{seconds:g}"
+
+
+class TimeLimit:
+    """The time limit of one running program.
+
+    ``run_code`` is the code object of the function that runs a program's
+    top-level code (IPython's ``InteractiveShell.run_code``): a frame called by it
+    whose code is ``<module>`` is the program's own.
+    """
+
+    def __init__(self, seconds: float, run_code: types.CodeType) -> None:
+        self.seconds = seconds
+        self.message = f"time limit of {_format_seconds(seconds)} s reached"
+        #: True once the program was stopped by this limit.
+        self.stopped = False
+        self._run_code = run_code
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._ending = False
+        self._pending = False  # our signal was sent and not handled yet
+        self._delivered_at = -math.inf
+        self._previous: Any = None
+        self._handler = self._on_sigint
+        self._task: asyncio.Task[Any] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._main = threading.main_thread().ident
+
+    def start(self) -> bool:
+        """Install the handler and start the timer; False (and nothing done) off the main thread."""
+        if threading.current_thread() is not threading.main_thread():
+            return False
+        try:
+            self._loop = asyncio.get_running_loop()
+            self._task = asyncio.current_task(self._loop)
+        except RuntimeError:  # no event loop: plain IPython running a sync cell
+            self._loop = self._task = None
+        self._previous = signal.signal(signal.SIGINT, self._handler)
+        threading.Thread(target=self._watch, name="ptc-retry time limit", daemon=True).start()
+        return True
+
+    def stop(self) -> None:
+        """End the limit: stop the timer, swallow a signal on its way, restore the handler."""
+        self._ending = True  # from now on our handler swallows our signal
+        with self._lock:  # a send in progress completes first
+            self._done.set()
+        deadline = time.monotonic() + _FLUSH_WAIT
+        while self._pending and time.monotonic() < deadline:
+            time.sleep(0.001)  # a system call: the pending signal is handled here
+        if self._pending:
+            return  # keep our handler, which swallows it; the kernel restores its own later
+        if threading.current_thread() is threading.main_thread():
+            if signal.getsignal(signal.SIGINT) is self._handler:
+                # None: the handler before was not set from Python; the default is closest.
+                previous = signal.SIG_DFL if self._previous is None else self._previous
+                signal.signal(signal.SIGINT, previous)
+
+    # -- the timer thread ------------------------------------------------------
+
+    def _watch(self) -> None:
+        if self._done.wait(self.seconds):
+            return
+        while True:
+            with self._lock:
+                if self._done.is_set():
+                    return
+                # One signal at a time; after a stop was delivered, give the program
+                # time to end before stopping it again.
+                quiet = time.monotonic() - self._delivered_at >= _AFTER_DELIVERY
+                if not self._pending and quiet:
+                    self._pending = True
+                    self._send()
+            if self._done.wait(_POLL):
+                return
+
+    def _send(self) -> None:
+        kill = getattr(signal, "pthread_kill", None)
+        if kill is not None and self._main is not None:
+            kill(self._main, signal.SIGINT)
+        else:
+            _thread.interrupt_main()
+
+    # -- the main thread -------------------------------------------------------
+
+    def _on_sigint(self, signum: int, frame: types.FrameType | None) -> Any:
+        if not self._pending:
+            return self._delegate(signum, frame)  # a person's interrupt, as before
+        self._pending = False
+        if self._ending:
+            return None  # the program already ended: swallow
+        if self._in_program(frame):
+            self.stopped = True
+            self._delivered_at = time.monotonic()
+            raise KeyboardInterrupt(self.message)
+        if self._idle_in_loop():
+            assert self._loop is not None
+            self._delivered_at = time.monotonic()  # no new signal while the cancel is on its way
+            self._loop.call_soon_threadsafe(self._cancel)
+        return None
+
+    def _cancel(self) -> None:
+        """In the event loop: cancel the program's task if it still awaits in the program."""
+        if self._ending or not self._awaiting_in_program():
+            self._delivered_at = -math.inf  # it moved on: the timer tries again
+            return
+        assert self._task is not None
+        self.stopped = True
+        self._delivered_at = time.monotonic()
+        self._task.cancel(self.message)
+
+    def _delegate(self, signum: int, frame: types.FrameType | None) -> Any:
+        previous = self._previous
+        if callable(previous):
+            return previous(signum, frame)
+        if previous == signal.SIG_IGN:
+            return None
+        raise KeyboardInterrupt
+
+    def _in_program(self, frame: types.FrameType | None) -> bool:
+        child = None
+        while frame is not None:
+            if frame.f_code is self._run_code:
+                return child is not None and child.f_code.co_name == "<module>"
+            child, frame = frame, frame.f_back
+        return False
+
+    def _idle_in_loop(self) -> bool:
+        """Whether the event loop waits while the program's task awaits inside the program."""
+        if self._loop is None:
+            return False
+        try:
+            if asyncio.current_task(self._loop) is not None:
+                return False
+        except RuntimeError:
+            return False
+        return self._awaiting_in_program()
+
+    def _awaiting_in_program(self) -> bool:
+        # Follow the chain of awaits down from the task: the program awaits if a
+        # coroutine of run_code awaits a <module> coroutine (the program's own code).
+        task = self._task
+        if task is None or task.done():
+            return False
+        awaited: Any = task.get_coro()
+        in_run_code = False
+        while awaited is not None:
+            code = getattr(awaited, "cr_code", None)
+            if code is None:
+                return False
+            if in_run_code:
+                return bool(code.co_name == "<module>")
+            in_run_code = code is self._run_code
+            awaited = awaited.cr_await
+        return False
