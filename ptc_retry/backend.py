@@ -46,6 +46,37 @@ importable) gets the extension through its argv (``--ext=ptc_retry``). Such a
 kernel sends no ``metadata["ptc_retry"]`` in its replies, so the result's
 ``metadata`` is None and its ``call_id``, ``checkpoint`` and ``notice`` are
 derived from the id the backend sent and the notice line of the traceback.
+``extension=False`` starts such a kernel as it is, without ptc-retry (nothing is
+saved, no notice): the stock baseline that ``ptc-retry eval`` compares against.
+
+Remote kernels. ``KernelBackend(gateway_url="http://gateway:8888", token=...)`` does not
+start a kernel: it asks a Jupyter Kernel Gateway (or Jupyter Server, or Enterprise
+Gateway) for one (``ptc_retry.gateway``) and returns the same ``RunResult``s. The kernel's
+checkpoints stay on its host; ``session_dir`` is the path there, learned from the kernel
+in ``start()``, and all the backend says about checkpoints comes from the replies.
+Timeouts interrupt and deaths restart through the gateway's API; an unreachable gateway
+or a wrong token raises GatewayError within seconds. What is transport lives behind
+``KernelConnection`` (``LocalKernel`` here, ``GatewayKernel`` there); the rest is shared.
+
+Native mode. ``KernelBackend(mode="native")`` is for a model that calls tools directly:
+it offers ``run_code`` (the same kernel) plus ``editPreviousToolCalling``
+(:mod:`ptc_retry.native`), and ``system_prompt()`` teaches that tool instead of the
+helper. Every call, of either tool, goes through ``kb.native`` (a ``NativeTools``, made
+by ``start()``): its journal saves the raw arguments byte for byte in ``session_dir``
+before anything runs, a failed call of at least ``kb.native.notice_min_bytes`` (500) gets
+the native notice, and an edit such as ``{"call_id": "call_7", "patch": [{"path": "code",
+"old_string": "regoin", "new_string": "region"}]}`` runs the patched program in the same
+kernel (earlier variables stay) under the edit call's own id, so a second fix patches the
+patched program. The kernel keeps its own checkpoints in ``<session_dir>/kernel/<session>``
+(``kernel_session_dir``), apart from the journal, so ``shutdown()`` removes both and
+``keep=True`` keeps both. It is started with ``--PtcRetry.notice_min_bytes`` out of reach:
+the model never reads the code-mode ``ptc_retry.replay`` notice, but still the kernel's
+short sentences that do not depend on size (the time limit that stopped a program, the
+repeated-failure guard's). Messages: calls with the same ``step=`` (take it from
+``next_step()``) are one model message, so ``previous_ordinal`` numbers them; without
+``step=`` every call is a message of its own and ``previous_ordinal`` 1 is the call just
+before. Tools of the loop's own can be added with ``kb.native.register`` after ``start()``.
+Not through a gateway: see ``KernelBackend``.
 
 Sync code uses the ``*_sync`` twins (``start_sync``, ``run_code_sync``,
 ``handle_tool_call_sync``, ``shutdown_sync``) and ``with KernelBackend() as kb:``;
@@ -57,6 +88,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import copy
 import json
 import os
@@ -69,27 +101,42 @@ import time
 from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from jupyter_core.utils import run_sync
 
 from kernel_ext import KERNEL_NAME
 
 from .errors import PtcRetryError
-from .notice import prompt_section
+from .native import (
+    EDIT_TOOL,
+    EDIT_TOOL_DESCRIPTION,
+    EDIT_TOOL_PARAMETERS,
+    NativeTools,
+    ToolFailure,
+    ToolResult,
+    current_call,
+)
+from .notice import failure_notice, parse_notice, prompt_section
 from .store import default_root, sanitize
 
 __all__ = [
+    "MODES",
     "STATUSES",
     "BackendError",
+    "GatewayError",
     "KernelBackend",
+    "KernelConnection",
     "KernelStartError",
+    "LocalKernel",
     "RunResult",
     "Tool",
 ]
 
 #: The statuses of a ``RunResult``.
 STATUSES = ("ok", "error", "timeout", "died", "refused")
+#: What ``KernelBackend(mode=...)`` accepts: the model writes programs, or calls tools.
+MODES = ("code", "native")
 
 PTC_KERNEL = KERNEL_NAME
 RUN_CODE = "run_code"
@@ -100,9 +147,6 @@ MAX_RAW_OUTPUT_CHARS = 1_000_000
 MAX_RAW_OUTPUTS = 1_000
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
-_NOTICE = re.compile(
-    r'\[ptc-retry\] (?:.*? )?Program saved as checkpoint "(?P<id>[^"]+)" \((?P<path>.+?)\)\.'
-)
 _BINARY_TYPES = ("image/", "audio/", "video/", "application/pdf", "application/octet-stream")
 
 
@@ -112,6 +156,10 @@ class BackendError(PtcRetryError):
 
 class KernelStartError(BackendError):
     """The kernel could not be started (unknown kernel name, crash at startup, no reply)."""
+
+
+class GatewayError(BackendError):
+    """The gateway cannot be reached, refused the token, or answered with an error."""
 
 
 @dataclass
@@ -183,12 +231,34 @@ RUN_CODE_PARAMETERS: dict[str, Any] = {
     "required": ["code"],
     "additionalProperties": False,
 }
+#: ``run_code`` in native mode: the fix goes through the edit tool, never ``ptc_retry.replay``.
+NATIVE_RUN_CODE_DESCRIPTION = (
+    "Run a Python program in a persistent Jupyter kernel: variables, imports and "
+    "definitions stay for later calls, and top-level await works. Returns what the program "
+    "printed, the value of its last expression, or the error with its traceback. A failed "
+    f'call is saved: fix a small mistake with {EDIT_TOOL} (path "code") instead of '
+    "re-sending the program."
+)
+#: ``--PtcRetry.notice_min_bytes`` of a native-mode kernel: no program reaches it, so the
+#: kernel never adds the code-mode notice; its size-independent sentences (time limit,
+#: guard) still come (``notice.short_failure_notice``).
+NATIVE_KERNEL_NOTICE_MIN_BYTES = 2**62
+
+# The per-call options (turn, step, timeout) of a native-mode call, on their way through
+# NativeTools to ``_native_run_code``; it also keeps a BackendError to raise to the caller.
+_native_options: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "ptc_retry_backend_native_options", default=None
+)
 
 
 class KernelBackend:
     """One kernel that runs a model's programs, with checkpoints and replay.
 
-    ``mode``: ``"code"`` (the model writes programs; the only mode available yet).
+    ``mode``: ``"code"`` (the model writes programs and replays a failed one with
+    ``ptc_retry.replay``) or ``"native"`` (the model calls ``run_code`` as a plain tool and
+    fixes a failed call with ``editPreviousToolCalling``; the calls are journaled in the
+    session directory and the kernel keeps its own checkpoints in ``kernel_session_dir``,
+    inside it; see the module docstring).
     ``kernel_name``: ``"ptc-retry"`` (works without an installed kernelspec) or another
     IPython kernel, which gets ``--ext=ptc_retry``. ``root``: the checkpoint root (default
     ``$PTC_RETRY_ROOT``, else ``<tempdir>/ptc-retry-<uid>``). ``session_id``: the session
@@ -202,7 +272,27 @@ class KernelBackend:
     ``startup_timeout``: seconds to wait for the kernel to answer after (re)starting.
     ``interrupt_grace``: seconds an interrupted program gets to stop before the kernel is
     restarted. ``time_limit_margin``: how much later than the kernel's own time limit the
-    backend interrupts.
+    backend interrupts. ``extension``: False starts ``kernel_name`` without ptc-retry (no
+    ``--ext``): a stock kernel for comparisons; not allowed for the ``ptc-retry`` kernel.
+
+    ``gateway_url``: reach the kernel through a Jupyter Kernel Gateway (or Jupyter Server,
+    Enterprise Gateway) at this URL instead of starting it here; ``token`` is the gateway's
+    auth token. Then ``kernel_name`` is the kernelspec the gateway starts (another IPython
+    kernel gets ``%load_ext ptc_retry``), ``root`` is a path on the kernel's host (default:
+    the kernel's own ``PTC_RETRY_ROOT`` or temp directory), ``session_dir`` is None until
+    ``start()`` learns it from the kernel, ``env`` goes to the gateway's start request (it
+    passes on only ``KERNEL_*`` names and its ``env_whitelist``), and ``cwd`` and
+    ``extra_arguments`` are refused: the kernelspec on the gateway decides them.
+
+    ``mode="native"`` with ``gateway_url`` is refused (ValueError). Native mode needs a
+    kernel started with the code-mode notice switched off (``--PtcRetry.notice_min_bytes``
+    on its command line), which behind a gateway its kernelspec decides, not the backend;
+    and its journal lives in this process, on this machine, while the kernel's checkpoints
+    live on the kernel's host, so one session would be two directories on two machines
+    that ``root``, ``session_dir`` and ``shutdown(keep=...)`` cannot name as one. For
+    direct tool calls to a remote kernel, register a ``run_code`` of your own on a
+    ``ptc_retry.native.NativeTools`` and run it through a code-mode gateway backend whose
+    kernelspec sets a high ``PtcRetry.notice_min_bytes``.
     """
 
     def __init__(
@@ -220,20 +310,52 @@ class KernelBackend:
         startup_timeout: float = 60,
         interrupt_grace: float = 5.0,
         time_limit_margin: float = 1.0,
+        extension: bool = True,
+        gateway_url: str | None = None,
+        token: str | None = None,
     ) -> None:
-        if mode != "code":
+        if mode not in MODES:
+            raise ValueError(f"unknown mode {mode!r}; use mode='code' or mode='native'")
+        if mode == "native" and gateway_url is not None:
             raise ValueError(
-                f"mode {mode!r} is not available yet: native mode comes with the "
-                "editPreviousToolCalling tool; use mode='code'"
+                "mode='native' does not work through a gateway: its journal would live here "
+                "and the kernel's checkpoints on the gateway's host, and the kernelspec there, "
+                "not the backend, decides whether the kernel adds the code-mode notice; use "
+                "mode='code' with a gateway (see the KernelBackend docstring)"
             )
         if max_output_chars < 100:
             raise ValueError(f"max_output_chars must be at least 100, not {max_output_chars}")
+        if not extension and kernel_name == PTC_KERNEL:
+            raise ValueError(
+                f"the {PTC_KERNEL!r} kernel always loads ptc-retry; for a stock kernel pass "
+                "kernel_name='python3' with extension=False"
+            )
         self.mode = mode
+        #: False: the kernel runs without ptc-retry (see ``extension`` above).
+        self.extension = extension
         self.kernel_name = kernel_name
-        # Absolute, because the kernel resolves a relative root against its own cwd.
-        self.root = Path(root if root is not None else default_root()).expanduser().absolute()
+        #: The gateway the kernel is reached through, or None for a kernel started here.
+        self.gateway_url = gateway_url
+        self.token = token
         self.session_id = sanitize(session_id) if session_id else f"s{secrets.token_hex(4)}"
-        self.session_dir = self.root / self.session_id
+        self.root: Path | None
+        #: This session's checkpoint directory, as the kernel sees it.
+        self.session_dir: Path | None
+        if gateway_url is None:
+            # Absolute, because the kernel resolves a relative root against its own cwd.
+            self.root = Path(root if root is not None else default_root()).expanduser().absolute()
+            self.session_dir = self.root / self.session_id
+        else:
+            from .gateway import gateway_base_url
+
+            gateway_base_url(gateway_url)  # a ValueError now rather than at start()
+            if cwd is not None or extra_arguments or not extension:
+                raise ValueError(
+                    "cwd, extra_arguments and extension=False do not apply to a kernel behind "
+                    "a gateway: its kernelspec on the gateway decides how it starts"
+                )
+            self.root = Path(root) if root is not None else None  # on the kernel's host
+            self.session_dir = None  # the kernel says where, in start()
         self.cwd = cwd
         self.env = dict(env or {})
         self.extra_arguments = list(extra_arguments)
@@ -244,12 +366,19 @@ class KernelBackend:
         self.time_limit_margin = time_limit_margin
         #: The turn the next calls belong to; ``new_turn()`` advances it.
         self.turn = 0
-        self.kernel_manager: Any = None  # jupyter_client AsyncKernelManager, once started
-        self.kernel_client: Any = None  # its AsyncKernelClient
+        #: How the backend reaches its kernel, once started: a LocalKernel or a GatewayKernel.
+        self.connection: KernelConnection | None = None
         #: The result of the latest ``run_code`` (also through ``handle_tool_call``), for a
         #: loop that wants its status, metadata or outputs besides the text.
         self.last_result: RunResult | None = None
+        #: Native mode: the tool registry and journal, made by ``start()`` (None before, and
+        #: always None in code mode).
+        self.native: NativeTools | None = None
+        #: Native mode: the ``ToolResult`` of the latest ``handle_tool_call`` (for an edit,
+        #: its ``replay_of`` names the call it re-ran).
+        self.last_tool_result: ToolResult | None = None
         self._tools = self._build_tools()
+        self._message: tuple[int, int | None] | None = None  # (caller's step, journal's step)
         self._step = 0
         self._new_instruction = False
         self._sent_ids: set[str] = set()
@@ -259,17 +388,58 @@ class KernelBackend:
         self._closed = False
 
     def __repr__(self) -> str:
-        state = "closed" if self._closed else "running" if self.kernel_client else "not started"
-        return f"<KernelBackend {self.kernel_name} {self.session_dir} ({state})>"
+        state = "closed" if self._closed else "running" if self.connection else "not started"
+        where = f" via {self.gateway_url}" if self.gateway_url else ""
+        return f"<KernelBackend {self.kernel_name}{where} {self.session_dir} ({state})>"
+
+    @property
+    def kernel_manager(self) -> Any:
+        """The jupyter_client AsyncKernelManager of a local kernel (None otherwise)."""
+        return getattr(self.connection, "manager", None)
+
+    @property
+    def kernel_client(self) -> Any:
+        """The AsyncKernelClient of a local kernel (None otherwise)."""
+        return getattr(self.connection, "client", None)
+
+    @property
+    def kernel_session_dir(self) -> Path | None:
+        """Where the kernel keeps its checkpoints: ``session_dir`` itself in code mode; in
+        native mode ``<session_dir>/kernel/<session_id>``, apart from the tool-call journal
+        (two processes never share one session directory)."""
+        if self.session_dir is None or self.mode != "native":
+            return self.session_dir
+        return self.session_dir / "kernel" / self.session_id
 
     # -- the model's side: prompt, tools, tool calls ------------------------------------------
 
     def system_prompt(self) -> str:
         """The static prompt section for this session; byte-identical for its whole life."""
+        if self.session_dir is None:
+            raise BackendError(
+                "the session directory is on the kernel's host behind the gateway: call "
+                "start() (or use `async with`) before system_prompt()"
+            )
         return prompt_section(self.mode, session_dir=self.session_dir)
 
     def _build_tools(self) -> dict[str, Tool]:
         """The tools offered to the model, by name. Native mode adds its tool here."""
+        if self.mode == "native":
+            # What runs them is kb.native (see handle_tool_call); these are the definitions.
+            return {
+                RUN_CODE: Tool(
+                    RUN_CODE,
+                    NATIVE_RUN_CODE_DESCRIPTION,
+                    RUN_CODE_PARAMETERS,
+                    self._native_handler(RUN_CODE),
+                ),
+                EDIT_TOOL: Tool(
+                    EDIT_TOOL,
+                    EDIT_TOOL_DESCRIPTION,
+                    EDIT_TOOL_PARAMETERS,
+                    self._native_handler(EDIT_TOOL),
+                ),
+            }
         run_code = Tool(RUN_CODE, RUN_CODE_DESCRIPTION, RUN_CODE_PARAMETERS, self._run_code_tool)
         return {run_code.name: run_code}
 
@@ -277,12 +447,21 @@ class KernelBackend:
         """Every tool's definition, to pass as the model's ``tools``.
 
         ``format``: ``"openai"`` (``{"type": "function", "function": {...}}``) or
-        ``"anthropic"`` (``{"name", "description", "input_schema"}``).
+        ``"anthropic"`` (``{"name", "description", "input_schema"}``). In native mode:
+        ``run_code``, any tool registered on ``kb.native``, then ``editPreviousToolCalling``.
         """
+        if self.native is not None:
+            return self.native.definitions(format)
         return [tool.schema(format) for tool in self._tools.values()]
 
     def tool_schema(self, format: str = "openai", name: str = RUN_CODE) -> dict[str, Any]:
         """One tool's definition (default ``run_code``), in the given ``format``."""
+        if self.native is not None:
+            for schema in self.native.definitions(format):
+                if schema.get("name", schema.get("function", {}).get("name")) == name:
+                    return schema
+            offered = ", ".join([*self.native.names, EDIT_TOOL])
+            raise ValueError(f"no tool {name!r}; this backend offers {offered}")
         if name not in self._tools:
             raise ValueError(f"no tool {name!r}; this backend offers {', '.join(self._tools)}")
         return self._tools[name].schema(format)
@@ -303,17 +482,33 @@ class KernelBackend:
         the checkpoint byte for byte); an already decoded mapping (Anthropic's ``input``) is
         accepted and saved as its JSON. An unknown tool or malformed arguments give an error
         text that says what to send instead, and never reach the kernel. Raises BackendError
-        only when the kernel is not running or cannot be restarted: nothing the model can fix.
+        only when the kernel is not running or cannot be restarted, or its gateway cannot be
+        reached (GatewayError): nothing the model can fix.
+
+        Native mode: every call, also a malformed one or one of an unknown tool, goes to
+        ``kb.native`` and is journaled (its refusal text is the journal's); ``name`` may be
+        ``editPreviousToolCalling``. Calls with the same ``step`` are one model message (see
+        ``next_step``); ``turn``, ``step`` and ``timeout`` also apply to the program an edit
+        re-runs.
         """
-        tool = self._tools.get(name)
-        if tool is None:
-            offered = ", ".join(self._tools)
-            return f"Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran."
         if isinstance(raw_arguments, (bytes, bytearray)):
             try:
                 raw_arguments = bytes(raw_arguments).decode("utf-8")
             except UnicodeDecodeError as exc:
                 return f"Error: the arguments of {name} are not UTF-8 ({exc}). Nothing ran."
+        if self.mode == "native":
+            if not isinstance(raw_arguments, (str, Mapping)):
+                return (
+                    f"Error: the arguments of {name} must be a JSON object, not "
+                    f"{type(raw_arguments).__name__}. Nothing ran."
+                )
+            return await self._native_call(
+                name, raw_arguments, call_id, turn=turn, step=step, timeout=timeout
+            )
+        tool = self._tools.get(name)
+        if tool is None:
+            offered = ", ".join(self._tools)
+            return f"Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran."
         if isinstance(raw_arguments, Mapping):
             arguments = dict(raw_arguments)
             raw = json.dumps(arguments, ensure_ascii=False)
@@ -343,6 +538,77 @@ class KernelBackend:
         result = await self.run_code(arguments["code"], call_id=call_id, arguments=raw, **options)
         return result.text
 
+    # -- native mode --------------------------------------------------------------------------
+
+    def _native_handler(
+        self, name: str
+    ) -> Callable[[dict[str, Any], str, str | None, dict[str, Any]], Awaitable[str]]:
+        """A ``Tool.handler`` that hands the raw call to ``kb.native``, as handle_tool_call does."""
+
+        async def handler(
+            arguments: dict[str, Any], raw: str, call_id: str | None, options: dict[str, Any]
+        ) -> str:
+            return await self._native_call(name, raw, call_id, **options)
+
+        return handler
+
+    async def _native_call(
+        self,
+        name: str,
+        raw_arguments: str | Mapping[str, Any],
+        call_id: str | None,
+        *,
+        turn: int | None = None,
+        step: int | None = None,
+        timeout: float | None = None,
+    ) -> str:
+        native = self.native
+        if native is None or self.connection is None:
+            raise BackendError("the kernel is not running; call start() or use `async with`")
+        if timeout is not None and not timeout > 0:
+            raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+        # The journal's turn and message for this call. NativeTools saves the call before its
+        # first await, so concurrent calls (asyncio.gather) each begin with their own.
+        journal = native.journal
+        journal.turn = self.turn if turn is None else turn
+        if step is None:
+            journal.step = None  # a message of its own, as a run_code without step= is
+        elif self._message is not None and self._message[0] == step:
+            journal.step = self._message[1]
+        else:
+            self._message = (step, journal.new_message())
+        options: dict[str, Any] = {"turn": turn, "step": step, "timeout": timeout}
+        token = _native_options.set(options)
+        try:
+            result = await native.invoke(name, raw_arguments, call_id)
+        finally:
+            _native_options.reset(token)
+        self.last_tool_result = result
+        error = options.get("error")
+        if error is not None:  # the kernel is gone or cannot restart: nothing the model can fix
+            raise error
+        return result.text
+
+    async def _native_run_code(self, /, **arguments: Any) -> str:
+        """``run_code`` as a native tool: a failed program raises ToolFailure with its text."""
+        problem = _run_code_problem(arguments)
+        if problem is not None:
+            raise ToolFailure(f"Error: {problem} Nothing ran.", ename="ValueError")
+        options = _native_options.get()
+        per_call = {k: v for k, v in (options or {}).items() if k in ("turn", "step", "timeout")}
+        call = current_call()  # for a replay: the edit call, whose checkpoint is the patch
+        try:
+            result = await self.run_code(
+                arguments["code"], call_id=call.id if call is not None else None, **per_call
+            )
+        except BackendError as exc:
+            if options is not None:
+                options["error"] = exc
+            raise ToolFailure(f"Error: {exc}. Nothing ran.", ename=type(exc).__name__) from exc
+        if not result.ok:
+            raise ToolFailure(result.text, ename=result.ename or result.status)
+        return result.text
+
     # -- turns and steps ----------------------------------------------------------------------
 
     def new_turn(self) -> int:
@@ -356,7 +622,11 @@ class KernelBackend:
         return self.turn
 
     def next_step(self) -> int:
-        """A fresh step number; pass it as ``step=`` to every call of one model message."""
+        """A fresh step number; pass it as ``step=`` to every call of one model message.
+
+        In native mode those calls are one message of the journal: ``previous_ordinal``
+        numbers them, in the order they were made, once the next message begins.
+        """
         self._step += 1
         return self._step
 
@@ -370,59 +640,79 @@ class KernelBackend:
         await self.shutdown()
 
     async def start(self) -> None:
-        """Start the kernel and wait until it answers; KernelStartError if it cannot."""
+        """Start the kernel and wait until it answers; KernelStartError if it cannot.
+
+        Through a gateway, GatewayError when the gateway cannot be reached or refuses the
+        token.
+        """
         if self._closed:
             raise BackendError("this backend was shut down; create a new KernelBackend")
-        if self.kernel_manager is not None:
+        if self.connection is not None:
             return
         self._lock = asyncio.Lock()
-        from jupyter_client.kernelspec import NoSuchKernel
-        from jupyter_client.manager import AsyncKernelManager
+        connection: KernelConnection
+        if self.mode == "native" and self.native is None:
+            # The journal first: it makes the session directory the kernel's store goes in.
+            self.native = NativeTools(root=self.root, session=self.session_id)
+            self.native.register(
+                self._native_run_code,
+                name=RUN_CODE,
+                description=NATIVE_RUN_CODE_DESCRIPTION,
+                parameters=RUN_CODE_PARAMETERS,
+            )
+        if self.gateway_url is None:
+            launch: dict[str, Any] = {"env": self._kernel_env(), "extra_arguments": self._argv()}
+            if self.cwd is not None:
+                launch["cwd"] = os.fspath(self.cwd)
+            connection = LocalKernel(
+                self.kernel_name,
+                launch=launch,
+                startup_timeout=self.startup_timeout,
+                failure=self._start_failure,
+            )
+            await connection.start()
+        else:
+            from .gateway import GatewayKernel
 
-        from kernel_ext.kernelspec import kernel_spec_manager
-
-        specs = kernel_spec_manager()
-        manager = AsyncKernelManager(kernel_name=self.kernel_name, kernel_spec_manager=specs)
-        launch: dict[str, Any] = {"env": self._kernel_env(), "extra_arguments": self._argv()}
-        if self.cwd is not None:
-            launch["cwd"] = os.fspath(self.cwd)
-        try:
-            await manager.start_kernel(**launch)
-        except NoSuchKernel:
-            names = ", ".join(sorted({PTC_KERNEL, *specs.find_kernel_specs()}))
-            raise KernelStartError(
-                f"no kernel named {self.kernel_name!r}; the kernels here are: {names}"
-            ) from None
-        except Exception as exc:
-            raise KernelStartError(
-                f"could not start the {self.kernel_name!r} kernel: {exc}"
-            ) from exc
-        client = manager.client()
-        client.start_channels()
-        self.kernel_manager, self.kernel_client = manager, client
-        try:
-            await client.wait_for_ready(timeout=self.startup_timeout)
-        except Exception as exc:
-            await self._stop_kernel()
-            raise KernelStartError(self._start_failure(exc)) from exc
+            gateway = GatewayKernel(
+                self.gateway_url,
+                token=self.token,
+                kernel_name=self.kernel_name,
+                session_id=self.session_id,
+                root=None if self.root is None else str(self.root),
+                env=self.env or None,
+                startup_timeout=self.startup_timeout,
+            )
+            await gateway.start()
+            self.session_dir = Path(gateway.session_dir or "")
+            connection = gateway
+        self.connection = connection
 
     def _kernel_env(self) -> dict[str, str]:
         env = dict(os.environ)
         env.update(self.env)
-        env["PTC_RETRY_ROOT"] = str(self.root)
+        kernel_dir = self.kernel_session_dir
+        assert kernel_dir is not None  # a local kernel's is known from __init__ on
+        env["PTC_RETRY_ROOT"] = str(kernel_dir.parent)
         env["PTC_RETRY_SESSION"] = self.session_id
         return env
 
     def _argv(self) -> list[str]:
-        if self.kernel_name == PTC_KERNEL:
+        if not self.extension:
             return list(self.extra_arguments)
-        # Fail at startup, loudly, rather than run without checkpoints.
-        ext = ["--ext=ptc_retry", "--IPKernelApp.reraise_ipython_extension_failures=True"]
-        return ext + self.extra_arguments
+        argv = list(self.extra_arguments)
+        if self.kernel_name != PTC_KERNEL:
+            # Fail at startup, loudly, rather than run without checkpoints.
+            ext = ["--ext=ptc_retry", "--IPKernelApp.reraise_ipython_extension_failures=True"]
+            argv = ext + argv
+        if self.mode == "native":
+            # Last, so it wins: the model must never read the code-mode replay notice here.
+            argv.append(f"--PtcRetry.notice_min_bytes={NATIVE_KERNEL_NOTICE_MIN_BYTES}")
+        return argv
 
     def _start_failure(self, exc: BaseException) -> str:
         hint = ""
-        if self.kernel_name != PTC_KERNEL:
+        if self.kernel_name != PTC_KERNEL and self.extension:
             hint = (
                 f" (the {self.kernel_name!r} kernel must be an IPython kernel whose Python can "
                 "import ptc_retry)"
@@ -435,30 +725,32 @@ class KernelBackend:
     async def shutdown(self, keep: bool = False) -> None:
         """Stop the kernel and remove this session's checkpoint directory unless ``keep``.
 
+        Behind a gateway the kernel removes it, on its host, just before it is shut down.
+
         Idempotent: the first call decides ``keep``. A call that is running when shutdown
         begins ends within about half a second with BackendError.
         """
         if self._closed:
             return
         self._closing = True
+        remove = None if keep or self.session_dir is None else str(self.session_dir)
         try:
             if self._lock is not None:
                 async with self._lock:
-                    await self._stop_kernel()
+                    await self._stop_kernel(remove)
             else:
-                await self._stop_kernel()
+                await self._stop_kernel(remove)
         finally:
             self._closed = True
-            if not keep:
-                _remove_session_dir(self.session_dir)
+            if remove is not None and self.gateway_url is None:
+                _remove_session_dir(Path(remove))  # also when the kernel never started
 
-    async def _stop_kernel(self) -> None:
-        client, manager = self.kernel_client, self.kernel_manager
-        self.kernel_client = self.kernel_manager = None
-        if client is not None:
-            client.stop_channels()
-        if manager is not None and manager.has_kernel:
-            await manager.shutdown_kernel(now=False)
+    async def _stop_kernel(self, remove: str | None = None) -> None:
+        if self.native is not None:
+            self.native.journal.close()  # before its directory goes
+        connection, self.connection = self.connection, None
+        if connection is not None:
+            await connection.shutdown(remove)
 
     # -- running programs ---------------------------------------------------------------------
 
@@ -485,7 +777,7 @@ class KernelBackend:
         _require_utf8(code, "code")
         if arguments is not None:
             _require_utf8(arguments, "arguments")
-        if self._lock is None or self.kernel_client is None:
+        if self._lock is None or self.connection is None:
             raise BackendError("the kernel is not running; call start() or use `async with`")
         if timeout is None:
             timeout = self.default_timeout
@@ -520,8 +812,9 @@ class KernelBackend:
     async def _run(self, code: str, request: dict[str, Any], timeout: float | None) -> RunResult:
         notes: list[str] = []
         restarted = False
-        if not await self.kernel_manager.is_alive():
-            how = await self._exit_description()
+        connection = self._connection()
+        if not await connection.is_alive():
+            how = await connection.exit_description()
             await self._restart()
             notes.append(
                 f"[ptc-retry] The kernel had died since the last call ({how}) and was restarted "
@@ -534,30 +827,21 @@ class KernelBackend:
         result.restarted = result.restarted or restarted
         return result
 
+    def _connection(self) -> KernelConnection:
+        if self.connection is None:
+            raise BackendError("the kernel is not running; call start() or use `async with`")
+        return self.connection
+
     async def _restart(self) -> None:
         try:
-            await self.kernel_manager.restart_kernel(now=True)
-            await self.kernel_client.wait_for_ready(timeout=self.startup_timeout)
+            await self._connection().restart()
+        except GatewayError:
+            raise  # says itself what is wrong with the gateway
         except Exception as exc:
             raise BackendError(
                 f"the {self.kernel_name!r} kernel could not be restarted ({exc}); "
                 "shut this backend down and start a new one"
             ) from exc
-
-    async def _exit_description(self) -> str:
-        code = None
-        with contextlib.suppress(Exception):
-            code = await self.kernel_manager.provisioner.poll()
-        if isinstance(code, int) and code < 0:
-            try:
-                name = signal.Signals(-code).name
-            except ValueError:
-                name = f"signal {-code}"
-            reason = ", e.g. out of memory or killed from outside" if -code == 9 else ""
-            return f"killed by {name}{reason}"
-        if isinstance(code, int):
-            return f"exit code {code}"
-        return "it stopped responding"
 
     # -- sync twins ---------------------------------------------------------------------------
 
@@ -572,6 +856,171 @@ class KernelBackend:
 
     def __exit__(self, *exc_info: object) -> None:
         self.shutdown_sync()
+
+
+class KernelConnection(Protocol):
+    """How the backend reaches its kernel: everything that is transport, and nothing else.
+
+    ``LocalKernel`` starts a kernel here through jupyter_client; ``ptc_retry.gateway.
+    GatewayKernel`` reaches one through a gateway's REST API and websocket. What the
+    backend does with the messages (capture, text, statuses, time limits) is shared.
+    """
+
+    kernel_name: str
+
+    async def start(self) -> None:
+        """Start the kernel and wait until it answers; KernelStartError if it cannot."""
+
+    async def send_execute(self, content: dict[str, Any], metadata: dict[str, Any]) -> str:
+        """Send an execute_request with this content and metadata; return its msg_id."""
+
+    async def receive(self, msg_id: str, timeout: float) -> dict[str, Any] | None:
+        """The next iopub or shell message whose parent is ``msg_id``, in the order that
+        ends a request (outputs, then the idle status and the reply), or None when none
+        came within ``timeout`` seconds; then ``is_alive()`` tells whether to wait on."""
+
+    async def interrupt(self) -> None:
+        """Interrupt the running program (SIGINT or an interrupt_request, as the kernel says)."""
+
+    async def restart(self) -> None:
+        """Restart the kernel and wait until it answers again, set up as after ``start``."""
+
+    async def is_alive(self) -> bool:
+        """Whether the kernel still runs; BackendError when that cannot be known."""
+
+    async def exit_description(self) -> str:
+        """How a kernel that is not alive ended, for the model: ``exit code 1``, ..."""
+
+    async def shutdown(self, remove: str | None) -> None:
+        """Stop the kernel and delete ``remove`` (this session's checkpoint directory, where
+        the kernel keeps it) when given: a remote kernel is asked to delete it before it
+        stops. Never raises for a kernel, or a gateway, that is already gone."""
+
+
+class LocalKernel:
+    """A kernel started here, in a subprocess, through jupyter_client's AsyncKernelManager.
+
+    ``launch``: keyword arguments of ``start_kernel`` (env, extra_arguments, cwd).
+    ``failure``: words for a kernel that started but did not answer, given the error.
+    """
+
+    def __init__(
+        self,
+        kernel_name: str,
+        *,
+        launch: dict[str, Any],
+        startup_timeout: float,
+        failure: Callable[[BaseException], str],
+    ) -> None:
+        self.kernel_name = kernel_name
+        self.launch = launch
+        self.startup_timeout = startup_timeout
+        self.failure = failure
+        self.manager: Any = None  # jupyter_client AsyncKernelManager, once started
+        self.client: Any = None  # its AsyncKernelClient
+        self._msg_id: str | None = None
+        self._idle = False  # the current request's idle status came: read its reply next
+
+    async def start(self) -> None:
+        from jupyter_client.kernelspec import NoSuchKernel
+        from jupyter_client.manager import AsyncKernelManager
+
+        from kernel_ext.kernelspec import kernel_spec_manager
+
+        specs = kernel_spec_manager()
+        manager = AsyncKernelManager(kernel_name=self.kernel_name, kernel_spec_manager=specs)
+        try:
+            await manager.start_kernel(**self.launch)
+        except NoSuchKernel:
+            names = ", ".join(sorted({PTC_KERNEL, *specs.find_kernel_specs()}))
+            raise KernelStartError(
+                f"no kernel named {self.kernel_name!r}; the kernels here are: {names}"
+            ) from None
+        except Exception as exc:
+            raise KernelStartError(
+                f"could not start the {self.kernel_name!r} kernel: {exc}"
+            ) from exc
+        client = manager.client()
+        client.start_channels()
+        self.manager, self.client = manager, client
+        try:
+            await client.wait_for_ready(timeout=self.startup_timeout)
+        except Exception as exc:
+            await self.shutdown(None)
+            raise KernelStartError(self.failure(exc)) from exc
+
+    async def send_execute(self, content: dict[str, Any], metadata: dict[str, Any]) -> str:
+        msg = self.client.session.msg("execute_request", content, metadata=metadata)
+        self.client.shell_channel.send(msg)
+        self._msg_id, self._idle = msg["header"]["msg_id"], False
+        return self._msg_id
+
+    async def receive(self, msg_id: str, timeout: float) -> dict[str, Any] | None:
+        # iopub until the request's idle status, then shell for its reply: its outputs
+        # all come before the idle status.
+        client = self.client
+        idle = self._idle and msg_id == self._msg_id
+        deadline = time.monotonic() + timeout
+        while True:
+            left = max(0.0, deadline - time.monotonic())
+            try:
+                if idle:
+                    message = await client.get_shell_msg(timeout=left)
+                else:
+                    message = await client.get_iopub_msg(timeout=left)
+            except queue.Empty:
+                # A pause on iopub: the reply may be in although the idle status was lost
+                # (zmq drops what overflows a subscriber's queue when a program floods it).
+                return None if idle else await self._reply_waiting(msg_id)
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue  # left over from an earlier request, or kernel_info traffic
+            if message["msg_type"] == "status" and msg_id == self._msg_id:
+                self._idle = message["content"].get("execution_state") == "idle"
+            return message
+
+    async def _reply_waiting(self, msg_id: str) -> dict[str, Any] | None:
+        while True:
+            try:
+                message = await self.client.get_shell_msg(timeout=0)
+            except queue.Empty:
+                return None
+            if message["parent_header"].get("msg_id") == msg_id:
+                return message
+
+    async def interrupt(self) -> None:
+        await self.manager.interrupt_kernel()
+
+    async def restart(self) -> None:
+        await self.manager.restart_kernel(now=True)
+        await self.client.wait_for_ready(timeout=self.startup_timeout)
+
+    async def is_alive(self) -> bool:
+        return bool(await self.manager.is_alive())
+
+    async def exit_description(self) -> str:
+        code = None
+        with contextlib.suppress(Exception):
+            code = await self.manager.provisioner.poll()
+        if isinstance(code, int) and code < 0:
+            try:
+                name = signal.Signals(-code).name
+            except ValueError:
+                name = f"signal {-code}"
+            reason = ", e.g. out of memory or killed from outside" if -code == 9 else ""
+            return f"killed by {name}{reason}"
+        if isinstance(code, int):
+            return f"exit code {code}"
+        return "it stopped responding"
+
+    async def shutdown(self, remove: str | None) -> None:
+        client, manager = self.client, self.manager
+        self.client = self.manager = None
+        if client is not None:
+            client.stop_channels()
+        if manager is not None and manager.has_kernel:
+            await manager.shutdown_kernel(now=False)
+        if remove is not None:
+            _remove_session_dir(Path(remove))
 
 
 class _Execution:
@@ -596,7 +1045,7 @@ class _Execution:
 
     async def run(self) -> RunResult:
         backend = self.backend
-        client, manager = backend.kernel_client, backend.kernel_manager
+        connection = backend._connection()
         content = {
             "code": self.code,
             "silent": False,
@@ -605,15 +1054,14 @@ class _Execution:
             "allow_stdin": False,
             "stop_on_error": False,
         }
-        msg = client.session.msg("execute_request", content, metadata={"ptc_retry": self.request})
-        msg_id = self.msg_id = msg["header"]["msg_id"]
         started = time.monotonic()
         limit = None if self.timeout is None else self.timeout + backend.time_limit_margin
         stop_at = None if limit is None else started + limit
         give_up_at: float | None = None
         idle = False
         try:
-            client.shell_channel.send(msg)
+            msg_id = await connection.send_execute(content, {"ptc_retry": self.request})
+            self.msg_id = msg_id
             while not (idle and self.reply is not None):
                 if backend._closing:
                     raise BackendError("the backend was shut down while this program ran")
@@ -622,52 +1070,33 @@ class _Execution:
                     self.interrupted = True
                     give_up_at = now + backend.interrupt_grace
                     with contextlib.suppress(Exception):
-                        await manager.interrupt_kernel()
+                        await connection.interrupt()
                 if give_up_at is not None and now >= give_up_at:
                     await self._restart_after_timeout()
                     break
                 deadlines = [d for d in (stop_at, give_up_at) if d is not None and d > now]
                 wait = min([POLL_INTERVAL, *(d - now for d in deadlines)])
-                try:
-                    if not idle:
-                        message = await client.get_iopub_msg(timeout=wait)
-                    else:
-                        message = await client.get_shell_msg(timeout=wait)
-                except queue.Empty:
-                    if not await manager.is_alive():
+                message = await connection.receive(msg_id, wait)
+                if message is None:
+                    if self.reply is not None:
+                        break  # the reply is in and its idle status was lost: it is enough
+                    if not await connection.is_alive():
                         await self._restart_after_death()
                         break
-                    if not idle and await self._reply_waiting(msg_id):
-                        break  # iopub dropped its idle status (a flood): the reply is enough
                     continue
-                if message["parent_header"].get("msg_id") != msg_id:
-                    continue  # left over from an earlier request, or kernel_info traffic
-                if idle:
-                    if message["msg_type"] == "execute_reply":
-                        self.reply = message
-                elif message["msg_type"] == "status":
-                    idle = message["content"].get("execution_state") == "idle"
-                else:
-                    self._output(message["msg_type"], message["content"])
+                msg_type = message["msg_type"]
+                if msg_type == "execute_reply":
+                    self.reply = message
+                elif msg_type == "status":
+                    idle = idle or message["content"].get("execution_state") == "idle"
+                elif msg_type != "execute_input":
+                    self._output(msg_type, message["content"])
         except asyncio.CancelledError:
             # The caller gave up: stop the program too, so the kernel is free for the next call.
             with contextlib.suppress(Exception):
-                await manager.interrupt_kernel()
+                await connection.interrupt()
             raise
         return self._result(time.monotonic() - started)
-
-    async def _reply_waiting(self, msg_id: str) -> bool:
-        """Whether the reply is in, read without waiting: after a pause on iopub, it ends
-        the call even if the kernel's idle status was lost (zmq drops messages that overflow
-        a subscriber's queue when a program floods its output)."""
-        while True:
-            try:
-                message = await self.backend.kernel_client.get_shell_msg(timeout=0)
-            except queue.Empty:
-                return False
-            if message["parent_header"].get("msg_id") == msg_id:
-                self.reply = message
-                return message["msg_type"] == "execute_reply"
 
     def _output(self, msg_type: str, content: dict[str, Any]) -> None:
         if msg_type == "error":
@@ -680,47 +1109,55 @@ class _Execution:
     async def _restart_after_death(self) -> None:
         backend = self.backend
         await self._drain()
-        how = await backend._exit_description()
+        how = await backend._connection().exit_description()
         await backend._restart()
-        call_id, path = self._checkpoint()
         self.status, self.restarted = "died", True
         self.notes.append(
             f"[ptc-retry] The kernel died while running this program ({how}) and was "
-            "restarted: all variables, imports and definitions are lost. The program is saved "
-            f'as checkpoint "{call_id}" ({path}); to run it again with a fix, send only: '
-            f'await ptc_retry.replay("{call_id}", "<old text>", "<new text>")'
+            f"restarted: all variables, imports and definitions are lost.{self._saved()}"
         )
 
     async def _restart_after_timeout(self) -> None:
         backend = self.backend
         await self._drain()
         await backend._restart()
-        call_id, path = self._checkpoint()
         self.status, self.restarted = "timeout", True
         self.notes.append(
             f"[ptc-retry] Stopped after {self.timeout:g} s (the time limit of this call). It "
             f"did not stop within {backend.interrupt_grace:g} s of the interrupt, so the kernel "
-            "was restarted: all variables, imports and definitions are lost. The program is "
-            f'saved as checkpoint "{call_id}" ({path}).'
+            f"was restarted: all variables, imports and definitions are lost.{self._saved()}"
         )
+
+    def _saved(self) -> str:
+        """`` Saved as ... replay(...)``: the notice's words, for a program no reply came for.
+
+        Empty in native mode: there the journal's own notice follows (``ptc_retry.replay``
+        is not the model's tool).
+        """
+        if self.backend.mode == "native":
+            return ""
+        call_id, path = self._checkpoint()
+        return f" {_saved(call_id, path)}"
 
     async def _drain(self) -> None:
         """Outputs that arrived before the kernel died or was restarted: keep them."""
-        client = self.backend.kernel_client
-        while True:
-            try:
-                message = await client.get_iopub_msg(timeout=0.05)
-            except queue.Empty:
+        connection = self.backend._connection()
+        while self.msg_id is not None:
+            message = await connection.receive(self.msg_id, 0.05)
+            if message is None:
                 return
-            if message["parent_header"].get("msg_id") != self.msg_id:
-                continue
-            if message["msg_type"] not in ("status", "execute_input"):
+            if message["msg_type"] == "execute_reply":
+                self.reply = message
+            elif message["msg_type"] not in ("status", "execute_input"):
                 self._output(message["msg_type"], message["content"])
 
     def _checkpoint(self) -> tuple[str, str]:
         """The id and path the kernel saved this program under, as far as the backend knows."""
         call_id = sanitize(self.request["call_id"])
-        return call_id, str(self.backend.session_dir / "by-id" / f"{call_id}.json")
+        session_dir = self.backend.kernel_session_dir
+        if session_dir is None:  # not known: the kernel never said
+            return call_id, f"by-id/{call_id}.json"
+        return call_id, str(session_dir / "by-id" / f"{call_id}.json")
 
     def _result(self, duration: float) -> RunResult:
         reply_content = self.reply["content"] if self.reply is not None else {}
@@ -775,10 +1212,10 @@ class _Execution:
         # A kernel without ptc-retry's reply metadata: the notice is the traceback's last line.
         lines = (error or {}).get("traceback") or []
         last = _ANSI.sub("", lines[-1]) if lines else ""
-        match = _NOTICE.search(last)
-        if match is None:
+        found = parse_notice(last)
+        if found is None:
             return None, call_id, checkpoint
-        return last, match.group("id"), match.group("path")
+        return last, found[0], found[1]
 
     def _status(
         self,
@@ -922,6 +1359,11 @@ class _Capture:
             return
         self.raw += size
         self.outputs.append(output)
+
+
+def _saved(call_id: str, path: str) -> str:
+    """The notice's own words, for a program the backend reports on (no reply came)."""
+    return failure_notice(call_id, path).removeprefix("[ptc-retry] ")
 
 
 def _bundle_text(data: Mapping[str, Any]) -> str:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import re
 import signal
 import time
 import tracemalloc
@@ -25,11 +24,13 @@ from ptc_retry.backend import (
     KernelBackend,
     KernelStartError,
 )
+from ptc_retry.notice import parse_notice
 
 T = TypeVar("T")
 Run = Callable[[Coroutine[Any, Any, T]], T]
 
-# About 700 bytes, one wrong literal: the "region" key is spelled "regoin" in the lookup.
+# Over notice_min_bytes (about 630 bytes), one wrong literal: the "region" key is spelled
+# "regoin" in the lookup.
 PROGRAM = """\
 import statistics
 
@@ -51,7 +52,6 @@ print("regions:", sorted(summary))
 print(f"mean order: {statistics.mean(row['amount'] for row in orders):.2f}")
 summary
 """
-NOTICE_ID = re.compile(r'checkpoint "([^"]+)"')
 
 
 def raw(code: str) -> str:
@@ -115,8 +115,8 @@ def test_scripted_agent_fails_reads_the_notice_replays_and_succeeds(
     assert "KeyError: 'regoin'" in first
     notice = first.splitlines()[-1]
     assert notice.startswith("[ptc-retry]") and "\x1b[" not in first
-    target = NOTICE_ID.search(notice).group(1)
-    assert target == "call_a1"
+    target, path = parse_notice(notice)
+    assert (target, path) == ("call_a1", str(backend.session_dir / "by-id" / "call_a1.json"))
     line = f"await ptc_retry.replay({target!r}, 'row[\"regoin\"]', 'row[\"region\"]')"
     second = run(backend.handle_tool_call("run_code", raw(line), "call_a2"))
 
@@ -340,7 +340,8 @@ def test_program_deaf_to_interrupts_gets_the_kernel_restarted(
 
     assert result.status == "timeout" and result.restarted
     assert result.text.startswith("ignoring interrupts\n")
-    assert "the kernel was restarted" in result.text and 'checkpoint "call_r1"' in result.text
+    assert "the kernel was restarted" in result.text
+    assert parse_notice(result.text) == ("call_r1", result.checkpoint)
     after = run(fragile.run_code("'lost' in globals()", call_id="call_r2"))
     assert after.value == "False"
 
@@ -368,7 +369,7 @@ def test_os_exit_is_reported_as_died_and_the_program_replays(
     assert result.duration < 15
     assert result.text.startswith("partial 12\n")
     assert "(exit code 1)" in result.text and "all variables" in result.text
-    assert 'checkpoint "call_x1"' in result.text
+    assert parse_notice(result.text) == ("call_x1", result.checkpoint)
     assert Path(result.checkpoint).read_bytes() == raw(DYING).encode()
     replayed = run(
         fragile.run_code("await ptc_retry.replay('call_x1', 'os._exit(1)', 'pass')", timeout=60)
@@ -429,11 +430,6 @@ def test_tool_schema_in_the_openai_and_anthropic_shapes() -> None:
     assert kb.tool_schemas("anthropic") == [anthropic]
     with pytest.raises(ValueError, match="openai"):
         kb.tool_schema("gemini")
-
-
-def test_native_mode_is_not_available_yet() -> None:
-    with pytest.raises(ValueError, match="native"):
-        KernelBackend(mode="native")
 
 
 def test_unknown_kernel_name_is_a_clear_error(run: Run[Any], options: dict[str, Any]) -> None:

@@ -1,0 +1,508 @@
+"""A kernel behind a Jupyter Kernel Gateway: the backend's transport over REST and a websocket.
+
+``KernelBackend(gateway_url="http://gateway:8888", token="...")`` uses this instead of
+starting a kernel of its own. It starts a kernel with ``POST /api/kernels`` (the
+``ptc-retry`` kernel by default), talks to it over ``/api/kernels/<id>/channels`` with
+Jupyter's JSON websocket protocol (each message names its ``channel``; the request's
+``metadata["ptc_retry"]`` passes through unchanged), interrupts it with ``POST
+.../interrupt``, restarts it with ``POST .../restart`` and deletes it on shutdown. It works
+the same against Jupyter Server and Enterprise Gateway, which serve the same API.
+
+The kernel runs on the gateway's host, or in a pod or container of its own, so its
+checkpoints live there too. After every (re)start the backend sends one silent request
+(no checkpoint, no history) that loads ``ptc_retry`` if the kernel has not, sets
+``PtcRetry.session_id`` (and ``PtcRetry.root_dir`` when ``root`` is given), and asks
+the kernel for its session directory; everything else the backend reports about
+checkpoints comes from the replies. A kernel that cannot load ``ptc_retry`` or open
+its checkpoint store fails ``start()`` with KernelStartError.
+
+Death: the gateway notices a kernel process that ended (within about three seconds)
+and restarts it itself, telling connected clients with an iopub status ``restarting``
+(``dead`` when it gives up and forgets the kernel). Either, a closed websocket, or a
+failing ``GET /api/kernels/<id>`` makes ``is_alive()`` false or raises GatewayError.
+
+The HTTP and websocket client is tornado's (``AsyncHTTPClient`` and
+``websocket_connect``): tornado is already a dependency of jupyter_client and ipykernel,
+it is what Jupyter Server itself uses for the other end, and it runs on the asyncio
+loop the backend already uses. No new dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import asyncio
+import contextlib
+import json
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any
+from urllib.parse import quote, urlsplit
+
+from .backend import BackendError, GatewayError, KernelStartError
+
+__all__ = ["GatewayError", "GatewayKernel"]
+
+#: Seconds a REST call other than a (re)start may take before the gateway counts as gone.
+REQUEST_TIMEOUT = 10.0
+#: How often, at most, a waiting call asks the gateway whether the kernel still exists.
+ALIVE_CHECK_INTERVAL = 3.0
+#: The largest websocket message accepted: one output message of the kernel.
+MAX_MESSAGE_BYTES = 512 * 1024 * 1024
+
+_CLOSED = object()  # queued when the websocket closes
+
+# The kernel's session directory, as a string ('' when its checkpoint store cannot open).
+_SESSION_DIR_EXPRESSION = (
+    "str(getattr(__import__('ptc_retry.extension', fromlist=['active_extension'])"
+    ".active_extension().open_store(), 'session_dir', ''))"
+)
+
+
+def gateway_base_url(url: str) -> str:
+    """``url`` without its trailing slash; ValueError unless it is an http(s) URL."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"gateway_url must be an http:// or https:// URL, not {url!r}")
+    return url.rstrip("/")
+
+
+class GatewayKernel:
+    """One kernel reached through a gateway's REST API and websocket.
+
+    ``url``: the gateway's base URL (``http://host:8888``, with a base path if it has one).
+    ``token``: its auth token (``KG_AUTH_TOKEN``), sent as ``Authorization: token ...``.
+    ``kernel_name``: the kernelspec to start. ``session_id``/``root``: applied in the
+    kernel with ``%config`` after every start. ``env``: sent as the start request's
+    ``env``; the gateway passes on only ``KERNEL_*`` names and its ``env_whitelist``.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        token: str | None,
+        kernel_name: str,
+        session_id: str,
+        root: str | None = None,
+        env: dict[str, str] | None = None,
+        startup_timeout: float = 60,
+    ) -> None:
+        self.url = gateway_base_url(url)
+        self.token = token
+        self.kernel_name = kernel_name
+        self.session_id = session_id
+        self.root = root
+        self.env = env
+        self.startup_timeout = startup_timeout
+        self.kernel_id: str | None = None
+        #: The kernel's session directory, as the kernel sees it; known after ``start()``.
+        self.session_dir: str | None = None
+        self._client_session = uuid.uuid4().hex  # the websocket's session, for its buffer
+        self._http: Any = None
+        self._ws: Any = None
+        self._queue: asyncio.Queue[Any] | None = None  # made on the loop, by _connect
+        self._lifecycle: str | None = None  # "restarting" or "dead", as the gateway said
+        self._checked = 0.0
+        self._running: str | None = None  # the execute_request whose reply has not come
+
+    def __repr__(self) -> str:
+        return f"<GatewayKernel {self.kernel_name} {self.kernel_id} at {self.url}>"
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        from tornado.httpclient import AsyncHTTPClient
+
+        self._http = AsyncHTTPClient(force_instance=True)
+        try:
+            await self._new_kernel()
+            await self._connect()
+            await self._ready()
+        except BaseException:
+            await self.shutdown(None)
+            raise
+
+    async def _new_kernel(self) -> None:
+        body: dict[str, Any] = {"name": self.kernel_name}
+        if self.env:
+            body["env"] = dict(self.env)
+        try:
+            model = await self._rest("POST", "/api/kernels", body, timeout=self.startup_timeout)
+        except KernelStartError:
+            specs = await self._rest("GET", "/api/kernelspecs", timeout=REQUEST_TIMEOUT)
+            names = sorted((specs or {}).get("kernelspecs") or {})
+            if self.kernel_name not in names:
+                raise KernelStartError(
+                    f"the gateway at {self.url} has no kernel named {self.kernel_name!r}; "
+                    f"its kernels are: {', '.join(names) or 'none'}"
+                ) from None
+            raise
+        self.kernel_id = model["id"]
+
+    async def restart(self) -> None:
+        """Restart the kernel (or wait for the gateway's own restart) and set it up again."""
+        said, self._lifecycle = self._lifecycle, None
+        self._running = None  # whatever ran is gone with the kernel
+        if said == "restarting":
+            # The gateway restarts a dead kernel itself; restarting it again would race.
+            with contextlib.suppress(BackendError):
+                await self._ready()
+                return
+        if await self._model() is None:  # the gateway gave up on it, or it was culled
+            self._close_ws()
+            await self._new_kernel()
+        else:
+            await self._rest("POST", self._path("/restart"), {}, timeout=self.startup_timeout)
+        if self._ws is None:
+            await self._connect()
+        await self._ready()
+
+    async def shutdown(self, remove: str | None) -> None:
+        """Delete the kernel; first ask it to delete the directory ``remove`` if given."""
+        if remove and self._ws is not None and self._lifecycle is None:
+            # rmtree refuses a symlink (and ignore_errors keeps quiet): nothing outside it goes.
+            code = f"__import__('shutil').rmtree({remove!r}, ignore_errors=True)"
+            with contextlib.suppress(BackendError, asyncio.TimeoutError):
+                await self._silent(code, timeout=5)
+        self._close_ws()
+        if self.kernel_id is not None and self._http is not None:
+            with contextlib.suppress(BackendError):
+                await self._rest("DELETE", self._path(""), timeout=REQUEST_TIMEOUT)
+        self.kernel_id = None
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+
+    async def interrupt(self) -> None:
+        await self._rest("POST", self._path("/interrupt"), {}, timeout=REQUEST_TIMEOUT)
+
+    async def is_alive(self) -> bool:
+        """False when the kernel died; GatewayError when the gateway cannot be reached."""
+        if self._lifecycle is not None:
+            return False
+        now = time.monotonic()
+        # While a program runs, ask the gateway now and then; between calls, every time.
+        recently = now - self._checked < ALIVE_CHECK_INTERVAL
+        if self._ws is not None and self._running is not None and recently:
+            return True
+        self._checked = now
+        model = await self._model()
+        if model is None or model.get("execution_state") == "dead":
+            return False
+        if self._ws is None:  # the gateway is there but dropped the websocket: reconnect
+            await self._connect()
+        return True
+
+    async def exit_description(self) -> str:
+        if self._lifecycle == "restarting":
+            return "the gateway found its process ended"
+        if self._lifecycle == "dead":
+            return "the gateway found its process ended and could not restart it"
+        return "the gateway no longer has it"
+
+    # -- messages ------------------------------------------------------------------------------
+
+    async def send_execute(self, content: dict[str, Any], metadata: dict[str, Any]) -> str:
+        self._running = await self._send("execute_request", content, metadata)
+        return self._running
+
+    async def receive(self, msg_id: str, timeout: float) -> dict[str, Any] | None:
+        """The next message (iopub or shell) that answers ``msg_id``, or None after ``timeout``.
+
+        Returns None at once when the websocket closed or the gateway reports the kernel
+        restarting or dead; ``is_alive()`` then tells which.
+        """
+        deadline = time.monotonic() + timeout
+        queue = self._queue
+        if queue is None:
+            return None
+        while True:
+            left = deadline - time.monotonic()
+            if not queue.empty():
+                message = queue.get_nowait()
+            elif left <= 0:
+                return None
+            else:
+                try:
+                    message = await asyncio.wait_for(queue.get(), left)
+                except asyncio.TimeoutError:
+                    return None
+            if message is _CLOSED:
+                self._ws = None
+                return None
+            parent = message.get("parent_header") or {}
+            if parent.get("msg_id") == msg_id:
+                if msg_id == self._running and message.get("msg_type") == "execute_reply":
+                    self._running = None
+                return message
+            state = (message.get("content") or {}).get("execution_state")
+            if message.get("msg_type") == "status" and state in ("restarting", "dead"):
+                if not parent:  # the gateway's own word about the kernel process
+                    self._lifecycle = state
+                    return None
+
+    # -- internals -----------------------------------------------------------------------------
+
+    def _path(self, suffix: str) -> str:
+        return f"/api/kernels/{quote(self.kernel_id or '', safe='')}{suffix}"
+
+    def _headers(self) -> dict[str, str]:
+        headers = {"Content-Type": "application/json"}
+        if self.token:
+            headers["Authorization"] = f"token {self.token}"
+        return headers
+
+    async def _rest(
+        self, method: str, path: str, body: Any = None, *, timeout: float, missing: Any = ...
+    ) -> Any:
+        """The JSON the gateway answered; ``missing`` instead of a 404 when it is given."""
+        from tornado.httpclient import HTTPClientError, HTTPRequest
+
+        if self._http is None:
+            raise BackendError("the gateway connection is closed")
+        request = HTTPRequest(
+            self.url + path,
+            method=method,
+            headers=self._headers(),
+            body=json.dumps(body) if body is not None else None,
+            connect_timeout=min(timeout, REQUEST_TIMEOUT),
+            request_timeout=timeout,
+        )
+        try:
+            response = await self._http.fetch(request)
+        except HTTPClientError as exc:
+            if exc.code == 404 and missing is not ...:
+                return missing
+            raise self._http_error(method, path, exc) from None
+        except OSError as exc:
+            raise GatewayError(
+                f"cannot reach the gateway at {self.url} ({exc}); is it running, and is the "
+                "URL right?"
+            ) from None
+        return json.loads(response.body) if response.body else None
+
+    def _http_error(self, method: str, path: str, exc: Any) -> BackendError:
+        code = exc.code
+        if code in (401, 403):
+            return GatewayError(
+                f"the gateway at {self.url} refused the token (HTTP {code}); pass the gateway's "
+                "auth token (its KG_AUTH_TOKEN) as token=..."
+            )
+        if code == 599:  # tornado's own: no answer in time, or the connection broke
+            return GatewayError(
+                f"the gateway at {self.url} did not answer {method} {path} ({exc.message}); "
+                "is it running?"
+            )
+        message = ""
+        if exc.response is not None and exc.response.body:
+            with contextlib.suppress(ValueError, AttributeError):
+                message = json.loads(exc.response.body).get("message") or ""
+        reason = f": {message}" if message else ""
+        if method == "POST" and path == "/api/kernels":
+            return KernelStartError(
+                f"the gateway at {self.url} could not start the {self.kernel_name!r} kernel "
+                f"(HTTP {code}{reason})"
+            )
+        return GatewayError(f"{method} {path} failed at the gateway (HTTP {code}{reason})")
+
+    async def _model(self) -> dict[str, Any] | None:
+        """The gateway's model of the kernel, or None when it no longer has it."""
+        return await self._rest("GET", self._path(""), timeout=REQUEST_TIMEOUT, missing=None)
+
+    async def _connect(self) -> None:
+        from tornado.httpclient import HTTPClientError, HTTPRequest
+        from tornado.websocket import websocket_connect
+
+        scheme = "wss" if self.url.startswith("https") else "ws"
+        url = (
+            f"{scheme}{self.url[self.url.index(':') :]}{self._path('/channels')}"
+            f"?session_id={self._client_session}"
+        )
+        # The gateway answers the handshake once the kernel answers it: allow a (re)start.
+        request = HTTPRequest(
+            url,
+            headers=self._headers(),
+            connect_timeout=min(self.startup_timeout, REQUEST_TIMEOUT),
+            request_timeout=self.startup_timeout,
+        )
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        self._queue = queue
+
+        def on_message(raw: str | bytes | None) -> None:
+            if raw is None and self._queue is queue:
+                self._ws = None  # the gateway closed it: is_alive() asks the gateway why
+            self._on_message(queue, raw)
+
+        try:
+            self._ws = await websocket_connect(
+                request,
+                on_message_callback=on_message,
+                max_message_size=MAX_MESSAGE_BYTES,
+                ping_interval=15,
+            )
+        except HTTPClientError as exc:
+            raise self._http_error("GET", self._path("/channels"), exc) from None
+        except OSError as exc:
+            raise GatewayError(f"cannot reach the gateway at {self.url} ({exc})") from None
+        except Exception as exc:  # e.g. tornado's WebSocketError: not a websocket answer
+            raise GatewayError(
+                f"could not open the kernel's websocket at {self.url} ({exc})"
+            ) from None
+
+    @staticmethod
+    def _on_message(queue: asyncio.Queue[Any], raw: str | bytes | None) -> None:
+        if raw is None:
+            queue.put_nowait(_CLOSED)
+            return
+        if isinstance(raw, bytes):  # binary frames belong to the v1 protocol we never ask for
+            return
+        try:
+            message = json.loads(raw)
+        except ValueError:
+            return
+        if isinstance(message, dict):
+            message.setdefault("msg_type", (message.get("header") or {}).get("msg_type"))
+            queue.put_nowait(message)
+
+    def _close_ws(self) -> None:
+        if self._ws is not None:
+            self._ws.close()
+            self._ws = None
+
+    async def _send(
+        self, msg_type: str, content: dict[str, Any], metadata: dict[str, Any] | None = None
+    ) -> str:
+        """Send a shell request in the JSON protocol; return its msg_id."""
+        from tornado.websocket import WebSocketClosedError
+
+        if self._ws is None:
+            raise GatewayError(f"lost the websocket to the kernel at {self.url}")
+        msg_id = uuid.uuid4().hex
+        header = {
+            "msg_id": msg_id,
+            "msg_type": msg_type,
+            "username": "ptc-retry",
+            "session": self._client_session,
+            "date": datetime.now(timezone.utc).isoformat(),
+            "version": "5.3",
+        }
+        message = {
+            "header": header,
+            "msg_id": msg_id,
+            "msg_type": msg_type,
+            "parent_header": {},
+            "metadata": metadata or {},
+            "content": content,
+            "channel": "shell",
+            "buffers": [],
+        }
+        try:
+            await self._ws.write_message(json.dumps(message))
+        except WebSocketClosedError:
+            self._ws = None
+            raise GatewayError(f"lost the websocket to the kernel at {self.url}") from None
+        return msg_id
+
+    async def _reply(self, msg_id: str, timeout: float) -> tuple[dict[str, Any], str]:
+        """The shell reply to ``msg_id`` and the stream text printed before it."""
+        deadline = time.monotonic() + timeout
+        printed = []
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise asyncio.TimeoutError
+            message = await self.receive(msg_id, min(left, 0.5))
+            if message is None:
+                if self._ws is None:
+                    raise GatewayError(f"lost the websocket to the kernel at {self.url}")
+                continue
+            if message["msg_type"] == "stream":
+                printed.append(message["content"].get("text", ""))
+            elif message["msg_type"].endswith("_reply"):
+                return message, "".join(printed)
+
+    async def _answered(self, msg_id: str, timeout: float) -> bool:
+        """Whether the reply to ``msg_id`` and an iopub message about it both came.
+
+        The iopub one matters after a restart: until the gateway's subscription to the new
+        kernel is through, its outputs are lost (the same check as Jupyter Server's nudge).
+        """
+        deadline = time.monotonic() + timeout
+        shell = iopub = False
+        while not (shell and iopub):
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return False
+            message = await self.receive(msg_id, min(left, 0.5))
+            if message is None:
+                if self._ws is None:
+                    raise GatewayError(f"lost the websocket to the kernel at {self.url}")
+            elif message.get("channel") == "iopub":
+                iopub = True
+            elif message["msg_type"].endswith("_reply"):
+                shell = True
+        return True
+
+    async def _silent(
+        self, code: str, timeout: float, **content: Any
+    ) -> tuple[dict[str, Any], str]:
+        """Run ``code`` silently (no checkpoint, no history): its reply and what it printed."""
+        request = {
+            "code": code,
+            "silent": True,
+            "store_history": False,
+            "user_expressions": {},
+            "allow_stdin": False,
+            "stop_on_error": False,
+            **content,
+        }
+        msg_id = await self._send("execute_request", request)
+        return await self._reply(msg_id, timeout)
+
+    async def _ready(self) -> None:
+        """Wait until the kernel answers, then make it this backend's session."""
+        deadline = time.monotonic() + self.startup_timeout
+        while True:
+            msg_id = await self._send("kernel_info_request", {})
+            if await self._answered(msg_id, min(1.0, max(0.1, deadline - time.monotonic()))):
+                break
+            if self._lifecycle == "dead" or time.monotonic() >= deadline:
+                raise KernelStartError(
+                    f"the {self.kernel_name!r} kernel behind the gateway at {self.url} did "
+                    f"not answer within {self.startup_timeout:g} s"
+                )
+        self._lifecycle = None
+        lines = ["get_ipython().extension_manager.load_extension('ptc_retry')"]
+        settings = [f"PtcRetry.session_id = {self.session_id!r}"]
+        if self.root is not None:
+            settings.append(f"PtcRetry.root_dir = {self.root!r}")
+        lines += [f"get_ipython().run_line_magic('config', {line!r})" for line in settings]
+        try:
+            reply, printed = await self._silent(
+                "\n".join(lines),
+                max(1.0, deadline - time.monotonic()),
+                user_expressions={"session_dir": _SESSION_DIR_EXPRESSION},
+            )
+        except asyncio.TimeoutError:
+            raise KernelStartError(
+                f"the {self.kernel_name!r} kernel behind the gateway at {self.url} did not "
+                "finish setting up its checkpoints in time"
+            ) from None
+        content = reply["content"]
+        if content.get("status") != "ok":
+            raise KernelStartError(
+                f"the {self.kernel_name!r} kernel behind the gateway cannot load ptc_retry "
+                f"({content.get('ename')}: {content.get('evalue')}); install ptc-retry in the "
+                "kernel's image and start the ptc-retry kernel"
+            )
+        found = (content.get("user_expressions") or {}).get("session_dir") or {}
+        text = (found.get("data") or {}).get("text/plain", "")
+        session_dir = ast.literal_eval(text) if found.get("status") == "ok" else ""
+        if not session_dir:
+            said = printed.strip() or found.get("evalue") or "no session directory"
+            raise KernelStartError(
+                f"the {self.kernel_name!r} kernel behind the gateway cannot keep checkpoints "
+                f"({said})"
+            )
+        self.session_dir = session_dir
