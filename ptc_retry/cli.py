@@ -119,6 +119,25 @@ def build_parser() -> argparse.ArgumentParser:
         "--display-name", default="Python 3 (ptc-retry)", help="name shown in Jupyter"
     )
     install.set_defaults(run=run_install_kernel)
+
+    evaluate = commands.add_parser(
+        "eval",
+        help="measure what replay saves: a scripted A/B run on real kernels, with a report",
+        description="Play a corpus of failed agent programs on the stock python3 kernel "
+        "(the model re-sends the program) and on the ptc-retry kernel (it sends the replay "
+        "the notice teaches), check both reach the same result, and write report.md, "
+        "report.json and savings.png. Exit status 1 when an arm did not reach it.",
+    )
+    evaluate.add_argument(
+        "--out",
+        metavar="DIR",
+        default="eval-report",
+        help="where to write the report (default: eval-report/)",
+    )
+    evaluate.add_argument(
+        "--quick", action="store_true", help="only five scenarios, one of each size (for tests)"
+    )
+    evaluate.set_defaults(run=run_eval)
     _add_session_commands(commands)
     for name, subparser in commands.choices.items():
         subparser.set_defaults(command=name)
@@ -153,6 +172,12 @@ def run_demo(args: argparse.Namespace) -> int:
     from .demo import run
 
     return run(root=default_root(), save=args.save)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from .eval.runner import main
+
+    return main(out=args.out, quick=args.quick)
 
 
 # -- reading and cleaning sessions -------------------------------------------------------------

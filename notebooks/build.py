@@ -1,0 +1,525 @@
+"""Write the demo notebooks (without outputs); ``execute.py`` runs them and stores the outputs.
+
+    python notebooks/build.py            # rewrite the four .ipynb files, outputs empty
+    python notebooks/execute.py          # run them top to bottom and store the outputs
+
+The notebooks are generated so their text lives in one reviewable place. Cells
+meant to fail carry the ``raises-exception`` tag, which nbclient honours. The
+call ids written in the cells (``c2``, ``call_1``) are the ones the kernel gives
+when a notebook runs top to bottom in a fresh kernel: a changed cell order
+shows up as a ReplayError when the notebook is executed.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import nbformat
+from nbformat import v4
+
+HERE = Path(__file__).resolve().parent
+FAILS = ["raises-exception"]
+
+PTC_KERNEL = {"name": "ptc-retry", "display_name": "Python 3 (ptc-retry)", "language": "python"}
+STOCK_KERNEL = {"name": "python3", "display_name": "Python 3 (ipykernel)", "language": "python"}
+
+
+def notebook(slug: str, kernel: dict[str, str], cells: list[tuple[str, str, list[str]]]) -> Any:
+    """A v4 notebook of (kind, source, tags) cells, with stable cell ids."""
+    built = []
+    for n, (kind, source, tags) in enumerate(cells, 1):
+        cell = v4.new_markdown_cell(source) if kind == "md" else v4.new_code_cell(source)
+        cell.id = f"{slug}-{n:02d}"
+        if tags:
+            cell.metadata["tags"] = list(tags)
+        built.append(cell)
+    nb = v4.new_notebook(cells=built)
+    nb.metadata["kernelspec"] = dict(kernel)
+    nb.metadata["language_info"] = {"name": "python"}
+    return nb
+
+
+def md(text: str) -> tuple[str, str, list[str]]:
+    return ("md", text.strip("\n"), [])
+
+
+def code(text: str, tags: list[str] | None = None) -> tuple[str, str, list[str]]:
+    return ("code", text.strip("\n"), tags or [])
+
+
+# -- 01: quickstart ---------------------------------------------------------------------------
+
+QUICKSTART = [
+    md("""
+# ptc-retry in one notebook
+
+A code-mode agent answers by writing whole programs, and a kernel runs each one. When
+a long program fails on one small mistake, the model re-sends all of it. With
+ptc-retry the kernel keeps every program it runs, and a failed program's traceback
+ends with a one-line **notice**: where the program is saved, and the one line that
+fixes it. Here we play the model by hand, in the stock `python3` kernel.
+"""),
+    md("Load the extension. From now on every cell is saved before it runs."),
+    code("%load_ext ptc_retry"),
+    md("""
+## A program that fails
+
+One wrong key: `"regoin"`. Its traceback ends with the notice: the checkpoint id
+(`c1`, the first program this session saved), its path, and the helper call.
+"""),
+    code(
+        """
+import statistics
+
+orders = [
+    {"id": 1, "region": "north", "amount": 120.5, "items": 3},
+    {"id": 2, "region": "south", "amount": 80.0, "items": 1},
+    {"id": 3, "region": "north", "amount": 42.25, "items": 2},
+    {"id": 4, "region": "east", "amount": 310.0, "items": 7},
+]
+
+
+def totals_by_region(rows):
+    totals = {}
+    for row in rows:
+        key = row["regoin"]
+        totals[key] = round(totals.get(key, 0) + row["amount"], 2)
+    return totals
+
+
+summary = totals_by_region(orders)
+print("regions:", sorted(summary))
+print(f"mean order: {statistics.mean(o['amount'] for o in orders):.2f}")
+summary
+""",
+        FAILS,
+    ),
+    md("""
+## The replay
+
+Instead of the whole program, one line: the helper reads `c1`, replaces the text
+(which must occur exactly once), and runs the corrected program again in this
+kernel. Its output and value are the corrected program's.
+"""),
+    code("""await ptc_retry.replay("c1", 'row["regoin"]', 'row["region"]')"""),
+    md("What the fix cost, in the bytes a model would have sent:"),
+    code(
+        """
+program, line = In[2], In[3]  # the cells as they were sent
+print(f"re-send: {len(program.encode()):,} bytes; replay: {len(line.encode())} bytes")
+"""
+    ),
+    md("""
+## What the kernel kept
+
+`%ptc_history` lists the calls of this session; the replay names the call it
+replayed. `%ptc_show c2` prints what the replay saved: the corrected program, so
+a second fix edits it, not the one-line loader.
+"""),
+    code("%ptc_history"),
+    code("%ptc_show c2"),
+    md("""
+Programs run the same with or without ptc-retry: `%unload_ext ptc_retry` removes
+every hook. To have it in every session, start the `ptc-retry` kernel
+(`ptc-retry install-kernel --user`) or add `c.InteractiveShellApp.extensions =
+["ptc_retry"]` to `ipython_config.py`.
+"""),
+]
+
+# -- 02: agent loop ---------------------------------------------------------------------------
+
+AGENT_PROGRAM = '''\
+import csv
+import io
+from collections import defaultdict
+
+RAW = """order_id,date,region,product,units,unit_price
+1001,2024-01-03,North,widget,4,2.50
+1002,2024-01-05,South,gadget,1,12.00
+1003,2024-02-11,East,widget,10,2.50
+1004,2024-02-14,South,gizmo,3,7.25
+1005,2024-03-02,North,widget,6,2.40
+1006,2024-03-15,South,gadget,5,11.50
+"""
+
+
+def revenue(row):
+    return int(row["units"]) * float(row["unit_prcie"])
+
+
+by_region = defaultdict(float)
+by_month = defaultdict(float)
+for row in csv.DictReader(io.StringIO(RAW)):
+    by_region[row["region"]] += revenue(row)
+    by_month[row["date"][:7]] += revenue(row)
+
+for region, total in sorted(by_region.items(), key=lambda item: -item[1]):
+    print(f"{region:<6} {total:8.2f}")
+best = max(by_month, key=by_month.get)
+{"best_month": best, "revenue": round(sum(by_region.values()), 2)}
+'''
+
+AGENT_LOOP = [
+    md("""
+# An agent loop on `KernelBackend`
+
+`ptc_retry.backend.KernelBackend` starts its own `ptc-retry` kernel and gives an
+agent loop what it needs: the system-prompt section, the `run_code` tool
+definition, and `handle_tool_call`, which runs the model's call and returns the
+text the model reads next. There is no model here and no key: a scripted model
+writes one program with a typo, then does what the notice says.
+"""),
+    code(
+        """
+import json
+
+from ptc_retry.backend import KernelBackend
+from ptc_retry.notice import parse_notice
+
+kb = KernelBackend(
+    session_id="agent-loop",
+    # Keep the kernel's own startup warnings out of this notebook.
+    extra_arguments=["--IPKernelApp.log_level=ERROR"],
+    env={"PYDEVD_DISABLE_FILE_VALIDATION": "1"},
+)
+await kb.start()
+kb
+"""
+    ),
+    md("""
+## What the model is given
+
+The prompt section goes into the system prompt, once; it is the same bytes for the
+whole session, so it never breaks a prompt cache. The tool is a plain `run_code`.
+"""),
+    code("print(kb.system_prompt())"),
+    code('print(json.dumps(kb.tool_schema("openai"), indent=2))'),
+    md("""
+## The scripted model
+
+It writes the program first. When the text it reads holds a notice, it takes the
+checkpoint id from it and sends one line instead of the program; when a result has
+no notice, it is done.
+"""),
+    code(
+        "PROGRAM = '''\\\n"
+        + AGENT_PROGRAM
+        + """'''
+
+
+class ScriptedModel:
+    \"\"\"Stands in for an LLM: first the program, then what the notice teaches.\"\"\"
+
+    def __init__(self, program, fix):
+        self.program, self.fix = program, fix
+
+    def next_call(self, tool_result):
+        if tool_result is None:
+            return {"code": self.program}
+        notice = parse_notice(tool_result)  # (checkpoint id, path), or None
+        if notice is None:
+            return None  # a result without a notice: the task is done
+        target, (old, new) = json.dumps(notice[0]), self.fix
+        return {"code": f"await ptc_retry.replay({target}, {old!r}, {new!r})"}
+"""
+    ),
+    md("""
+## The loop
+
+Each tool call's arguments go to `handle_tool_call` exactly as the model sent them
+(the raw JSON string, saved byte for byte), with the model's own call id.
+"""),
+    code(
+        """
+model = ScriptedModel(PROGRAM, ('row["unit_prcie"]', 'row["unit_price"]'))
+kb.new_turn()  # the user's instruction arrives
+tool_result = None
+for n in range(1, 5):
+    arguments = model.next_call(tool_result)
+    if arguments is None:
+        break
+    raw = json.dumps(arguments)
+    shown = arguments["code"] if len(raw) < 300 else arguments["code"][:240] + "\\n[...]"
+    print(f"=== the model calls run_code (call_{n}, {len(raw):,} bytes)\\n{shown}\\n")
+    tool_result = await kb.handle_tool_call("run_code", raw, f"call_{n}")
+    print(f"=== the model reads ({kb.last_result.status})\\n{tool_result}\\n")
+"""
+    ),
+    md("""
+`kb.last_result` keeps the whole `RunResult` of the latest call: its status, value,
+checkpoint, and the outputs as nbformat dicts. The session's `history.jsonl` says
+that `call_2` replayed `call_1`.
+"""),
+    code(
+        """
+result = kb.last_result
+print(result.status, result.call_id, result.value)
+for line in (kb.session_dir / "history.jsonl").read_text().splitlines():
+    entry = json.loads(line)
+    print(entry["id"], entry["status"], entry.get("ename") or "", entry.get("replay_of") or "")
+"""
+    ),
+    code("await kb.shutdown()  # stops the kernel and removes its session directory"),
+]
+
+# -- 03: guard, resume, time limit ------------------------------------------------------------
+
+GUARD_PROGRAM = """\
+import json
+
+DEFAULTS = {"retries": 3, "timeout": 30, "verify_tls": True}
+settings = '{"retries": 5, "timeout": 10, "region": "eu-west-1", "pool": 8}'
+
+
+def load_config(text):
+    config = dict(DEFAULTS)
+    config.update(json.loads(text))
+    if config["timeout"] > 60:
+        raise ValueError("timeout must be at most 60 s")
+    return config
+
+
+config = load_config(settings)
+print("connecting with", {key: config[key] for key in sorted(config)})
+config["endpoint"]
+"""
+
+GUARD_AND_RESUME = [
+    md("""
+# The guard, resume, and the time limit
+
+Three things ptc-retry does besides the replay: it notices an agent sending the same
+failing program again and again, it resumes a program from the statement that
+failed, and it stops a program that runs past its time limit, keeping its output.
+"""),
+    md("""
+## The repeated-failure guard
+
+A backend whose kernel runs with `--PtcRetry.guard_mode=pause`. A stubborn scripted
+model ignores the notice and sends the same failing program four times: the third
+identical failure says so, and the fourth program is not run (`RetryGuardPaused`).
+A new instruction from the user (`kb.new_turn()`) lifts the pause. In `observe`
+mode, the default, the third failure only says so.
+"""),
+    code(
+        """
+import json
+
+from ptc_retry.backend import KernelBackend
+
+kb = KernelBackend(
+    session_id="guard",
+    extra_arguments=["--PtcRetry.guard_mode=pause", "--IPKernelApp.log_level=ERROR"],
+    env={"PYDEVD_DISABLE_FILE_VALIDATION": "1"},
+)
+await kb.start()
+PROGRAM = \"\"\"\\
+"""
+        + GUARD_PROGRAM
+        + """\"\"\"
+kb.new_turn()
+for n in range(1, 5):
+    text = await kb.handle_tool_call("run_code", json.dumps({"code": PROGRAM}), f"call_{n}")
+    print(f"call_{n}: {kb.last_result.status}; the last line the model reads:")
+    print("   ", text.splitlines()[-1])
+"""
+    ),
+    code(
+        """
+kb.new_turn()  # the user answers: programs run again
+fixed = PROGRAM.replace('config["endpoint"]', 'config["region"]')
+text = await kb.handle_tool_call("run_code", json.dumps({"code": fixed}), "call_5")
+print(kb.last_result.status, text)
+await kb.shutdown()
+"""
+    ),
+    md("""
+## Resume after a slow step
+
+This notebook runs in the `ptc-retry` kernel itself, so each of its cells is a
+saved program (`c1`, `c2`, ... in order). The next cell computes for a while, then
+fails in its last statement. The notice counts the statements that completed and
+offers `resume=True`.
+"""),
+    code(
+        """
+import random
+import time
+
+started = time.perf_counter()
+rng = random.Random(7)
+samples = [sum(rng.random() for _ in range(12)) - 6 for _ in range(1_000_000)]  # the slow step
+mean = sum(samples) / len(samples)
+spread = (sum((x - mean) ** 2 for x in samples) / len(samples)) ** 0.5
+print(f"{len(samples):,} samples in {time.perf_counter() - started:.1f} s")
+print(f"range {min(samples):+.2f} to {max(samples):+.2f}")
+f"mean {mean:+.3f}, spread {spread:.3f}, tail {sum(x > 2 for x in samples) / len(samples):.2%f}"
+""",
+        FAILS,
+    ),
+    md("""
+The replay with `resume=True` starts at the failed statement: the samples are still
+in the namespace, so it takes milliseconds instead of running the slow step again.
+"""),
+    code(
+        """
+started = time.perf_counter()
+value = await ptc_retry.replay("c3", ":.2%f}", ":.2%}", resume=True)
+print(f"fixed in {time.perf_counter() - started:.3f} s")
+value
+"""
+    ),
+    md("""
+## The time limit
+
+With `PtcRetry.time_limit` (or a backend's per-call `time_limit`), the kernel stops
+its own program when the limit passes, keeps what it printed, and says so in the
+notice. Here the simulation's loop count is far too high.
+"""),
+    code("%config PtcRetry.time_limit = 2"),
+    code(
+        """
+def simulate(rounds, seed=11, threshold=1.2):
+    \"\"\"The share of rounds in which two uniform draws add up to more than threshold.\"\"\"
+    rng = random.Random(seed)
+    wins = 0
+    for _ in range(rounds):
+        wins += rng.random() + rng.random() > threshold
+    return wins / rounds
+
+
+exact = (2 - 1.2) ** 2 / 2  # the closed form, to check the simulation against
+baseline = sum(samples[:1000])  # already computed: a resume will not redo it
+print("simulating ...")
+share = simulate(rounds=500_000_000)
+{"simulated": round(share, 3), "exact": round(exact, 3)}
+""",
+        FAILS,
+    ),
+    md("The fix lowers the loop count; `resume=True` skips the statements that completed."),
+    code("""await ptc_retry.replay("c6", "rounds=500_000_000", "rounds=200_000", resume=True)"""),
+    code("%config PtcRetry.time_limit = None"),
+    code("%ptc_history"),
+]
+
+# -- 04: native mode ----------------------------------------------------------------------------
+
+NOTES = """\
+## ledger-api 2.4.0
+
+### Added
+- Reconciliation engine v2: matches bank statements against ledger entries in one pass,
+  with partial matches reported instead of dropped.
+- Strict currency checks: a batch that mixes currencies is rejected with the offending
+  entry ids.
+- Exports run asynchronously; poll /v2/exports/{id} or subscribe to export.finished.
+
+### Changed
+- The database pool doubles to 20 connections for the month-end peak.
+- The statement timeout drops from 15 s to 10 s; long reports move to the export API.
+- Log level warning by default: request logs move to the tracing pipeline.
+
+### Fixed
+- Duplicate webhook deliveries after a retry no longer book a transfer twice.
+- Cursor pagination skipped an item when two entries shared a timestamp.
+- The CSV export quoted numbers in some locales.
+"""
+
+NATIVE = [
+    md("""
+# Native mode: `editPreviousToolCalling`
+
+An agent that calls tools directly pays for a whole retry when one long argument
+holds one small mistake. `ptc_retry.native.NativeTools` journals every call's raw
+arguments and adds one tool, `editPreviousToolCalling`: the model sends a small
+patch and names the call; the tool re-runs it with the patched arguments.
+"""),
+    code(
+        """
+import datetime
+import json
+import re
+
+from ptc_retry.native import NativeTools, ToolFailure
+
+tools = NativeTools(session="native-demo")
+
+
+@tools.register
+def publish_release(version: str, date: str, notes: str) -> str:
+    \"\"\"Publish release notes for a version on its release date (YYYY-MM-DD).\"\"\"
+    if not re.fullmatch(r"\\d+\\.\\d+\\.\\d+", version):
+        raise ToolFailure(f"version must look like 1.2.3, not {version!r}")
+    day = datetime.date.fromisoformat(date)
+    return f"published {version} on {day:%d %b %Y}: {len(notes.splitlines())} lines of notes"
+
+
+print([d["function"]["name"] for d in tools.definitions("openai")])
+print(tools.prompt_section())
+"""
+    ),
+    md("""
+## A small loop
+
+The scripted model's first call has a long `notes` argument and a date with month 13.
+It reads the failure and its notice, then patches the one field.
+"""),
+    code(
+        'NOTES = """\\\n'
+        + NOTES
+        + '''"""
+
+first = {"version": "2.4.0", "date": "2024-13-02", "notes": NOTES}
+fix = {"call_id": "call_1", "patch": [{"path": "date", "value": "2024-12-02"}]}
+calls = [
+    ("call_1", "publish_release", json.dumps(first)),
+    ("call_2", "editPreviousToolCalling", json.dumps(fix)),
+]
+for call_id, name, raw in calls:
+    tools.journal.new_message()  # each call is one model message here
+    result = await tools.invoke(name, raw, call_id)
+    print(f"=== the model calls {name} ({call_id}, {len(raw):,} bytes)")
+    print(f"=== it reads ({result.status}):\\n{result.text}\\n")
+'''
+    ),
+    md("""
+The retry cost the patch, not the arguments again. The journal holds both calls;
+the edit's checkpoint holds the patched arguments, so a second fix would edit those.
+"""),
+    code(
+        """
+resend = len(json.dumps({**first, "date": "2024-12-02"}))
+print(f"re-send: {resend:,} bytes; patch: {len(calls[1][2])} bytes")
+for line in tools.journal.store.history():
+    print(line["id"], line["tool"], line["status"], line.get("replay_of") or "")
+patched = json.loads((tools.journal.session_dir / "by-id" / "call_2.json").read_text())
+print(patched["date"], len(patched["notes"]))
+"""
+    ),
+]
+
+NOTEBOOKS = {
+    "01-quickstart.ipynb": ("quickstart", STOCK_KERNEL, QUICKSTART),
+    "02-agent-loop.ipynb": ("agent-loop", PTC_KERNEL, AGENT_LOOP),
+    "03-guard-and-resume.ipynb": ("guard-and-resume", PTC_KERNEL, GUARD_AND_RESUME),
+    "04-native-mode.ipynb": ("native-mode", PTC_KERNEL, NATIVE),
+}
+
+
+def build(directory: Path = HERE) -> list[Path]:
+    """Write every notebook, without outputs, to ``directory``; return the paths."""
+    paths = []
+    for filename, (slug, kernel, cells) in NOTEBOOKS.items():
+        nb = notebook(slug, kernel, cells)
+        nbformat.validate(nb)
+        path = directory / filename
+        nbformat.write(nb, str(path))
+        paths.append(path)
+    return paths
+
+
+if __name__ == "__main__":
+    for written in build(Path(sys.argv[1]) if len(sys.argv) > 1 else HERE):
+        print(f"wrote {written}")
