@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import secrets
 import sys
 import textwrap
@@ -28,6 +27,7 @@ from jupyter_core.utils import run_sync
 
 from .backend import KernelBackend, KernelStartError, RunResult
 from .errors import PtcRetryError
+from .notice import parse_notice
 
 TASK = "Report revenue by region and the best month from this CSV export."
 
@@ -79,7 +79,6 @@ print(f"best month {best}: {by_month[best]:.2f}; median order {median:.2f}")
 '''
 
 FIX = ('row["unit_prcie"]', 'row["unit_price"]')
-_NOTICE_ID = re.compile(r'checkpoint "([^"]+)"')
 _WIDTH = 78
 
 
@@ -148,7 +147,7 @@ async def _converse(backend: KernelBackend, save: str | Path | None) -> int:
         return 1
 
     # The scripted model does what the notice says: it takes the id and sends one line.
-    target = _NOTICE_ID.search(first.notice).group(1)  # type: ignore[union-attr]
+    target, _ = parse_notice(first.notice)  # type: ignore[misc]
     line = f"await ptc_retry.replay({json.dumps(target)}, {FIX[0]!r}, {FIX[1]!r})"
     retry_raw = json.dumps({"code": line})
     _section(f"the model calls run_code (id call_2, {len(retry_raw.encode()):,} bytes)")

@@ -34,7 +34,7 @@ def test_demo_completes(played: Any) -> None:
 def test_transcript_shows_the_failure_the_notice_and_the_replay(played: Any) -> None:
     _, transcript, _, _ = played
     failure = transcript.index("KeyError: 'unit_prcie'")
-    notice = transcript.index('[ptc-retry] Program saved as checkpoint "call_1"')
+    notice = transcript.index('await ptc_retry.replay("call_1", "<old>", "<new>")')
     replay = transcript.index(
         """await ptc_retry.replay("call_1", 'row["unit_prcie"]', 'row["unit_price"]')"""
     )

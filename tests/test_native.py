@@ -35,16 +35,30 @@ from ptc_retry.notice import native_failure_notice, prompt_section
 from ptc_retry.patch import apply_patch, validate_patch
 from ptc_retry.store import CheckpointStore, default_root
 
+# write_file's content; with its path, over notice_min_bytes.
 PROGRAM = """\
 import json
+import time
+import urllib.request
 
 RETRIES = 3  # TODO: read from the environment
+BACKOFF = 0.5
+FEEDS = ["https://example.com/news.json", "https://example.com/events.json"]
 
 
 def fetch(url, retries=RETRIES):
     for attempt in range(retries):
-        print("fetching", url, "attempt", attempt)
-    return {"url": url, "ok": True}
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return json.load(response)
+        except OSError as error:
+            print("fetching", url, "failed on attempt", attempt, error)
+            time.sleep(BACKOFF * 2**attempt)
+    return {"url": url, "ok": False}
+
+
+def fetch_all(urls=FEEDS):
+    return {url: fetch(url) for url in urls}
 """
 FIXED = PROGRAM.replace("  # TODO: read from the environment", "")
 TABLE = {"region": "eu-west-1", "owner": "ops"}
@@ -161,7 +175,7 @@ def tokens_by_words(text: str) -> int:
 def test_a_failed_call_gets_the_notice_and_one_edit_fixes_it(ws: Workspace) -> None:
     [failed] = ws.send(("write_file", {"path": "fetch.py", "content": PROGRAM}))
     assert failed == (
-        "ValueError: content still has a TODO on line 3\n"
+        "ValueError: content still has a TODO on line 5\n"
         + native_failure_notice("call_1", field="content")
     )
     assert failed.endswith(
@@ -184,7 +198,21 @@ def test_a_failed_call_gets_the_notice_and_one_edit_fixes_it(ws: Workspace) -> N
 
 
 def test_a_wrong_type_is_fixed_by_replacing_the_whole_value(ws: Workspace) -> None:
-    config = {"name": "fetcher", "port": "8080", "description": "polls the feed " * 12}
+    config = {  # over notice_min_bytes
+        "name": "fetcher",
+        "port": "8080",
+        "schedule": "*/5 * * * *",
+        "feeds": ["https://example.com/news.json", "https://example.com/events.json"],
+        "description": (
+            "Polls the news and events feeds every five minutes, keeps the last day of "
+            "items and serves them as JSON to the dashboard. A failed fetch is retried "
+            "three times with exponential backoff before the feed is reported as down."
+        ),
+        "headers": {"User-Agent": "fetcher/2.1 (+https://example.com/bots)"},
+        "retention_hours": 24,
+        "owner": "ops",
+        "alerts": "ops-alerts@example.com",
+    }
     [failed] = ws.send(("submit_config", {"config": config}))
     assert failed.startswith("TypeError: config.port must be an integer, got str\n")
     # The example in the notice points at the longest string, the likeliest place of a fix.
@@ -296,7 +324,7 @@ def test_a_failing_replay_then_a_corrected_one_accumulates_the_fixes(
 
     assert failed_replay == (
         "replayed call_1 (write_file) with 1 patch entry; it failed: "
-        "ValueError: content still has a FIXME on line 8\n"
+        "ValueError: content still has a FIXME on line 16\n"
         + native_failure_notice("call_2", field="content")  # the replay's own id
     )
 
@@ -635,7 +663,7 @@ def test_a_tool_failure_reads_as_its_own_text(tmp_path: Path) -> None:
     def run_code(code: str) -> str:
         raise ToolFailure("Traceback (most recent call last):\nNameError: x", ename="NameError")
 
-    text = tools.call_sync("run_code", json.dumps({"code": "print(x)\n" * 30}), "call_1")
+    text = tools.call_sync("run_code", json.dumps({"code": PROGRAM}), "call_1")
 
     assert text == (
         "Traceback (most recent call last):\nNameError: x\n"
@@ -702,12 +730,21 @@ def test_a_replay_whose_patched_arguments_cannot_be_saved_still_runs(ws: Workspa
 
 @pytest.mark.parametrize(
     ("size", "minimum", "noticed"),
-    [(149, 150, False), (150, 150, True), (151, 150, True), (40, 0, True), (400, 500, False)],
+    [
+        (149, 150, False),
+        (150, 150, True),
+        (151, 150, True),
+        (40, 0, True),
+        (400, 500, False),
+        (499, None, False),  # None: the default, 500
+        (500, None, True),
+    ],
 )
 def test_the_notice_needs_arguments_of_at_least_notice_min_bytes(
-    tmp_path: Path, size: int, minimum: int, noticed: bool
+    tmp_path: Path, size: int, minimum: int | None, noticed: bool
 ) -> None:
-    ws = make_workspace(tmp_path / "root", notice_min_bytes=minimum)
+    options = {} if minimum is None else {"notice_min_bytes": minimum}
+    ws = make_workspace(tmp_path / "root", **options)
     head = {"path": "p", "content": "TODO \u00e9"}  # non-ASCII: the size is in UTF-8 bytes
     padding = size - len(json.dumps(head, ensure_ascii=False).encode())
     raw = json.dumps({**head, "content": head["content"] + "x" * padding}, ensure_ascii=False)
@@ -823,13 +860,24 @@ def test_the_native_prompt_section_teaches_the_tool_with_three_examples(tmp_path
     assert EDIT_TOOL in text and "call_id" in text and "previous_ordinal" in text
     assert text.endswith(FINAL_SENTENCE + "\n")
     assert "\x1b" not in text
-    examples = [json.loads(line) for line in text.splitlines() if line.startswith("[{")]
+    assert "Entries for a typo, a stale value, a wrong type:" in text
+    examples = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     assert len(examples) == 3
-    # They apply: a fragment of a long text, a stale fragment everywhere, a wrong type.
-    arguments = {"text": "teh cat sat", "date": "2023-01-01/2023", "port": "80"}
-    for patch in examples:
-        arguments = apply_patch(arguments, patch)
-    assert arguments == {"text": "the cat sat", "date": "2024-01-01/2024", "port": 80}
+    assert all(len(json.dumps(entry)) <= 70 for entry in examples)  # short
+    # Each is one patch entry, and they apply: a typo in a long text, a stale value in a
+    # nested field, a wrong type replaced by a whole value.
+    arguments = {
+        "text": "Dear team, teh report for June is attached; comments by Friday please.",
+        "query": {"since": "2023-06-01", "limit": 50},
+        "port": "80",
+    }
+    for entry in examples:
+        arguments = apply_patch(arguments, [entry])
+    assert arguments == {
+        "text": "Dear team, the report for June is attached; comments by Friday please.",
+        "query": {"since": "2024-06-01", "limit": 50},
+        "port": 80,
+    }
 
 
 def test_prompt_section_refuses_an_unknown_mode() -> None:
