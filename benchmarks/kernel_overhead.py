@@ -58,9 +58,19 @@ def main() -> None:
     parser.add_argument("--cells", type=int, default=300, help="cells per batch")
     parser.add_argument("--rounds", type=int, default=6, help="interleaved batches per kernel")
     parser.add_argument("--long", type=int, default=4000, help="cells in the growth session")
+    parser.add_argument(
+        "--root",
+        help="directory to hold the checkpoint root (default: the system temp directory, "
+        "where ptc-retry saves by default)",
+    )
     args = parser.parse_args()
+    if args.long < 3250:
+        parser.error(
+            "--long must be at least 3250: growth compares cells 3,000 on with the first 1,000"
+        )
 
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory(dir=args.root) as tmp:
+        print(f"checkpoint root in {tmp}")
         kernels = {name: start(name, Path(tmp)) for name in ("python3", "ptc-retry")}
         clients = {}
         for name, km in kernels.items():
