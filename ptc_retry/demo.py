@@ -8,8 +8,8 @@ and sends one line instead of the whole program again::
     await ptc_retry.replay("call_1", 'row["unit_prcie"]', 'row["unit_price"]')
 
 The transcript shows what the model sent and what it read, then what the retry
-cost against re-sending the corrected program. Tokens are an estimate,
-``ceil(bytes / 4)``, until the evaluation brings a real tokenizer. ``save``
+cost against re-sending the corrected program, in cl100k_base tokens where the
+``eval`` extra is installed, else estimated as ``ceil(bytes / 4)``. ``save``
 writes the session as a notebook (nbformat v4) that JupyterLab opens.
 """
 
@@ -182,20 +182,32 @@ def _last(backend: KernelBackend) -> RunResult:
 
 
 def _summary(retry_raw: str, resend_raw: str, notice: str) -> str:
+    from .eval.tokens import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    if tokenizer.available:
+        count, mark = tokenizer.count, ""
+        how = f"tokens: {tokenizer.name}, of the tool-call arguments as JSON"
+    else:
+        count, mark = (lambda text: estimate_tokens(len(text.encode()))), "~"
+        how = (
+            "tokens: an estimate, ceil(bytes / 4) of the tool-call arguments as JSON "
+            "(pip install 'ptc-retry[eval]' counts them with cl100k_base)"
+        )
     retry, resend = len(retry_raw.encode()), len(resend_raw.encode())
     saved = resend - retry
-    saved_tokens = estimate_tokens(resend) - estimate_tokens(retry)
+    saved_tokens = count(resend_raw) - count(retry_raw)
     rows = [
-        ("retry by replay (one line)", retry, estimate_tokens(retry), ""),
-        ("retry by re-sending the program", resend, estimate_tokens(resend), ""),
+        ("retry by replay (one line)", retry, count(retry_raw), ""),
+        ("retry by re-sending the program", resend, count(resend_raw), ""),
         ("saved", saved, saved_tokens, f" ({saved / resend:.0%})"),
-        ("the notice, read once", len(notice.encode()), estimate_tokens(len(notice.encode())), ""),
+        ("the notice, read once", len(notice.encode()), count(notice), ""),
     ]
     lines = [
-        f"{label:<32} {size:>6,} bytes {'~' + format(tokens, ','):>7} tokens{note}"
+        f"{label:<32} {size:>6,} bytes {mark + format(tokens, ','):>7} tokens{note}"
         for label, size, tokens, note in rows
     ]
-    lines.append("tokens: an estimate, ceil(bytes / 4) of the tool-call arguments as JSON")
+    lines.append(how)
     return "\n".join(lines)
 
 

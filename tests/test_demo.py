@@ -13,6 +13,7 @@ import nbformat
 import pytest
 
 from ptc_retry import demo
+from ptc_retry.eval.tokens import load_tokenizer
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,13 @@ def test_transcript_compares_the_retry_with_resending(played: Any) -> None:
     resend = len(json.dumps({"code": demo.PROGRAM.replace(*demo.FIX)}).encode())
     assert f"retry by replay (one line)       {retry:>6,} bytes" in transcript
     assert f"retry by re-sending the program  {resend:>6,} bytes" in transcript
-    assert "ceil(bytes / 4)" in transcript
+    tokenizer = load_tokenizer()
+    if tokenizer.available:
+        replay_tokens = tokenizer.count(json.dumps({"code": _replay_line()}))
+        assert f"{retry:>6,} bytes {replay_tokens:>7,} tokens" in transcript
+        assert "tokens: cl100k_base" in transcript
+    else:
+        assert "ceil(bytes / 4)" in transcript
 
 
 def test_the_checkpoints_of_the_demo_are_kept(played: Any) -> None:
