@@ -6,13 +6,15 @@ The ``ptc-retry`` kernelspec is installed into a temporary prefix that
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import queue
 import time
-from collections.abc import Iterator
+from collections.abc import Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 import pytest
 from jupyter_client.blocking.client import BlockingKernelClient
@@ -21,6 +23,49 @@ from jupyter_client.manager import KernelManager
 from kernel_ext import kernelspec
 
 KERNEL_TIMEOUT = 60
+
+T = TypeVar("T")
+#: The ``run`` fixture: runs a coroutine to completion on the module's event loop.
+Run = Callable[[Coroutine[Any, Any, T]], T]
+
+# A program that prints, then kills its kernel before it can finish.
+DYING = """\
+values = [3, 4, 5]
+total = sum(values)
+print('partial', total)
+import os, sys, time
+sys.stdout.flush()
+time.sleep(0.5)
+os._exit(1)
+print('finished', total * 2)
+"""
+
+
+def raw(code: str) -> str:
+    """A run_code tool call's arguments as a model writes them."""
+    return json.dumps({"code": code}, ensure_ascii=False)
+
+
+def history(directory: Path | None) -> list[dict[str, Any]]:
+    """The lines of ``directory/history.jsonl`` (none when it does not exist yet)."""
+    assert directory is not None
+    path = directory / "history.jsonl"
+    text = path.read_text("utf-8") if path.exists() else ""
+    return [json.loads(line) for line in text.splitlines() if line]
+
+
+def line_of(directory: Path | None, call_id: str) -> dict[str, Any]:
+    """The one history line of ``call_id``."""
+    (line,) = [h for h in history(directory) if h["id"] == call_id]
+    return line
+
+
+@pytest.fixture(scope="module")
+def run() -> Iterator[Run[Any]]:
+    """Run a coroutine on the one event loop every backend of a test module lives on."""
+    loop = asyncio.new_event_loop()
+    yield loop.run_until_complete
+    loop.close()
 
 
 @pytest.fixture(scope="session")

@@ -12,11 +12,12 @@ import os
 import signal
 import time
 import tracemalloc
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import pytest
+from conftest import DYING, Run, history, line_of, raw
 
 from ptc_retry.backend import (
     MAX_RAW_OUTPUT_CHARS,
@@ -25,9 +26,6 @@ from ptc_retry.backend import (
     KernelStartError,
 )
 from ptc_retry.notice import parse_notice
-
-T = TypeVar("T")
-Run = Callable[[Coroutine[Any, Any, T]], T]
 
 # Over notice_min_bytes (about 630 bytes), one wrong literal: the "region" key is spelled
 # "regoin" in the lookup.
@@ -52,30 +50,6 @@ print("regions:", sorted(summary))
 print(f"mean order: {statistics.mean(row['amount'] for row in orders):.2f}")
 summary
 """
-
-
-def raw(code: str) -> str:
-    """A tool call's arguments as a model writes them."""
-    return json.dumps({"code": code}, ensure_ascii=False)
-
-
-def history(kb: KernelBackend) -> list[dict[str, Any]]:
-    path = kb.session_dir / "history.jsonl"
-    text = path.read_text("utf-8") if path.exists() else ""
-    return [json.loads(line) for line in text.splitlines() if line]
-
-
-def line_of(kb: KernelBackend, call_id: str) -> dict[str, Any]:
-    (line,) = [h for h in history(kb) if h["id"] == call_id]
-    return line
-
-
-@pytest.fixture(scope="module")
-def run() -> Iterator[Run[Any]]:
-    """Run a coroutine on the one event loop every backend of this module lives on."""
-    loop = asyncio.new_event_loop()
-    yield loop.run_until_complete
-    loop.close()
 
 
 @pytest.fixture(scope="module")
@@ -122,9 +96,9 @@ def test_scripted_agent_fails_reads_the_notice_replays_and_succeeds(
 
     assert second.startswith("regions: ['east', 'north', 'south']\nmean order: 138.19")
     assert second.endswith("{'north': 162.75, 'south': 80.0, 'east': 310.0}")
-    assert line_of(backend, "call_a1")["status"] == "error"
-    assert line_of(backend, "call_a2")["status"] == "ok"
-    assert line_of(backend, "call_a2")["replay_of"] == "call_a1"
+    assert line_of(backend.session_dir, "call_a1")["status"] == "error"
+    assert line_of(backend.session_dir, "call_a2")["status"] == "ok"
+    assert line_of(backend.session_dir, "call_a2")["replay_of"] == "call_a1"
     saved = backend.session_dir / "by-id" / "call_a1.json"
     assert saved.read_bytes() == raw(PROGRAM).encode()
 
@@ -153,7 +127,7 @@ def test_calls_without_an_id_get_distinct_ids(backend: KernelBackend, run: Run[A
     first = run(backend.run_code("1"))
     second = run(backend.run_code("2"))
     assert first.call_id != second.call_id
-    assert {first.call_id, second.call_id} <= {h["id"] for h in history(backend)}
+    assert {first.call_id, second.call_id} <= {h["id"] for h in history(backend.session_dir)}
 
 
 def test_parallel_calls_of_one_message_share_a_step(backend: KernelBackend, run: Run[Any]) -> None:
@@ -167,7 +141,7 @@ def test_parallel_calls_of_one_message_share_a_step(backend: KernelBackend, run:
     run(one_message())
     run(backend.run_code("print(part_one, part_two)", call_id="call_p3"))
 
-    p1, p2 = line_of(backend, "call_p1"), line_of(backend, "call_p2")
+    p1, p2 = line_of(backend.session_dir, "call_p1"), line_of(backend.session_dir, "call_p2")
     assert p1["step"] == p2["step"] and (p1["ordinal"], p2["ordinal"]) == (1, 2)
     assert json.loads((backend.session_dir / "previous" / "2.json").read_text()) == {
         "code": "part_two = 'right'"
@@ -287,7 +261,7 @@ def test_malformed_tool_calls_never_reach_the_kernel(
 
     assert text.startswith("Error: ") and text.endswith("Nothing ran.")
     assert says in text
-    assert "call_bad" not in {h["id"] for h in history(backend)}
+    assert "call_bad" not in {h["id"] for h in history(backend.session_dir)}
     assert not (backend.session_dir / "by-id" / "call_bad.json").exists()
 
 
@@ -348,17 +322,6 @@ def test_program_deaf_to_interrupts_gets_the_kernel_restarted(
 
 # -- kernel death -----------------------------------------------------------------------------
 
-DYING = """\
-values = [3, 4, 5]
-total = sum(values)
-print('partial', total)
-import os, sys, time
-sys.stdout.flush()
-time.sleep(0.5)
-os._exit(1)
-print('finished', total * 2)
-"""
-
 
 def test_os_exit_is_reported_as_died_and_the_program_replays(
     fragile: KernelBackend, run: Run[Any]
@@ -375,7 +338,7 @@ def test_os_exit_is_reported_as_died_and_the_program_replays(
         fragile.run_code("await ptc_retry.replay('call_x1', 'os._exit(1)', 'pass')", timeout=60)
     )
     assert (replayed.status, replayed.text) == ("ok", "partial 12\nfinished 24")
-    assert line_of(fragile, "call_x1")["status"] == "unfinished"
+    assert line_of(fragile.session_dir, "call_x1")["status"] == "unfinished"
 
 
 def test_sigkill_from_outside_is_reported_as_died(fragile: KernelBackend, run: Run[Any]) -> None:

@@ -10,18 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import pytest
+from conftest import Run, history, line_of, raw
 
 from ptc_retry.backend import NATIVE_RUN_CODE_DESCRIPTION, BackendError, KernelBackend
 from ptc_retry.native import EDIT_TOOL
 from ptc_retry.notice import native_failure_notice, prompt_section
-
-T = TypeVar("T")
-Run = Callable[[Coroutine[Any, Any, T]], T]
 
 SETUP = """\
 orders = [
@@ -69,35 +67,10 @@ OUTPUT = (
 TYPO = {"path": "code", "old_string": 'row["regoin"]', "new_string": 'row["region"]'}
 
 
-def raw(code: str) -> str:
-    """A tool call's arguments as a model writes them."""
-    return json.dumps({"code": code}, ensure_ascii=False)
-
-
 def edit(target: str | int, *entries: dict[str, Any]) -> str:
     """The raw arguments of an editPreviousToolCalling call."""
     locator = "call_id" if isinstance(target, str) else "previous_ordinal"
     return json.dumps({locator: target, "patch": list(entries)})
-
-
-def history(directory: Path | None) -> list[dict[str, Any]]:
-    assert directory is not None
-    path = directory / "history.jsonl"
-    text = path.read_text("utf-8") if path.exists() else ""
-    return [json.loads(line) for line in text.splitlines() if line]
-
-
-def line_of(directory: Path | None, call_id: str) -> dict[str, Any]:
-    (line,) = [h for h in history(directory) if h["id"] == call_id]
-    return line
-
-
-@pytest.fixture(scope="module")
-def run() -> Iterator[Run[Any]]:
-    """Run a coroutine on the one event loop every backend of this module lives on."""
-    loop = asyncio.new_event_loop()
-    yield loop.run_until_complete
-    loop.close()
 
 
 @pytest.fixture(scope="module")

@@ -16,9 +16,9 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Coroutine, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any
 
 import pytest
 
@@ -30,6 +30,7 @@ if int(kernel_gateway.__version__.split(".")[0]) < 3:
     # never completes the handshake under tornado >= 6.5.
     pytest.skip("these tests need jupyter-kernel-gateway >= 3", allow_module_level=True)
 
+from conftest import DYING, Run, raw  # noqa: E402
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest  # noqa: E402
 from tornado.websocket import websocket_connect  # noqa: E402
 
@@ -41,9 +42,6 @@ from ptc_retry.backend import (  # noqa: E402
     RunResult,
 )
 from ptc_retry.notice import parse_notice  # noqa: E402
-
-T = TypeVar("T")
-Run = Callable[[Coroutine[Any, Any, T]], T]
 
 TOKEN = "test-token-" + uuid.uuid4().hex[:8]
 # Over notice_min_bytes: one wrong key ("regoin") in a lookup.
@@ -70,10 +68,6 @@ busiest = max(totals, key=lambda name: totals[name]["items"])
 print(sorted(totals))
 """
 FIX = "await ptc_retry.replay({target!r}, 'row[\"regoin\"]', 'row[\"region\"]')"
-
-
-def raw(code: str) -> str:
-    return json.dumps({"code": code})
 
 
 class Gateway:
@@ -139,13 +133,6 @@ class Gateway:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-
-
-@pytest.fixture(scope="module")
-def run() -> Iterator[Run[Any]]:
-    loop = asyncio.new_event_loop()
-    yield loop.run_until_complete
-    loop.close()
 
 
 @pytest.fixture(scope="module")
@@ -248,17 +235,6 @@ def test_guard_refuses_after_three_identical_failures(
 
 
 # -- deaths and restarts, through the gateway's API -----------------------------------------
-
-DYING = """\
-values = [3, 4, 5]
-total = sum(values)
-print('partial', total)
-import os, sys, time
-sys.stdout.flush()
-time.sleep(0.5)
-os._exit(1)
-print('finished', total * 2)
-"""
 
 
 def test_kernel_death_is_detected_restarted_and_the_program_replays(
