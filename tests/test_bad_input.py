@@ -128,17 +128,22 @@ def test_root_owned_by_someone_else_is_refused(start_kernel, tmp_path: Path) -> 
     assert list(root.iterdir()) == []
 
 
-@pytest.fixture
-def read_only_dir(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "ro"
+def mount_tmpfs(mount: Path, options: str) -> Iterator[Path]:
+    """A real tmpfs at ``mount`` (root only; the test is skipped elsewhere)."""
     mount.mkdir()
     done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(mount)], capture_output=True
+        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True
     )
     if done.returncode != 0:
-        pytest.skip("cannot mount a read-only file system here")
+        pytest.skip(f"cannot mount a tmpfs ({options}) here")
     yield mount
+    # Lazy: the kernel may still hold the history file open until its fixture ends.
     subprocess.run(["umount", "--lazy", str(mount)], check=True)
+
+
+@pytest.fixture
+def read_only_dir(tmp_path: Path) -> Iterator[Path]:
+    yield from mount_tmpfs(tmp_path / "ro", "ro,size=1m")
 
 
 def test_read_only_root_warns_once_and_programs_still_run(
@@ -149,18 +154,10 @@ def test_read_only_root_warns_once_and_programs_still_run(
 
 @pytest.fixture
 def tiny_dir(tmp_path: Path) -> Iterator[Path]:
-    mount = tmp_path / "tiny"
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip("cannot mount a small file system here")
-    yield mount
-    subprocess.run(["umount", "--lazy", str(mount)], check=True)
+    yield from mount_tmpfs(tmp_path / "tiny", "size=64k")
 
 
-def test_full_disk_warns_once_and_saving_resumes_when_space_returns(
+def test_full_disk_warns_once_and_programs_that_fit_are_still_saved(
     start_kernel, tiny_dir: Path
 ) -> None:  # type: ignore[no-untyped-def]
     kernel = start_kernel(root=tiny_dir / "root")

@@ -7,10 +7,10 @@ import os
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 from typing import Any
 
+import nbformat
 import pytest
 
 from ptc_retry import store as store_module
@@ -392,16 +392,17 @@ def test_a_root_owned_by_another_user_is_refused(
 # -- the command itself ------------------------------------------------------------------------
 
 
-def test_demo_save_is_passed_to_the_demo(
-    cli: Any, root: Path, monkeypatch: pytest.MonkeyPatch
+def test_demo_runs_on_a_real_kernel_and_saves_its_notebook(
+    cli: Any, root: Path, tmp_path: Path, jupyter_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls: list[dict[str, Any]] = []
-    fake = types.ModuleType("ptc_retry.demo")
-    fake.run = lambda **kwargs: calls.append(kwargs) or 0  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "ptc_retry.demo", fake)
     monkeypatch.setenv("PTC_RETRY_ROOT", str(root))
-    assert cli("demo", "--save", "out.ipynb")[0] == 0
-    assert calls == [{"root": root, "save": "out.ipynb"}]
+    notebook = tmp_path / "demo.ipynb"
+    code, out, _ = cli("demo", "--save", notebook)
+    assert code == 0
+    assert "await ptc_retry.replay(" in out
+    nbformat.validate(nbformat.read(notebook, as_version=4))
+    (session,) = root.iterdir()  # the demo's checkpoints went to the root it was given
+    assert (session / "history.jsonl").exists()
 
 
 def test_the_installed_console_script_explains_its_commands() -> None:
