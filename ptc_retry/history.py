@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
-from .store import _parse_lines, _uid, check_dir, sanitize
+from .store import _parse_lines, _uid, check_dir, sanitize, unfinished_line
 
 COLUMNS = ("id", "status", "turn", "step", "ordinal", "bytes", "ename", "replay_of", "when")
 FAILED = frozenset({"error", "interrupted"})
@@ -177,14 +177,9 @@ class SessionReader:
             records = []
         known = {record["id"] for record in records if isinstance(record.get("id"), str)}
         orphans = sorted(
-            (st.st_mtime, cid, st.st_size)
-            for cid, st in self._checkpoints().items()
-            if cid not in known
+            (st.st_mtime, cid, st) for cid, st in self._checkpoints().items() if cid not in known
         )
-        for mtime, cid, size in orphans:
-            line = {"id": cid, "tool": None, "turn": None, "step": None, "ordinal": None}
-            line.update(status="unfinished", time=mtime, duration=None, bytes=size)
-            records.append(line)
+        records.extend(unfinished_line(cid, st) for _, cid, st in orphans)
         return records
 
     def latest_ids(self, n: int = 5) -> list[str]:

@@ -178,6 +178,14 @@ def _parse_lines(data: bytes) -> list[dict[str, Any]]:
     return records
 
 
+def unfinished_line(call_id: str, st: os.stat_result) -> dict[str, Any]:
+    """The history line of a call saved as ``st`` that never finished (its process died)."""
+    line: dict[str, Any] = {"id": call_id, "tool": None, "turn": None, "step": None}
+    line.update(ordinal=None, status="unfinished", time=st.st_mtime, duration=None)
+    line["bytes"] = st.st_size
+    return line
+
+
 @dataclass
 class Call:
     """One checkpointed call, as ``begin`` saved it; pass it to ``finish``."""
@@ -253,9 +261,8 @@ class CheckpointStore:
         self._fd = os.open(self._history, flags, _FILE_MODE)
         try:
             _fix_mode(self._fd)
-            for mtime, cid, st in orphans:  # saved, then the process died before finish
-                line = {"id": cid, "tool": None, "turn": None, "step": None, "ordinal": None}
-                line.update(status="unfinished", time=mtime, duration=None, bytes=st.st_size)
+            for _, cid, st in orphans:  # saved, then the process died before finish
+                line = unfinished_line(cid, st)
                 self._append(line)
                 records.append(line)
                 self._note_id(cid)
