@@ -117,7 +117,7 @@ from .native import (
     ToolResult,
     current_call,
 )
-from .notice import failure_notice, parse_notice, prompt_section
+from .notice import parse_notice, prompt_section, resume_call
 from .store import default_root, sanitize
 
 __all__ = [
@@ -171,6 +171,7 @@ class RunResult:
     value: str | None = None  # text/plain of the execute_result
     call_id: str | None = None  # the checkpoint id the kernel used
     checkpoint: str | None = None  # path of by-id/<call_id>.json, as the kernel sees it
+    reference: str | None = None  # the short reference ("#7") the notice names the program by
     notice: str | None = None  # the kernel's failure notice (also the traceback's last line)
     metadata: dict[str, Any] | None = None  # the reply's metadata["ptc_retry"]
     outputs: list[dict[str, Any]] = field(default_factory=list)  # nbformat v4 outputs, bounded
@@ -536,7 +537,12 @@ class KernelBackend:
         if problem is not None:
             return f"Error: {problem} Nothing ran."
         result = await self.run_code(arguments["code"], call_id=call_id, arguments=raw, **options)
-        return result.text
+        ignored = sorted(set(arguments) - {"code"})
+        if not ignored:
+            return result.text
+        # A stray key is no reason to re-send the program: it ran, and the model is told once.
+        keys = ", ".join(json.dumps(key, ensure_ascii=False) for key in ignored)
+        return _join_notes([f"[ptc-retry] Ignored {keys}: run_code takes only \"code\".", result.text])
 
     # -- native mode --------------------------------------------------------------------------
 
@@ -1129,15 +1135,16 @@ class _Execution:
         )
 
     def _saved(self) -> str:
-        """`` Saved as ... replay(...)``: the notice's words, for a program no reply came for.
+        """`` Saved as ... resume(...)``: how to go on with a program no reply came for.
 
-        Empty in native mode: there the journal's own notice follows (``ptc_retry.replay``
-        is not the model's tool).
+        The kernel that numbered the program is gone, so the call id names it. Empty in
+        native mode: there the journal's own notice follows (``ptc_retry.resume`` is not
+        the model's tool).
         """
         if self.backend.mode == "native":
             return ""
-        call_id, path = self._checkpoint()
-        return f" {_saved(call_id, path)}"
+        call_id, _ = self._checkpoint()
+        return f" Saved as {call_id}. To go on: {resume_call(call_id)}"
 
     async def _drain(self) -> None:
         """Outputs that arrived before the kernel died or was restarted: keep them."""
@@ -1168,7 +1175,7 @@ class _Execution:
         error = self.error
         if error is None and reply_content.get("status") == "error":
             error = reply_content
-        notice, call_id, checkpoint = self._facts(metadata, error)
+        notice, call_id, checkpoint, reference = self._facts(metadata, error)
         status = self.status or self._status(reply_content, metadata, error, duration)
         said = notice is not None and "time limit" in notice  # the kernel stopped it and said so
         if status == "timeout" and not self.restarted and not said:
@@ -1185,6 +1192,7 @@ class _Execution:
             value=self.value,
             call_id=call_id,
             checkpoint=checkpoint,
+            reference=reference,
             notice=notice,
             metadata=metadata,
             outputs=self.capture.outputs,
@@ -1199,23 +1207,25 @@ class _Execution:
 
     def _facts(
         self, metadata: dict[str, Any] | None, error: dict[str, Any] | None
-    ) -> tuple[str | None, str, str]:
-        """(notice, call id, checkpoint): from the reply metadata, else derived."""
+    ) -> tuple[str | None, str, str, str | None]:
+        """(notice, call id, checkpoint, reference): from the reply metadata, else derived."""
         call_id, checkpoint = self._checkpoint()
         if metadata is not None:
             notice = metadata.get("notice")
+            reference = metadata.get("reference")
             return (
                 notice if isinstance(notice, str) else None,
                 metadata.get("call_id") or call_id,
                 metadata.get("checkpoint") or checkpoint,
+                reference if isinstance(reference, str) else None,
             )
-        # A kernel without ptc-retry's reply metadata: the notice is the traceback's last line.
+        # A kernel without ptc-retry's reply metadata: the notice is the traceback's last item.
         lines = (error or {}).get("traceback") or []
         last = _ANSI.sub("", lines[-1]) if lines else ""
-        found = parse_notice(last)
-        if found is None:
-            return None, call_id, checkpoint
-        return last, found[0], found[1]
+        reference = parse_notice(last)
+        if reference is None:
+            return None, call_id, checkpoint, None
+        return last, call_id, checkpoint, reference
 
     def _status(
         self,
@@ -1361,11 +1371,6 @@ class _Capture:
         self.outputs.append(output)
 
 
-def _saved(call_id: str, path: str) -> str:
-    """The notice's own words, for a program the backend reports on (no reply came)."""
-    return failure_notice(call_id, path).removeprefix("[ptc-retry] ")
-
-
 def _bundle_text(data: Mapping[str, Any]) -> str:
     """A display's text for the model: text/plain, and a placeholder for binary data."""
     parts = [_placeholder(mime, value) for mime, value in data.items() if _is_binary(mime)]
@@ -1429,8 +1434,6 @@ def _run_code_problem(arguments: dict[str, Any]) -> str | None:
     code = arguments["code"]
     if not isinstance(code, str):
         return f'"code" must be a string holding the Python program, not {_json_kind(code)}.'
-    if extra:
-        return f'run_code takes only "code"; remove {", ".join(map(repr, extra))}.'
     try:
         code.encode("utf-8")
     except UnicodeEncodeError as exc:

@@ -6,6 +6,11 @@ from __future__ import annotations
 class PtcRetryError(Exception):
     """Base class of every error ptc-retry raises on purpose."""
 
+    def _render_traceback_(self) -> list[str]:
+        # IPython shows this instead of the traceback: the message says what to do, and the
+        # frames of ptc-retry's own files would only cost the model tokens.
+        return [f"{type(self).__name__}: {self}"]
+
 
 class StoreError(PtcRetryError):
     """The checkpoint store cannot be used (unsafe root, bad session directory)."""

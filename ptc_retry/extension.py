@@ -7,18 +7,23 @@ Load it in any IPython or ipykernel session::
 or for every session, in ``ipython_config.py``::
 
     c.InteractiveShellApp.extensions = ["ptc_retry"]
-    c.PtcRetry.notice_min_bytes = 500
+    c.PtcRetry.notice_min_bytes = 200
 
-Every cell that runs is saved to the checkpoint store *before* it runs. When a
-cell fails and its program is at least ``PtcRetry.notice_min_bytes`` long, one
-line is appended to the end of its traceback (``ename`` and ``evalue`` stay as
-they were): the checkpoint id, its path, and the helper call
-``await ptc_retry.replay("<id>", "<old>", "<new>")``.
+Every cell that runs is saved to the checkpoint store *before* it runs, and gets
+the session's next number n. When a cell fails and its program is at least
+``PtcRetry.notice_min_bytes`` long, the notice is appended to the end of its
+traceback (``ename`` and ``evalue`` stay as they were): the program's short
+reference ``#n`` and the helper call ``await ptc_retry.replay("#n", "<old>",
+"<new>")``; an interrupted program, or one stopped by the time limit, is offered
+``await ptc_retry.resume("#n")`` instead. The program is then also at
+``calls/<n>.json`` in the session directory.
 
 When the execute_request carries ``metadata["ptc_retry"]`` (see the README), its
 call id, raw arguments, tool, turn and step are used; otherwise ids are ``c1,
-c2, ...`` and each cell is its own step. ``%unload_ext ptc_retry`` removes every
-hook, name and magic this extension added and restores what it replaced.
+c2, ...`` and each cell is its own step. A cell that only runs this extension's
+magics, and a cell that a program runs, are not calls: they take no number and
+no id. ``%unload_ext ptc_retry`` removes every hook, name and magic this
+extension added and restores what it replaced.
 
 Repeated-failure guard
 ----------------------
@@ -132,6 +137,8 @@ KERNEL_TOKEN = f"{os.getpid()}-{secrets.token_hex(4)}"
 
 # A person's reset: a cell that is exactly this magic line (see PtcRetryMagics.ptc_guard).
 _PERSON_RESET = re.compile(r"\s*%ptc_guard[ \t]+reset\s*")
+# A cell that only runs our own magics (and blank or comment lines) is not a call.
+_OWN_MAGICS_ONLY = re.compile(r"(?:[ \t]*(?:%ptc_(?:history|show|guard)\b[^\n]*|#[^\n]*)?\n)*")
 
 # Request metadata fields and their types; a field of another type is ignored.
 _REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
@@ -259,6 +266,8 @@ class _Running:
     refusal_shown: bool = False
     #: A cell that is exactly ``%ptc_guard reset``, sent by a person (no backend metadata).
     person_reset: bool = False
+    #: A cell that only runs ptc-retry's magics: not a call, the guard does not see it.
+    own_magics: bool = False
     time_limit: TimeLimit | None = None
     #: ``(filename, transformed text)`` of the program a replay runs in this call.
     program: tuple[str, str] | None = None
@@ -375,27 +384,42 @@ class PtcRetryExtension:
         source = info.raw_cell
         tool = request.get("tool", "run_code")
         turn = request.get("turn", 0)
-        arguments = checkpoint_arguments(source, request.get("arguments"))
-        call = None
-        store = self.open_store()
-        if store is not None:
-            try:
-                call = store.begin(
-                    arguments,
-                    call_id=request.get("call_id"),
-                    tool=tool,
-                    turn=turn,
-                    step=request.get("step"),
-                )
-            except (OSError, PtcRetryError) as exc:
-                self.warn_once(f"could not save this program ({exc})")
-            else:
-                self._reported = None
-        running = _Running(info, call, tool=tool, turn=turn, arguments=arguments)
         outermost = not self._running
+        # Not calls: a cell a program runs (it is part of that program) and a cell that only
+        # runs our magics. They take no number or id and leave previous/ as it is.
+        own_magics = outermost and _OWN_MAGICS_ONLY.fullmatch(source + "\n") is not None
+        arguments = ""
+        call = None
+        if outermost and not own_magics:
+            arguments = checkpoint_arguments(source, request.get("arguments"))
+            call = self._begin(source, arguments, request, tool=tool, turn=turn)
+        running = _Running(info, call, tool=tool, turn=turn, arguments=arguments)
+        running.own_magics = own_magics
         self._running.append(running)
-        if outermost:  # a cell run by a program is part of that program
+        if outermost:
             self._before_program(running, request, from_backend=raw_request is not None)
+
+    def _begin(
+        self, source: str, arguments: str, request: dict[str, Any], *, tool: str, turn: int
+    ) -> Call | None:
+        """Save the program before it runs; None (and a warning, once) when it cannot be."""
+        store = self.open_store()
+        if store is None:
+            return None
+        try:
+            call = store.begin(
+                arguments,
+                call_id=request.get("call_id"),
+                tool=tool,
+                turn=turn,
+                step=request.get("step"),
+                code_bytes=len(source.encode("utf-8", "surrogatepass")),
+            )
+        except (OSError, PtcRetryError) as exc:
+            self.warn_once(f"could not save this program ({exc})")
+            return None
+        self._reported = None
+        return call
 
     def _before_program(
         self, running: _Running, request: dict[str, Any], *, from_backend: bool
@@ -411,7 +435,7 @@ class PtcRetryExtension:
         running.person_reset = (
             not from_backend and _PERSON_RESET.fullmatch(running.info.raw_cell) is not None
         )
-        if self.guard.refusing and not running.person_reset:
+        if self.guard.refusing and not running.person_reset and not running.own_magics:
             running.refused = self.guard.refuse()
             running.refusal = RetryGuardPaused(refusal_message(running.refused), running.refused)
             # The cell parses, then this transformer rejects it: IPython shows the error
@@ -454,13 +478,12 @@ class PtcRetryExtension:
             failure = self._failure(running, error)
         call = running.call
         if call is not None and self.store is not None:
-            extra: dict[str, Any] = {}
+            extra: dict[str, Any] = {"kernel": KERNEL_TOKEN}
             if error is not None:
                 extra["ename"] = type(error).__name__
             if failure is not None and failure.statement is not None:
                 extra["failed_statement"] = failure.statement
                 extra["completed"] = failure.completed
-                extra["kernel"] = KERNEL_TOKEN
             if limit is not None and limit.stopped:
                 extra["time_limit"] = limit.seconds
             if running.resumed_from is not None:
@@ -470,7 +493,7 @@ class PtcRetryExtension:
             except (OSError, PtcRetryError) as exc:
                 self.warn_once(f"could not write the history ({exc})")
         guard = running.refused
-        if outermost and running.refused is None:
+        if outermost and running.refused is None and not running.own_magics:
             guard = self.guard.record(
                 failure.key if failure is not None else None,
                 tool=running.tool,
@@ -483,6 +506,7 @@ class PtcRetryExtension:
                 self._resumes = 0
         self.reply_metadata = {
             "call_id": call.id if call else None,
+            "reference": call.reference if call else None,
             "checkpoint": str(call.path) if call else None,
             "ordinal": call.ordinal if call else None,
             "status": status,
@@ -642,20 +666,30 @@ class PtcRetryExtension:
         paused = bool(repeated) and self.guard.mode == "pause"
         call = running.call
         if call is not None and call.bytes >= self.config.notice_min_bytes:
+            interrupted = isinstance(evalue, KeyboardInterrupt)
             notice: str | None = failure_notice(
-                call.id,
-                call.path,
+                call.reference,
+                interrupted=interrupted,
                 completed=failure.completed,
                 time_limit=stopped,
                 repeated=repeated,
                 paused=paused,
             )
+            self._link_number(call)
         else:
             notice = short_failure_notice(time_limit=stopped, repeated=repeated, paused=paused)
         if notice is None:
             return stb
         running.notice = notice
         return [*stb, notice]
+
+    def _link_number(self, call: Call) -> None:
+        """``calls/<n>.json``, for a model that reads the file without the helper."""
+        if self.store is not None:
+            try:
+                self.store.link_number(call)
+            except (OSError, PtcRetryError) as exc:
+                self.warn_once(f"could not save calls/{call.n}.json ({exc})")
 
     def current_call(self) -> _Running | None:
         """The program that is running now (the innermost one), if any."""

@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any, Callable, TypeVar, Union
 
 from .errors import CheckpointError, PatchError, PtcRetryError, StoreError
-from .notice import NOTICE_MIN_BYTES, native_failure_notice, prompt_section
+from .notice import NATIVE_NOTICE_MIN_BYTES, native_failure_notice, prompt_section
 from .patch import apply_patch, format_path, validate_patch
 from .store import Call, CheckpointStore
 
@@ -321,7 +321,7 @@ class NativeTools:
         *,
         root: str | os.PathLike[str] | None = None,
         session: str | None = None,
-        notice_min_bytes: int = NOTICE_MIN_BYTES,
+        notice_min_bytes: int = NATIVE_NOTICE_MIN_BYTES,
         tools: Mapping[str, ToolFunction] | None = None,
     ) -> None:
         if journal is not None and (root is not None or session is not None):

@@ -1,7 +1,7 @@
 """The words the model reads: the failure notice and the static prompt section.
 
-Both are plain text with no ANSI codes. The notice is short (about 40 tokens)
-because it is paid on every failure; the prompt section is byte-identical for a
+Both are plain text with no ANSI codes. The notice is short (about 32 tokens,
+cl100k_base, whatever the call ids and the checkpoint root) because it is paid on every failure; the prompt section is byte-identical for a
 session so it never breaks a prompt cache.
 """
 
@@ -12,82 +12,102 @@ import re
 from pathlib import Path
 
 #: Below this many bytes of arguments a failure gets no notice. The evaluation's
-#: break-even (``ptc-retry eval``, docs/eval.md): a replay line (~50 tokens) plus the
-#: notice (~100) cost less than re-sending a program from about 450 bytes on, 550
-#: when a quarter of the noticed failures need a rewrite anyway.
-NOTICE_MIN_BYTES = 500
+#: break-even (``ptc-retry eval``, docs/eval.md), rounded up: from there on a replay line
+#: (about 19 tokens of fixed text plus the fragments) and the notice (about 32 tokens) cost
+#: less than re-sending the program.
+NOTICE_MIN_BYTES = 200
+
+#: The same threshold for native mode (``ptc_retry.native``): its notice names the call id
+#: and shows a whole ``editPreviousToolCalling`` call, so it costs more and pays later.
+NATIVE_NOTICE_MIN_BYTES = 500
 
 CODE_PROMPT = """\
-Every program you run is saved as JSON {{"code": ...}} in {session_dir}/by-id/<id>.json \
-(previous/1.json: your last program; history.jsonl: all calls). When a program fails you are \
-told its id. For a small correction do not re-send the program; send only:
-await ptc_retry.replay("<id>", "<old text>", "<new text>")
-It replaces the old text (exactly one match) and runs the corrected program again. Several \
-fixes: edits=[("<old>", "<new>"), ...]. Only for a small correction; otherwise write a fresh \
-program. Without the helper: read the file, json.loads it, replace in "code", run it as an \
-async function.
+Your programs are saved in {session_dir} as JSON {{"code": ...}}: by-id/<call id>.json, \
+previous/1.json (the last), history.jsonl. A failure's notice names its program #n \
+(calls/<n>.json). For a small fix send only:
+await ptc_retry.replay("#n", "<old text>", "<new text>")
+It replaces the one exact match and reruns; several fixes: edits=[(old, new), ...]. Only for a \
+small correction; otherwise write a fresh program. No helper: read the file, json.loads it, \
+replace in "code", run as an async function.
 """
 
 
 # Native mode (ptc_retry.native). Filled with str.replace, not str.format, so the JSON
 # examples need no doubled braces. Each example line is a valid patch.
 NATIVE_PROMPT = """\
-Your tool calls are saved in {session_dir}: by-id/<id>.json, previous/1.json (your last \
-message's first call), history.jsonl. To fix a failed call, do not re-send it: call \
-editPreviousToolCalling with call_id or previous_ordinal and a patch (list of entries); the \
-tool runs again, patched. Entries for a typo, a stale value, a wrong type:
+Tool calls are saved in {session_dir}: by-id/<id>.json, previous/1.json (your last message's \
+first), history.jsonl. Fix a failed call without re-sending it: editPreviousToolCalling with \
+call_id or previous_ordinal and a patch of entries like:
 {"path": "text", "old_string": "teh", "new_string": "the"}
-{"path": "query.since", "old_string": "2023", "new_string": "2024"}
+{"path": "q.since", "old_string": "2023", "new_string": "2024"}
 {"path": "port", "value": 80}
 Only for a small correction; otherwise call the tool again with fresh arguments.
 """
 
+#: Every notice starts with this, so a reader (or a framework) can find it in a traceback.
+PREFIX = "[ptc-retry] "
+
+
+def _quoted(reference: str) -> str:
+    return json.dumps(reference, ensure_ascii=False)
+
 
 def failure_notice(
-    call_id: str,
-    checkpoint: str | Path,
+    reference: str,
     *,
+    interrupted: bool = False,
     completed: int = 0,
     time_limit: float | None = None,
     repeated: int = 0,
     paused: bool = False,
 ) -> str:
-    """The one line appended to a failed program's traceback.
+    """The text appended to a stopped program's traceback: one line, two where it must.
 
-    It names the checkpoint's path and the one-line helper call with its id; it
-    never repeats the error, and it does not say "call id", because some agent
-    frameworks print a ``Call id: call_N`` of their own. A few words more only
-    when they apply: ``completed`` statements that ``resume=True`` would skip, the
-    ``time_limit`` that stopped the program, and the guard's sentence when this
-    failure is the ``repeated``-th identical one in a row (see :func:`guard_sentence`).
+    ``reference`` names the saved program (``"#7"``; a call id where no number is known).
+    A failure offers the fix as a template with two literal placeholders,
+    ``await ptc_retry.replay("#7", "<old>", "<new>")``, and ``resume=True`` on a second
+    line when ``completed`` statements would not have to run again. A program that was
+    stopped (``interrupted``, or by the ``time_limit``) offers going on instead:
+    ``await ptc_retry.resume("#7")``. The guard's sentence follows, on a line of its own,
+    when this is the ``repeated``-th identical failure in a row. Each line stays under
+    about 120 characters, so a notebook does not break it mid-word; the error itself is
+    never repeated, and neither is the word "call id" (some frameworks print their own).
     """
-    stopped = f"Stopped by the time limit ({time_limit:g} s). " if time_limit else ""
-    resume = ""
-    if completed > 0:
-        statements = "statement" if completed == 1 else "statements"
-        resume = f"; add resume=True to skip the {completed} {statements} that completed"
-    notice = (
-        f"[ptc-retry] {stopped}Saved as {checkpoint}. Small fix? Send only: "
-        f'await ptc_retry.replay("{call_id}", "<old>", "<new>"){resume}'
-    )
+    ref = _quoted(reference)
+    if time_limit or interrupted:
+        stopped = f"Stopped by the time limit ({time_limit:g} s)" if time_limit else "Interrupted"
+        lines = [f"{PREFIX}{stopped}; saved as {reference}. To go on: {resume_call(reference)}"]
+    else:
+        lines = [
+            f"{PREFIX}Saved as {reference}. Small fix? Send only: "
+            f'await ptc_retry.replay({ref}, "<old>", "<new>")'
+        ]
+        if completed > 0:
+            statements = "statement" if completed == 1 else "statements"
+            lines.append(f"{PREFIX}Add resume=True to skip the {completed} {statements} that completed.")
     if repeated:
-        notice += f". {guard_sentence(repeated, paused=paused)}"
-    return notice
+        lines.append(PREFIX + guard_sentence(repeated, paused=paused))
+    return "\n".join(lines)
+
+
+def resume_call(reference: str) -> str:
+    """``await ptc_retry.resume("#7")``: the call that goes on with a stopped program."""
+    return f"await ptc_retry.resume({_quoted(reference)})"
 
 
 _NOTICE = re.compile(
-    r"\[ptc-retry\] (?:.*? )?Saved as (?P<path>.+?\.json)\. Small fix\? Send only: "
-    r'await ptc_retry\.replay\("(?P<id>(?:[^"\\]|\\.)*)"'
+    r"\[ptc-retry\] [^\n]*?await ptc_retry\.(?:replay|resume)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
 )
 
 
-def parse_notice(text: str) -> tuple[str, str] | None:
-    """``(call_id, checkpoint path)`` of a failure notice found in ``text``, or None.
+def parse_notice(text: str) -> str | None:
+    """The reference (``"#7"``, or a call id) of the program a notice in ``text`` names.
 
     For clients that see only the traceback (a kernel that sends no reply metadata).
+    None when ``text`` holds no notice that names a program.
     """
     match = _NOTICE.search(text)
-    return (match.group("id"), match.group("path")) if match else None
+    return json.loads(match.group("ref")) if match else None
 
 
 def short_failure_notice(
@@ -103,7 +123,7 @@ def short_failure_notice(
         parts.append(f"Stopped by the time limit ({time_limit:g} s).")
     if repeated:
         parts.append(guard_sentence(repeated, paused=paused))
-    return f"[ptc-retry] {' '.join(parts)}" if parts else None
+    return f"{PREFIX}{' '.join(parts)}" if parts else None
 
 
 def guard_sentence(repeated: int, *, paused: bool = False) -> str:

@@ -1,9 +1,10 @@
 """The replay helper: fix a saved program with a literal replacement and run it again.
 
-``await ptc_retry.replay("c3", "retries=3", "retries=5")`` does what a person
+``await ptc_retry.replay("#3", "retries=3", "retries=5")`` does what a person
 would do by hand, in the same order:
 
-1. read the checkpoint ``by-id/c3.json`` and ``json.loads`` it;
+1. read the checkpoint of program #3 (``calls/3.json``, the same file as
+   ``by-id/<its call id>.json``) and ``json.loads`` it;
 2. replace the old text with the new in its ``"code"`` (exactly one match);
 3. save the corrected program as this call's own checkpoint, so replaying this
    call later edits the corrected program, not the one-line loader;
@@ -14,7 +15,7 @@ would do by hand, in the same order:
 With ``resume=True`` step 4 skips the top-level statements that completed before
 the target failed (their effects are still in the namespace): the program runs
 from the earlier of the statement that failed and the first statement an edit
-touches. ``await ptc_retry.resume("c3")`` does that with no edit, e.g. after an
+touches. ``await ptc_retry.resume("#3")`` does that with no edit, e.g. after an
 interrupt. A statement that was cut off half-way runs again whole: a loop starts
 again from its first iteration. The whole program runs instead, with one line
 saying why, when the target did not fail, when the kernel restarted since it ran
@@ -47,8 +48,9 @@ def replay(
 ) -> Replay:
     """Replay a saved program with a small fix; must be awaited.
 
-    ``target`` is a checkpoint id (``"c3"``, ``"call_7"``) or an int n for
-    ``previous/n.json``. Give either ``old, new`` or ``edits=[(old, new), ...]``
+    ``target`` is a reference ``"#7"`` (program 7 of this session, as a notice names it),
+    a call id (``"c3"``, ``"call_7"``) or an int n for ``previous/n.json``. Give either
+    ``old, new`` or ``edits=[(old, new), ...]``
     (applied in order). Each old text must occur exactly once, unless
     ``replace_all``. ``resume=True`` skips the statements that completed before
     the target failed (see the module doc); with it, the edits may be left out.
@@ -59,8 +61,8 @@ def replay(
     pairs = [] if resume and nothing else normalize_edits(old, new, edits)
     if isinstance(target, bool) or not isinstance(target, (str, int)):
         raise ReplayError(
-            f'replay target must be a checkpoint id like "c3" or an int n for previous/n.json, '
-            f"not {type(target).__name__}"
+            f'replay target must be a reference like "#7", a call id like "call_7" or an int n '
+            f"for previous/n.json, not {type(target).__name__}"
         )
     from .extension import active_extension
 
@@ -78,7 +80,7 @@ def replay(
 def resume(target: str | int) -> Replay:
     """Run a saved program again from the statement where it failed or was interrupted.
 
-    ``await ptc_retry.resume("c3")`` is ``await ptc_retry.replay("c3", resume=True)``:
+    ``await ptc_retry.resume("#3")`` is ``await ptc_retry.replay("#3", resume=True)``:
     no edit, and the statements that completed are not run again.
     """
     return replay(target, resume=True)
@@ -108,7 +110,9 @@ class Replay:
         return self._run().__await__()
 
     def __repr__(self) -> str:
-        return self.not_awaited_message() if not self.awaited else f"<replay of {self.target!r}>"
+        # Shown as the value when a cell ends with the call; the message itself follows once.
+        state = "" if self.awaited else ", not awaited"
+        return f"<ptc_retry replay of {self.target!r}{state}>"
 
     def not_awaited_message(self) -> str:
         if self.resume and not self.edits:

@@ -6,6 +6,12 @@ One session lives in ``<root>/<session>/``::
     by-id/<id>.json      the only real copy of each call's arguments, byte for byte
     previous/<n>.json    -> ../by-id/<id>.json: the calls of the step before the current one
                          (copies, with their ids in previous/.ids, where symlinks are refused)
+    calls/<n>.json       -> ../by-id/<id>.json: program #n of the session, made when a notice
+                         names it (``link_number``), so that a model without the helper finds it
+
+Every call has a session number ``n`` (1, 2, 3, ... across kernel restarts), recorded in its
+history line. ``"#n"`` is the short reference a notice gives: it names one program for the life
+of the session, whatever ran since, and is refused when it is unknown or ambiguous.
 
 Plain Python: this module knows nothing of IPython or Jupyter.
 
@@ -39,11 +45,12 @@ from .errors import CheckpointError, StoreError
 
 STATUSES = frozenset({"ok", "error", "interrupted", "unfinished", "refused"})
 _LINE_KEYS = frozenset(
-    "id tool turn step ordinal status time duration bytes replay_of sent_id".split()
+    "id n tool turn step ordinal status time duration bytes code_bytes replay_of sent_id".split()
 )
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _AUTO_ID = re.compile(r"c([0-9]+)")
 _PREVIOUS_NAME = re.compile(r"([0-9]+)\.json")
+_REFERENCE = re.compile(r"#([0-9]+)")
 _MAX_ID = 120
 _DIR_MODE = 0o700
 _FILE_MODE = 0o600
@@ -178,9 +185,19 @@ def _parse_lines(data: bytes) -> list[dict[str, Any]]:
     return records
 
 
-def unfinished_line(call_id: str, st: os.stat_result) -> dict[str, Any]:
+def reference(n: int) -> str:
+    """The short reference of program number ``n`` of a session: ``"#7"``."""
+    return f"#{n}"
+
+
+def is_reference(target: object) -> bool:
+    """True when ``target`` is written like a short reference (``"#7"``)."""
+    return isinstance(target, str) and target.startswith("#")
+
+
+def unfinished_line(call_id: str, st: os.stat_result, n: int | None = None) -> dict[str, Any]:
     """The history line of a call saved as ``st`` that never finished (its process died)."""
-    line: dict[str, Any] = {"id": call_id, "tool": None, "turn": None, "step": None}
+    line: dict[str, Any] = {"id": call_id, "n": n, "tool": None, "turn": None, "step": None}
     line.update(ordinal=None, status="unfinished", time=st.st_mtime, duration=None)
     line["bytes"] = st.st_size
     return line
@@ -200,6 +217,12 @@ class Call:
     bytes: int  # UTF-8 size of the saved arguments
     started: float  # time.time() at begin
     replay_of: str | None = None
+    n: int = 0  # the call's number in its session: its short reference is "#<n>"
+    code_bytes: int | None = None  # UTF-8 size of the program, when the caller knows it
+
+    @property
+    def reference(self) -> str:
+        return reference(self.n)
 
 
 class CheckpointStore:
@@ -219,11 +242,13 @@ class CheckpointStore:
         self.session_dir = self.root / self.session
         self._by_id = self.session_dir / "by-id"
         self._previous = self.session_dir / "previous"
+        self._calls = self.session_dir / "calls"
         self._history = self.session_dir / "history.jsonl"
         _secure_dir(self.root, "checkpoint root")
         _secure_dir(self.session_dir, "session directory")
         _secure_dir(self._by_id, "checkpoint directory")
         _secure_dir(self._previous, "previous-step directory")
+        _secure_dir(self._calls, "numbered-calls directory")
         self._lock = threading.Lock()
         self._used: set[str] = set()  # every id this session has, so none is reused
         self._status: dict[str, str] = {}  # latest history status of each id
@@ -232,6 +257,10 @@ class CheckpointStore:
         self._step_key: object = None  # (turn, step) of the current step
         self._step_ids: list[str] = []  # the current step's ids, in ordinal order
         self._prev_ids: list[str] = []  # what previous/ holds, when this process rebuilt it
+        self._numbers: dict[int, str] = {}  # session number -> id
+        self._ambiguous: set[int] = set()  # numbers that name two calls (a damaged history)
+        self._hash_ids: set[str] = set()  # ids a caller sent that look like "#n" references
+        self._next_n = 1
         self._prev_count = 0  # how many previous/<n>.json exist (n = 1..count)
         self._copy_links = False  # True once the filesystem refused a symlink
         self._torn = False  # history.jsonl ends in a torn line: start the next one fresh
@@ -250,6 +279,15 @@ class CheckpointStore:
         for record in records:
             self._note_id(record["id"])
             self._status[record["id"]] = str(record.get("status"))
+            self._note_number(record.get("n"), record["id"])
+            if is_reference(record.get("sent_id")):
+                self._hash_ids.add(record["sent_id"])
+        for name in self._scan(self._calls):  # numbers a notice gave to calls never finished
+            match = _PREVIOUS_NAME.fullmatch(name)
+            if match and os.path.islink(self._calls / name):
+                target = os.path.basename(os.readlink(self._calls / name))
+                if target.endswith(".json"):
+                    self._note_number(int(match.group(1)), target[: -len(".json")])
         on_disk = [name[:-5] for name in self._scan(self._by_id) if name.endswith(".json")]
         for name in self._scan(self._previous):
             match = _PREVIOUS_NAME.fullmatch(name)
@@ -261,8 +299,13 @@ class CheckpointStore:
         self._fd = os.open(self._history, flags, _FILE_MODE)
         try:
             _fix_mode(self._fd)
+            named = {cid: n for n, cid in self._numbers.items()}
             for _, cid, st in orphans:  # saved, then the process died before finish
-                line = unfinished_line(cid, st)
+                n = named.get(cid)
+                if n is None:
+                    n = self._next_n
+                    self._note_number(n, cid)
+                line = unfinished_line(cid, st, n)
                 self._append(line)
                 records.append(line)
                 self._note_id(cid)
@@ -296,6 +339,14 @@ class CheckpointStore:
                     os.unlink(directory / name)
         return names
 
+    def _note_number(self, n: object, call_id: str) -> None:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            return
+        known = self._numbers.setdefault(n, call_id)
+        if known != call_id:
+            self._ambiguous.add(n)
+        self._next_n = max(self._next_n, n + 1)
+
     def _note_id(self, call_id: str) -> None:
         self._used.add(call_id)
         self._recent.pop(call_id, None)
@@ -314,9 +365,12 @@ class CheckpointStore:
         tool: str = "run_code",
         turn: int = 0,
         step: int | None = None,
+        code_bytes: int | None = None,
     ) -> Call:
         """Save ``arguments`` byte for byte (UTF-8) as ``by-id/<id>.json`` and return the Call.
 
+        The call gets the session's next number ``n`` (its reference ``"#n"``).
+        ``code_bytes``, the program's own size, goes into the history line when given.
         The id is ``sanitize(call_id)``, de-duplicated as ``<id>.2``, ``<id>.3``... within the
         session; without ``call_id`` it is the next unused ``c<N>``. A call whose
         ``(turn, step)`` differs from the current step's (always, when ``step`` is None) starts
@@ -335,6 +389,10 @@ class CheckpointStore:
             path = self._by_id / f"{cid}.json"
             _write_atomic(path, data)  # first: a program that kills the kernel is still saved
             self._note_id(cid)
+            n = self._next_n
+            self._note_number(n, cid)
+            if is_reference(call_id):
+                self._hash_ids.add(call_id)  # type: ignore[arg-type]
             key = (turn, step) if step is not None else object()
             if key != self._step_key:
                 ended, self._step_key, self._step_ids = self._step_ids, key, []
@@ -344,7 +402,9 @@ class CheckpointStore:
                 self._step_ids.append(cid)
             sent_id = call_id if call_id is not None and call_id != cid else None
             ordinal = len(self._step_ids)
-            return Call(cid, sent_id, tool, turn, step, ordinal, path, len(data), time.time())
+            call = Call(cid, sent_id, tool, turn, step, ordinal, path, len(data), time.time())
+            call.n, call.code_bytes = n, code_bytes
+            return call
 
     def _unique(self, base: str) -> str:
         # A linear probe is fine: callers send unique ids, duplicates are the rare exception.
@@ -383,11 +443,17 @@ class CheckpointStore:
         _write_atomic(dst, (self._by_id / f"{call_id}.json").read_bytes())
 
     def replace_arguments(
-        self, call: Call, arguments: str, *, replay_of: str | None = None
+        self,
+        call: Call,
+        arguments: str,
+        *,
+        replay_of: str | None = None,
+        code_bytes: int | None = None,
     ) -> None:
         """Atomically make ``arguments`` the call's checkpoint (a replay's corrected program).
 
-        Updates ``call.bytes``, and ``call.replay_of`` when ``replay_of`` is given.
+        Updates ``call.bytes`` and ``call.code_bytes``, and ``call.replay_of`` when
+        ``replay_of`` is given.
         """
         data = _utf8(arguments)
         with self._lock:
@@ -395,7 +461,7 @@ class CheckpointStore:
             _write_atomic(call.path, data)
             if self._copy_links and call.id in self._prev_ids:  # keep the copy current
                 _write_atomic(self._previous / f"{self._prev_ids.index(call.id) + 1}.json", data)
-        call.bytes = len(data)
+        call.bytes, call.code_bytes = len(data), code_bytes
         if replay_of is not None:
             call.replay_of = replay_of
 
@@ -412,9 +478,11 @@ class CheckpointStore:
         clash = _LINE_KEYS.intersection(extra)
         if clash:
             raise ValueError(f"extra keys {sorted(clash)} would override the standard ones")
-        line: dict[str, Any] = {"id": call.id, "tool": call.tool, "turn": call.turn}
+        line: dict[str, Any] = {"id": call.id, "n": call.n, "tool": call.tool, "turn": call.turn}
         line.update(step=call.step, ordinal=call.ordinal, status=status, time=call.started)
         line.update(duration=round(time.time() - call.started, 3), bytes=call.bytes)
+        if call.code_bytes is not None:
+            line["code_bytes"] = call.code_bytes
         if call.replay_of is not None:
             line["replay_of"] = call.replay_of
         if call.sent_id is not None:
@@ -448,35 +516,98 @@ class CheckpointStore:
     # -- reading ------------------------------------------------------------------------------
 
     def path_for(self, target: str | int) -> Path:
-        """``by-id/<sanitize(target)>.json`` for a call id, ``previous/<n>.json`` for an int n.
+        """The checkpoint file of ``target``; always inside the session directory.
 
-        The path is always inside the session directory. Raises CheckpointError when it does
-        not exist or ``target`` is neither a str nor an int >= 1 (a bool is not an int here).
+        ``target`` is a reference ``"#n"`` (program number n of this session), a call id
+        (``by-id/<sanitize(id)>.json``) or an int n (``previous/<n>.json``). Raises
+        CheckpointError when the file does not exist, when a reference is unknown or names
+        two calls (a damaged history), or when ``target`` is none of these (a bool is no int).
         """
+        if is_reference(target):
+            return self._by_id / f"{self.id_for_reference(target)}.json"  # type: ignore[arg-type]
         if isinstance(target, str):
             path = self._by_id / f"{sanitize(target)}.json"
             if not path.exists():
-                recent = ", ".join(self.latest_ids()) or "none yet"
                 raise CheckpointError(
                     f"no checkpoint for call id {target!r} in this session ({path} does not "
-                    f"exist); the most recent ids are: {recent}."
+                    f"exist); the most recent are: {self._recent_text()}."
                 )
             return path
         if isinstance(target, int) and not isinstance(target, bool):
             path = self._previous / f"{target}.json"
             # lexists: a link to a deleted checkpoint is reported as deleted by load.
             if target < 1 or not os.path.lexists(path):
-                recent = ", ".join(self.latest_ids()) or "none yet"
                 raise CheckpointError(
                     f"no previous/{target}.json: previous/ holds the {self._prev_count} call(s) "
-                    f"of the step before this one, numbered from 1; use one of those or a call "
-                    f"id (most recent: {recent})."
+                    f"of the step before this one, numbered from 1. For program number "
+                    f"{target} of the session write \"#{target}\"; the most recent are: "
+                    f"{self._recent_text()}."
                 )
             return path
         raise CheckpointError(
-            f"a checkpoint target is a call id (str) or a position in the previous step "
-            f"(int >= 1), not {type(target).__name__} {target!r}."
+            f'a checkpoint target is a reference like "#7", a call id (str) or a position in '
+            f"the previous step (int >= 1), not {type(target).__name__} {target!r}."
         )
+
+    def id_for_reference(self, ref: str) -> str:
+        """The call id that reference ``"#n"`` names; CheckpointError when there is none.
+
+        A reference is refused, never guessed, when it is malformed, names no call of this
+        session (a reference from another session, or a number not given yet), names two
+        calls, or is also the id a caller sent for another call.
+        """
+        match = _REFERENCE.fullmatch(ref)
+        if match is None:
+            raise CheckpointError(
+                f'{ref!r} is not a reference: write "#" and the program\'s number, like "#7", '
+                "or give the call id."
+            )
+        n = int(match.group(1))
+        with self._lock:
+            call_id = self._numbers.get(n)
+            last = self._next_n - 1
+            ambiguous = n in self._ambiguous or (ref in self._hash_ids and call_id != ref)
+        if call_id is None:
+            known = f"#1 to #{last}" if last else "none yet"
+            raise CheckpointError(
+                f"no program {ref} in this session ({self.session_dir}); its programs are "
+                f"{known}. A reference belongs to the session whose notice gave it: give the "
+                "call id, or send the program again."
+            )
+        if ambiguous:
+            raise CheckpointError(
+                f"{ref} is ambiguous in this session (two calls carry it, or a call id is "
+                f"{ref!r} itself); replay by call id instead: {self._recent_text()}."
+            )
+        return call_id
+
+    def reference_of(self, call_id: str) -> str | None:
+        """The short reference ``"#n"`` of the call saved as ``call_id``, if it has one."""
+        with self._lock:
+            for n, cid in self._numbers.items():
+                if cid == call_id and n not in self._ambiguous:
+                    return reference(n)
+        return None
+
+    def link_number(self, call: Call) -> Path:
+        """Make ``calls/<n>.json`` point at the call's checkpoint and return that path.
+
+        Done when a notice names the call, not for every call: one file fewer per cell.
+        A symlink, or a copy where the filesystem refuses symlinks.
+        """
+        dst = self._calls / f"{call.n}.json"
+        with self._lock:
+            self._require_open()
+            if not os.path.lexists(dst):
+                self._link(dst, call.id)
+        return dst
+
+    def _recent_text(self) -> str:
+        pairs = []
+        for cid in self.latest_ids():
+            ref = self.reference_of(cid)
+            pairs.append(f"{ref} ({cid})" if ref else cid)
+        return ", ".join(pairs) or "none yet"
 
     def load(self, target: str | int) -> tuple[str, str, dict[str, Any]]:
         """``(call_id, raw_text, decoded)`` of a checkpoint that is a JSON object.
@@ -522,7 +653,7 @@ class CheckpointStore:
 
     def _id_of(self, target: str | int, path: Path) -> str:
         """The call id behind ``path``: a symlink names it, a copy has it in previous/.ids."""
-        if isinstance(target, str):
+        if isinstance(target, str):  # a reference or a call id: path is by-id/<id>.json
             return path.name[: -len(".json")]
         try:
             if path.is_symlink():
@@ -531,7 +662,7 @@ class CheckpointStore:
         except (OSError, ValueError, IndexError):
             raise CheckpointError(
                 f"cannot tell which call {path} is (previous/.ids is missing or short); "
-                f"load it by call id instead: {', '.join(self.latest_ids()) or 'none yet'}."
+                f"load it by reference or call id instead: {self._recent_text()}."
             ) from None
 
     def history(self) -> list[dict[str, Any]]:
