@@ -838,6 +838,17 @@ class KernelBackend:
             raise BackendError("the kernel is not running; call start() or use `async with`")
         return self.connection
 
+    async def restart(self) -> None:
+        """Restart the kernel between calls: its variables are gone, its session goes on.
+
+        Saved programs and their references (``"#7"``) stay valid, so a model can still
+        replay a program that failed before the restart. Waits for a running call to end.
+        """
+        if self._lock is None or self.connection is None:
+            raise BackendError("the kernel is not running; call start() or use `async with`")
+        async with self._lock:
+            await self._restart()
+
     async def _restart(self) -> None:
         try:
             await self._connection().restart()
@@ -854,6 +865,7 @@ class KernelBackend:
     start_sync = run_sync(start)
     run_code_sync = run_sync(run_code)
     handle_tool_call_sync = run_sync(handle_tool_call)
+    restart_sync = run_sync(restart)
     shutdown_sync = run_sync(shutdown)
 
     def __enter__(self) -> KernelBackend:
