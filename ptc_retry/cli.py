@@ -6,7 +6,7 @@
     ptc-retry prompt [--session-dir DIR]   the system-prompt section
     ptc-retry install-kernel [--user | --sys-prefix | --prefix P]
     ptc-retry history [--session S] [--last N] [--json]
-    ptc-retry show ID|N [--session S]
+    ptc-retry show '#N'|ID|N [--session S]
     ptc-retry stats [--session S | --all]
     ptc-retry gc [--older-than AGE] [--dry-run]
 
@@ -185,6 +185,24 @@ def run_eval(args: argparse.Namespace) -> int:
 _AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SESSION_HELP = "the session directory's name (default: the most recently modified session)"
+_HISTORY_EPILOG = """\
+columns:
+  ref        #n, the program's number in the session: ptc-retry show '#n' prints it and
+             ptc_retry.replay("#n", ...) replays it (blank on lines of older versions)
+  id         the call id
+  status     ok, error, interrupted, refused, or unfinished: saved but never finished
+             (still running, or its kernel died while it ran)
+  turn       the user turn the backend gave (shown when some call has one other than 0)
+  step       the model message the call belonged to; "-": a step of its own
+  ordinal    the call's position in its step: previous/<ordinal>.json once the next step
+             starts (step and ordinal are shown only when a backend sent steps)
+  bytes      the program's size in UTF-8 bytes (older lines and unfinished calls: the size of
+             the saved JSON arguments)
+  ename      the exception a failed call raised
+  replay_of  the call this one replayed
+  when       when the call started, local time
+A line "-- kernel restarted ---" separates the calls of two kernel processes; it follows
+the unfinished call during which a kernel died."""
 _STATS_EPILOG = """\
 columns:
   calls              distinct call ids in the session
@@ -233,10 +251,12 @@ def _add_session_commands(commands: argparse._SubParsersAction) -> None:
     history = commands.add_parser(
         "history",
         parents=[common, pick],
-        help="list the calls of a session: id, status, sizes, replays",
-        description="List the calls of one session, oldest first, from its history.jsonl. "
-        "A program saved without a history line is shown as unfinished: it is still "
+        help="list the calls of a session: reference, id, status, sizes, replays, restarts",
+        description="List the calls of one session, oldest first, from its history.jsonl.\n"
+        "A program saved without a history line is shown as unfinished: it is still\n"
         "running, or its kernel died mid-call. Reads only; changes nothing.",
+        epilog=_HISTORY_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     history.add_argument(
         "--last", metavar="N", type=_count, help="only the last N calls (default: all)"
@@ -258,9 +278,12 @@ def _add_session_commands(commands: argparse._SubParsersAction) -> None:
     )
     show.add_argument(
         "target",
-        metavar="ID|N",
-        help="a call id such as c3 or call_7, or a number N for previous/N.json: the N-th "
-        "call of the step before the latest one",
+        metavar="'#N'|ID|N",
+        help="'#7': program number 7 of the session, the reference the failure notice and the "
+        "ref column of `ptc-retry history` give (quote it: a shell reads # as a comment); "
+        "a call id such as c3 or call_7; or a bare number N for previous/N.json, the N-th "
+        "call of the step before the latest one. A reference the session does not have, or "
+        "that two calls carry, is refused, never guessed",
     )
     show.set_defaults(run=run_show)
 
@@ -365,7 +388,7 @@ def run_history(args: argparse.Namespace) -> int:
     if any(line.get("status") == "unfinished" for line in shown):
         print(
             "unfinished: saved but never finished (still running, or its kernel died); "
-            f"`ptc-retry show ID --session {reader.name}` prints its program."
+            f"`ptc-retry show '#N' --session {reader.name}` prints its program."
         )
     return EXIT_OK
 
@@ -377,7 +400,8 @@ def run_show(args: argparse.Namespace) -> int:
         call_id, path, data = reader.read(target)
     except CheckpointError as exc:
         raise CommandFailed(str(exc)) from None
-    print(f"# {call_id}: {path}", file=sys.stderr)
+    ref = reader.reference_of(call_id)
+    print(f"# {call_id}{f' ({ref})' if ref else ''}: {path}", file=sys.stderr)
     text = data.decode("utf-8", "replace")
     try:
         decoded = json.loads(text)

@@ -5,7 +5,7 @@ agent gets a data task, writes a program of about forty lines with one wrong
 literal (a misspelled column name), reads the failure with ptc-retry's notice,
 and sends one line instead of the whole program again::
 
-    await ptc_retry.replay("call_1", 'row["unit_prcie"]', 'row["unit_price"]')
+    await ptc_retry.replay("#1", 'row["unit_prcie"]', 'row["unit_price"]')
 
 The transcript shows what the model sent and what it read, then what the retry
 cost against re-sending the corrected program, in cl100k_base tokens where the
@@ -79,6 +79,9 @@ print(f"best month {best}: {by_month[best]:.2f}; median order {median:.2f}")
 '''
 
 FIX = ('row["unit_prcie"]', 'row["unit_price"]')
+# Tool-call ids shaped like the ones a real model sends: the notice does not repeat them.
+FIRST_ID = "call_Wd3kq0fJ2xLmN8pQ4rT6vY1z"
+RETRY_ID = "call_Hn5sB8cXe2VtQ9mLr4KjZ7pA"
 _WIDTH = 78
 
 
@@ -136,9 +139,9 @@ async def _converse(backend: KernelBackend, save: str | Path | None) -> int:
     _block(TASK)
 
     first_raw = json.dumps({"code": PROGRAM})
-    _section(f"the model calls run_code (id call_1, {len(first_raw.encode()):,} bytes)")
+    _section(f"the model calls run_code (id {FIRST_ID}, {len(first_raw.encode()):,} bytes)")
     _block(PROGRAM)
-    first_text = await backend.handle_tool_call("run_code", first_raw, "call_1")
+    first_text = await backend.handle_tool_call("run_code", first_raw, FIRST_ID)
     first = _last(backend)
     _section(f"the model reads (status: {first.status})")
     _block(first_text)
@@ -146,13 +149,13 @@ async def _converse(backend: KernelBackend, save: str | Path | None) -> int:
         print(f"ptc-retry demo: expected a failure with a notice, got {first.status}.")
         return 1
 
-    # The scripted model does what the notice says: it takes the id and sends one line.
-    target, _ = parse_notice(first.notice)  # type: ignore[misc]
+    # The scripted model does what the notice says: it takes the reference, sends one line.
+    target = parse_notice(first.notice)
     line = f"await ptc_retry.replay({json.dumps(target)}, {FIX[0]!r}, {FIX[1]!r})"
     retry_raw = json.dumps({"code": line})
-    _section(f"the model calls run_code (id call_2, {len(retry_raw.encode()):,} bytes)")
+    _section(f"the model calls run_code (id {RETRY_ID}, {len(retry_raw.encode()):,} bytes)")
     _block(line)
-    retry_text = await backend.handle_tool_call("run_code", retry_raw, "call_2")
+    retry_text = await backend.handle_tool_call("run_code", retry_raw, RETRY_ID)
     retry = _last(backend)
     _section(f"the model reads (status: {retry.status})")
     _block(retry_text)
@@ -280,13 +283,13 @@ def _write_notebook(
         ),
         v4.new_markdown_cell(
             "## The model's program\n\nIt sends a program of about forty lines with one "
-            "wrong literal, as tool call `call_1`:"
+            f"wrong literal, as tool call `{FIRST_ID}`:"
         ),
         code_cell(PROGRAM, first, ["raises-exception"]),
         v4.new_markdown_cell(
             "## The notice\n\nThe last line of the traceback is ptc-retry's notice; the model "
             f"reads it:\n\n{fence}text\n{first.notice}\n{fence}\n\n"
-            "Instead of sending the whole program again, it sends one line (`call_2`):"
+            f"Instead of sending the whole program again, it sends one line (`{RETRY_ID}`):"
         ),
         code_cell(line, retry, []),
         v4.new_markdown_cell(f"## What the retry cost\n\n{fence}text\n{summary}\n{fence}"),

@@ -72,7 +72,9 @@ Resume
 When a program fails or is interrupted, its history line records the top-level
 statement that was running (``failed_statement: {"index", "lines": [first,
 last]}``, 0-based index, 1-based lines) and how many ``completed`` before it,
-and the notice adds "add resume=True to skip the N statements that completed".
+and, when the program had run for ``PtcRetry.resume_min_seconds`` (default 1)
+before it failed, the notice adds "Add resume=True to skip the N statements
+that completed".
 ``await ptc_retry.replay(id, old, new, resume=True)`` then runs the corrected
 program from the earlier of that statement and the first statement an edit
 touches; ``await ptc_retry.resume(id)`` does it without an edit. What the
@@ -216,6 +218,15 @@ class PtcRetry(Configurable):
         ptc_retry.resume) before a resume runs the whole program instead, so a loop of
         resumes cannot go on forever. A new turn, a new instruction or a program that
         succeeds gives a fresh budget. 0 turns resume off.""",
+    ).tag(config=True)
+
+    resume_min_seconds = Float(
+        1.0,
+        min=0.0,
+        help="""A failure's notice offers resume=True (skip the statements that completed)
+        only when the program had run at least this many seconds when it failed: below it,
+        running those statements again costs less than the words that offer to skip them.
+        0 offers it whenever a statement completed.""",
     ).tag(config=True)
 
     time_limit = Float(
@@ -667,10 +678,12 @@ class PtcRetryExtension:
         call = running.call
         if call is not None and call.bytes >= self.config.notice_min_bytes:
             interrupted = isinstance(evalue, KeyboardInterrupt)
+            ran = time.time() - call.started
+            saves_work = ran >= self.config.resume_min_seconds
             notice: str | None = failure_notice(
                 call.reference,
                 interrupted=interrupted,
-                completed=failure.completed,
+                completed=failure.completed if saves_work else 0,
                 time_limit=stopped,
                 repeated=repeated,
                 paused=paused,

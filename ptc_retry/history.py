@@ -14,40 +14,129 @@ import json
 import os
 import stat
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, fields
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
-from .store import _parse_lines, _uid, check_dir, sanitize, unfinished_line
+from .store import (
+    _PREVIOUS_NAME,
+    _REFERENCE,
+    _parse_lines,
+    _uid,
+    check_dir,
+    is_reference,
+    reference,
+    sanitize,
+    unfinished_line,
+)
 
-COLUMNS = ("id", "status", "turn", "step", "ordinal", "bytes", "ename", "replay_of", "when")
 FAILED = frozenset({"error", "interrupted"})
+RESTART = "kernel restarted"
 
 
 def format_history(
     lines: Iterable[dict[str, Any]], *, session_dir: str | Path | None = None
 ) -> str:
-    """One row per history line, oldest first, in fixed-width columns."""
-    rows = [[_cell(line, column) for column in COLUMNS] for line in lines]
-    if not rows:
+    """One row per history line, oldest first, in fixed-width plain-text columns (no ANSI).
+
+    Columns: ``ref`` (``#n``, what ``replay`` and ``ptc-retry show`` take; blank on lines of
+    older versions), ``id``, ``status``; ``turn`` when some call has a turn other than 0;
+    ``step`` and ``ordinal`` (the call's position in its step, its ``previous/<n>.json``)
+    only when some call belongs to a backend's step, ``-`` in ``step`` for a call that was a
+    step of its own; ``bytes``, the program's UTF-8 size (``code_bytes``; lines of older
+    versions and unfinished lines only have the size of the saved arguments, ``bytes``);
+    ``ename``, ``replay_of`` and ``when``. A line ``-- kernel restarted ---...`` separates the
+    rows between which the kernel restarted: see ``restarts``.
+    """
+    lines = list(lines)
+    if not lines:
         return f"no calls yet in {session_dir}" if session_dir else "no calls yet"
-    widths = [max(len(column), *(len(row[i]) for row in rows)) for i, column in enumerate(COLUMNS)]
-    text = [
-        "  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip()
-        for row in [list(COLUMNS), *rows]
-    ]
+    columns = _columns(lines)
+    rows = [[_cell(line, column) for column in columns] for line in lines]
+    widths = [max(len(column), *(len(row[i]) for row in rows)) for i, column in enumerate(columns)]
+    text = [_row(columns, widths)] + [_row(row, widths) for row in rows]
+    width = max(len(row) for row in text)
+    for index, after in reversed(restarts(lines)):  # row i is text[i + 1], under the header
+        where = f" (somewhere after {after})" if after else ""
+        text.insert(index + 2, f"-- {RESTART}{where} ".ljust(width, "-"))
     if session_dir:
         text.insert(0, f"session: {session_dir}")
     return "\n".join(text)
 
 
+def restarts(lines: Sequence[dict[str, Any]]) -> list[tuple[int, str | None]]:
+    """Where the kernel restarted: ``(i, None)`` means between ``lines[i]`` and ``lines[i + 1]``.
+
+    Two signs, never counted twice for one restart: a run of ``unfinished`` lines (programs
+    during which the kernel died) followed by other lines; and a change of the ``kernel`` token
+    that the extension writes on every line. Lines of older versions carry the token only on
+    failures; when lines without it lie between the two tokens, ``(i, ref)`` says the restart
+    happened somewhere between ``ref`` (the old kernel's last line, by its ``#n``, else its id)
+    and ``lines[i + 1]``, the new kernel's first line.
+    """
+    found: list[tuple[int, str | None]] = []
+    token: str | None = None  # the kernel of the latest line that names one
+    token_at = -1  # index of that line
+    marked = False  # a restart is marked since that line
+    for i, line in enumerate(lines):
+        if i and lines[i - 1].get("status") == "unfinished" and line.get("status") != "unfinished":
+            found.append((i - 1, None))
+            marked = True
+        kernel = line.get("kernel")
+        if not isinstance(kernel, str):
+            continue
+        if token is not None and kernel != token and not marked:
+            exact = token_at == i - 1
+            found.append((i - 1, None if exact else _name(lines[token_at])))
+        token, token_at, marked = kernel, i, False
+    return found
+
+
+def _name(line: dict[str, Any]) -> str:
+    return _reference_of(line) or str(line.get("id"))
+
+
+def _reference_of(line: dict[str, Any]) -> str:
+    n = line.get("n")
+    return reference(n) if _is_int(n) and n >= 1 else ""
+
+
+def _columns(lines: list[dict[str, Any]]) -> list[str]:
+    stepped = any(_is_int(line.get("step")) for line in lines)
+    turns = stepped or any(line.get("turn") not in (None, 0) for line in lines)
+    columns = ["ref", "id", "status"]
+    columns += ["turn"] if turns else []
+    columns += ["step", "ordinal"] if stepped else []
+    return columns + ["bytes", "ename", "replay_of", "when"]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _row(cells: list[str], widths: list[int]) -> str:
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
+
+
 def _cell(line: dict[str, Any], column: str) -> str:
+    if column == "ref":
+        return _reference_of(line)
     if column == "when":
         stamp = line.get("time")
-        return time.strftime("%H:%M:%S", time.localtime(stamp)) if stamp else ""
-    value = line.get(column)
+        return time.strftime("%H:%M:%S", time.localtime(stamp)) if _is_real(stamp) else ""
+    if column == "bytes":
+        size = line.get("code_bytes")
+        value = size if _is_int(size) else line.get("bytes")
+    elif column == "step" and line.get("step") is None and line.get("turn") is not None:
+        return "-"  # a step of its own (the unfinished lines of a dead kernel know no turn)
+    else:
+        value = line.get(column)
     return "" if value is None else str(value)
 
 
@@ -134,6 +223,29 @@ def tree_stats(path: Path) -> tuple[float, int]:
 # -- one session, read-only --------------------------------------------------------------------
 
 
+@dataclass
+class _Numbers:
+    """Which call each session number names, read as the store reads them when it reopens."""
+
+    claims: dict[int, list[str]] = field(default_factory=dict)  # n -> the ids carrying it
+    sent_as_references: set[str] = field(default_factory=set)  # ids sent that look like "#n"
+    next: int = 1  # the number the store gives the next call
+
+    def note(self, n: object, call_id: str) -> None:
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:  # as the store: ignored
+            return
+        ids = self.claims.setdefault(n, [])
+        if call_id not in ids:
+            ids.append(call_id)
+        self.next = max(self.next, n + 1)
+
+    def reference_of(self, call_id: str) -> str | None:
+        for n, ids in self.claims.items():
+            if ids == [call_id]:
+                return reference(n)
+        return None
+
+
 class SessionReader:
     """A read-only view of one session directory, by the store's parsing rules."""
 
@@ -142,6 +254,7 @@ class SessionReader:
         self.name = session_dir.name
         self._by_id = session_dir / "by-id"
         self._previous = session_dir / "previous"
+        self._calls = session_dir / "calls"
 
     def checkpoint_sizes(self) -> dict[str, int]:
         """``{call id: bytes}`` of the checkpoints in ``by-id/`` (temp and hidden files skipped)."""
@@ -168,33 +281,76 @@ class SessionReader:
         """Every parseable history line in file order, then a line for each unfinished call.
 
         The added lines are the ones the store appends when it reopens the session: status
-        ``unfinished``, the checkpoint's mtime as ``time`` and its size as ``bytes``, oldest
-        first.
+        ``unfinished``, the checkpoint's mtime as ``time``, its size as ``bytes``, and the
+        session number ``n`` the store gives it (the one a notice gave it, else the next),
+        oldest first.
         """
+        return self._read()[0]
+
+    def _read(self) -> tuple[list[dict[str, Any]], _Numbers]:
         try:
             records = _parse_lines((self.path / "history.jsonl").read_bytes())
         except FileNotFoundError:
             records = []
+        numbers = _Numbers()
+        for record in records:
+            if isinstance(record.get("id"), str):
+                numbers.note(record.get("n"), record["id"])
+                if is_reference(record.get("sent_id")):
+                    numbers.sent_as_references.add(record["sent_id"])
+        for n, call_id in self._linked_numbers():
+            numbers.note(n, call_id)
         known = {record["id"] for record in records if isinstance(record.get("id"), str)}
+        named = {ids[0]: n for n, ids in numbers.claims.items()}
         orphans = sorted(
             (st.st_mtime, cid, st) for cid, st in self._checkpoints().items() if cid not in known
         )
-        records.extend(unfinished_line(cid, st) for _, cid, st in orphans)
-        return records
+        for _, cid, st in orphans:
+            n = named.get(cid)
+            if n is None:
+                n = numbers.next
+                numbers.note(n, cid)
+            records.append(unfinished_line(cid, st, n))
+        return records, numbers
+
+    def _linked_numbers(self) -> list[tuple[int, str]]:
+        """``(n, id)`` of each ``calls/<n>.json`` symlink: numbers notices gave out.
+
+        Only the link's own text is read (its target's name); it is never followed.
+        """
+        if not _is(self._calls, stat.S_ISDIR):
+            return []
+        try:
+            names = os.listdir(self._calls)
+        except OSError:
+            return []
+        found = []
+        for name in names:
+            match = _PREVIOUS_NAME.fullmatch(name)  # calls/<n>.json
+            try:
+                target = os.path.basename(os.readlink(self._calls / name)) if match else ""
+            except OSError:  # a copy (no symlinks here) or gone: the history has its number
+                continue
+            if match and target.endswith(".json"):
+                found.append((int(match.group(1)), target[: -len(".json")]))
+        return found
 
     def latest_ids(self, n: int = 5) -> list[str]:
         """The ``n`` most recently recorded ids, newest first, like ``CheckpointStore``'s."""
-        recent: dict[str, None] = {}
-        for record in self.history():
-            if isinstance(record.get("id"), str):
-                recent.pop(record["id"], None)
-                recent[record["id"]] = None
-        return list(reversed(recent))[:n]
+        return _latest(self.history())[:n]
+
+    def reference_of(self, call_id: str) -> str | None:
+        """The short reference ``"#n"`` of ``call_id``; None when it has none or shares it."""
+        return self._read()[1].reference_of(call_id)
 
     def read(self, target: str | int) -> tuple[str, Path, bytes]:
-        """``(call id, path, raw bytes)`` of ``by-id/<id>.json``, or of ``previous/<n>.json``.
+        """``(call id, path, raw bytes)`` of the checkpoint ``target`` names.
 
-        Raises CheckpointError when there is no such checkpoint, naming the latest ids.
+        ``target`` is a reference ``"#n"`` (program n of the session, by its history lines),
+        a call id (``by-id/<id>.json``) or an int n (``previous/<n>.json``). Raises
+        CheckpointError when there is no such checkpoint, naming the latest ids, and when a
+        reference is malformed, unknown, or carried by two calls: it never names another
+        program.
         """
         call_id, path = self._resolve(target)
         try:
@@ -203,6 +359,12 @@ class SessionReader:
             raise CheckpointError(f"cannot read checkpoint {path} ({exc.strerror}).") from None
 
     def _resolve(self, target: str | int) -> tuple[str, Path]:
+        if is_reference(target):
+            call_id = self._id_for_reference(target)  # type: ignore[arg-type]
+            path = self._by_id / f"{call_id}.json"
+            if _is(path, stat.S_ISREG):
+                return call_id, path
+            raise self._missing(f"program {target} is {call_id}, but {path} does not exist")
         if isinstance(target, str):
             call_id = sanitize(target)
             path = self._by_id / f"{call_id}.json"
@@ -224,15 +386,66 @@ class SessionReader:
             pass
         raise self._missing(
             f"no previous/{target}.json (previous/ holds the calls of the step before the "
-            "latest one, numbered from 1)"
+            f'latest one, numbered from 1; for program number {target} write "#{target}")'
         )
 
-    def _missing(self, what: str) -> CheckpointError:
-        recent = ", ".join(self.latest_ids()) or "none yet"
+    def _id_for_reference(self, ref: str) -> str:
+        """The call id ``ref`` names, by ``CheckpointStore.id_for_reference``'s rules."""
+        match = _REFERENCE.fullmatch(ref)
+        if match is None:
+            raise CheckpointError(
+                f'{ref!r} is not a reference: write "#" and the program\'s number, like "#7", '
+                "or give the call id."
+            )
+        n = int(match.group(1))
+        numbers = self._read()[1]
+        ids = numbers.claims.get(n, [])
+        if not ids:
+            last = numbers.next - 1
+            known = (
+                f"its programs are #1 to #{last}"
+                if last
+                else "its history records no program numbers (an older ptc-retry wrote it): "
+                "give the call id"
+            )
+            raise self._missing(
+                f"no program {ref} in session {self.name}: {known}. A reference belongs to "
+                "the session whose notice gave it",
+                session=False,
+            )
+        if len(ids) > 1 or ref in numbers.sent_as_references:
+            which = (
+                f"two calls carry it ({', '.join(ids)})"
+                if len(ids) > 1
+                else f"a call was sent with the id {ref!r}"
+            )
+            raise CheckpointError(
+                f"{ref} is ambiguous in session {self.name}: {which}. Give the call id instead; "
+                f"`ptc-retry history --session {self.name}` lists every call."
+            )
+        return ids[0]
+
+    def _missing(self, what: str, *, session: bool = True) -> CheckpointError:
+        history, numbers = self._read()
+        recent = []
+        for call_id in _latest(history)[:5]:
+            ref = numbers.reference_of(call_id)
+            recent.append(f"{ref} ({call_id})" if ref else call_id)
+        where = f" in session {self.name}" if session else ""
         return CheckpointError(
-            f"{what} in session {self.name}; the most recent ids are: {recent}. "
+            f"{what}{where}; the most recent are: {', '.join(recent) or 'none yet'}. "
             f"`ptc-retry history --session {self.name}` lists every call."
         )
+
+
+def _latest(history: list[dict[str, Any]]) -> list[str]:
+    """The ids of ``history``, most recently recorded first."""
+    recent: dict[str, None] = {}
+    for record in history:
+        if isinstance(record.get("id"), str):
+            recent.pop(record["id"], None)
+            recent[record["id"]] = None
+    return list(reversed(recent))
 
 
 # -- figures -----------------------------------------------------------------------------------
@@ -252,8 +465,9 @@ class SessionStats:
 
     def __add__(self, other: SessionStats) -> SessionStats:
         total = SessionStats("total")
-        for field in fields(self)[1:]:
-            setattr(total, field.name, getattr(self, field.name) + getattr(other, field.name))
+        for figure in fields(self)[1:]:
+            name = figure.name
+            setattr(total, name, getattr(self, name) + getattr(other, name))
         return total
 
 

@@ -66,7 +66,8 @@ def failure_notice(
     ``reference`` names the saved program (``"#7"``; a call id where no number is known).
     A failure offers the fix as a template with two literal placeholders,
     ``await ptc_retry.replay("#7", "<old>", "<new>")``, and ``resume=True`` on a second
-    line when ``completed`` statements would not have to run again. A program that was
+    line when ``completed`` statements would not have to run again (the caller passes 0
+    where skipping them would save too little to be worth the words). A program that was
     stopped (``interrupted``, or by the ``time_limit``) offers going on instead:
     ``await ptc_retry.resume("#7")``. The guard's sentence follows, on a line of its own,
     when this is the ``repeated``-th identical failure in a row. Each line stays under
@@ -130,8 +131,8 @@ def guard_sentence(repeated: int, *, paused: bool = False) -> str:
     """The repeated-failure guard's sentence, said once per streak."""
     if paused:
         return (
-            f"{repeated} identical failures in a row: programs are paused until the "
-            "user's next instruction; tell the user what fails."
+            f"{repeated} identical failures in a row: programs pause until the user's next "
+            "instruction; tell the user what fails."
         )
     return f"{repeated} identical failures in a row: change the program, do not repeat it."
 

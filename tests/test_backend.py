@@ -89,8 +89,8 @@ def test_scripted_agent_fails_reads_the_notice_replays_and_succeeds(
     assert "KeyError: 'regoin'" in first
     notice = first.splitlines()[-1]
     assert notice.startswith("[ptc-retry]") and "\x1b[" not in first
-    target, path = parse_notice(notice)
-    assert (target, path) == ("call_a1", str(backend.session_dir / "by-id" / "call_a1.json"))
+    target = parse_notice(notice)
+    assert target == backend.last_result.reference and target.startswith("#")
     line = f"await ptc_retry.replay({target!r}, 'row[\"regoin\"]', 'row[\"region\"]')"
     second = run(backend.handle_tool_call("run_code", raw(line), "call_a2"))
 
@@ -249,7 +249,6 @@ def test_huge_output_is_held_bounded(backend: KernelBackend, run: Run[Any]) -> N
         ("run_code", '{"code": 5}', "not a number"),
         ("run_code", '{"code": null}', "not null"),
         ("run_code", '{"code": {"lines": []}}', "not an object"),
-        ("run_code", '{"code": "print(1)", "timeout": 9}', "remove 'timeout'"),
         ("run_code", '{"code": "print(\\ud800)"}', "lone surrogate"),
         ("run_python", '{"code": "print(1)"}', "no tool named 'run_python'"),
     ],
@@ -263,6 +262,33 @@ def test_malformed_tool_calls_never_reach_the_kernel(
     assert says in text
     assert "call_bad" not in {h["id"] for h in history(backend.session_dir)}
     assert not (backend.session_dir / "by-id" / "call_bad.json").exists()
+
+
+def test_keys_beside_code_are_ignored_and_named_and_the_program_runs(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    arguments = '{"description": "sum it", "code": "print(1 + 1)",  "timeout": 9}'
+    text = run(backend.handle_tool_call("run_code", arguments, "call_keys"))
+
+    assert text == '[ptc-retry] Ignored "description", "timeout": run_code takes only "code".\n2'
+    # The checkpoint keeps the arguments byte for byte, so a replay can edit the program.
+    saved = backend.session_dir / "by-id" / "call_keys.json"
+    assert saved.read_bytes() == arguments.encode()
+    assert line_of(backend.session_dir, "call_keys")["status"] == "ok"
+
+
+def test_a_failing_program_with_a_stray_key_gets_the_notice_and_replays(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    backend.new_turn()
+    arguments = json.dumps({"code": PROGRAM, "explanation": "group the orders by region"})
+    failed = run(backend.handle_tool_call("run_code", arguments, "call_k1"))
+    reference = parse_notice(failed)
+    assert failed.startswith('[ptc-retry] Ignored "explanation"') and reference is not None
+
+    line = f"await ptc_retry.replay({reference!r}, 'row[\"regoin\"]', 'row[\"region\"]')"
+    fixed = run(backend.handle_tool_call("run_code", raw(line), "call_k2"))
+    assert fixed.endswith("{'north': 162.75, 'south': 80.0, 'east': 310.0}")
 
 
 def test_decoded_arguments_are_accepted(backend: KernelBackend, run: Run[Any]) -> None:
@@ -315,7 +341,8 @@ def test_program_deaf_to_interrupts_gets_the_kernel_restarted(
     assert result.status == "timeout" and result.restarted
     assert result.text.startswith("ignoring interrupts\n")
     assert "the kernel was restarted" in result.text
-    assert parse_notice(result.text) == ("call_r1", result.checkpoint)
+    assert result.text.endswith('Saved as call_r1. To go on: await ptc_retry.resume("call_r1")')
+    assert parse_notice(result.text) == "call_r1"
     after = run(fragile.run_code("'lost' in globals()", call_id="call_r2"))
     assert after.value == "False"
 
@@ -332,7 +359,7 @@ def test_os_exit_is_reported_as_died_and_the_program_replays(
     assert result.duration < 15
     assert result.text.startswith("partial 12\n")
     assert "(exit code 1)" in result.text and "all variables" in result.text
-    assert parse_notice(result.text) == ("call_x1", result.checkpoint)
+    assert parse_notice(result.text) == "call_x1"  # the kernel that numbered it is gone
     assert Path(result.checkpoint).read_bytes() == raw(DYING).encode()
     replayed = run(
         fragile.run_code("await ptc_retry.replay('call_x1', 'os._exit(1)', 'pass')", timeout=60)

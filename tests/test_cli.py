@@ -99,7 +99,7 @@ def test_history_shows_the_latest_session_and_how_to_pick_another(root: Path, cl
     code, out, err = cli("history", "--root", root)
     assert code == 0
     assert out.splitlines()[0] == f"session: {root.absolute() / 'newer'}"
-    assert [line.split()[0] for line in out.splitlines()[2:]] == ["c1", "c2"]
+    assert [line.split()[:2] for line in out.splitlines()[2:]] == [["#1", "c1"], ["#2", "c2"]]
     assert "showing session newer" in err and "older" in err and "--session NAME" in err
 
 
@@ -109,7 +109,7 @@ def test_history_of_a_named_session(root: Path, cli: Any) -> None:
     code, out, err = cli("history", "--root", root, "--session", "one")
     assert code == 0 and err == ""
     assert out.splitlines()[0].endswith("one")
-    assert [line.split()[:2] for line in out.splitlines()[2:]] == [["c1", "ok"]]
+    assert [line.split()[:3] for line in out.splitlines()[2:]] == [["#1", "c1", "ok"]]
 
 
 def test_history_uses_ptc_retry_root_by_default(
@@ -154,7 +154,7 @@ def test_history_shows_a_call_without_a_history_line_as_unfinished(root: Path, c
     store.close()
     code, out, _ = cli("history", "--root", root)
     assert code == 0
-    assert out.splitlines()[3].split()[:2] == ["c2", "unfinished"]
+    assert out.splitlines()[3].split()[:3] == ["#2", "c2", "unfinished"]
     assert "still running, or its kernel died" in out
     _, out, _ = cli("history", "--root", root, "--json")
     last = json.loads(out.splitlines()[-1])
@@ -188,6 +188,8 @@ def test_read_only_commands_change_nothing(root: Path, cli: Any, tmp_path: Path)
         ["history", "--json", "--session", "s"],
         ["show", "c1", "--session", "s"],
         ["show", "1", "--session", "s"],
+        ["show", "#2", "--session", "s"],
+        ["show", "#9", "--session", "s"],
         ["show", "missing", "--session", "s"],
         ["stats", "--all"],
         ["stats", "--session", "s"],
@@ -233,9 +235,76 @@ def test_show_unknown_id_lists_the_latest_ids(root: Path, cli: Any) -> None:
     make_session(root, "s", ["a = 1", "b = 2", "c = 3"])
     code, out, err = cli("show", "c9", "--root", root)
     assert code == 1 and out == ""
-    assert "'c9'" in err and "c3, c2, c1" in err and "ptc-retry history" in err
+    assert "'c9'" in err and "#3 (c3), #2 (c2), #1 (c1)" in err and "ptc-retry history" in err
     code, _, err = cli("show", "7", "--root", root)
-    assert code == 1 and "previous/7.json" in err and "c3, c2, c1" in err
+    assert code == 1 and "previous/7.json" in err and "#3 (c3), #2 (c2), #1 (c1)" in err
+    assert 'for program number 7 write "#7"' in err
+
+
+def test_show_a_reference_prints_that_program(root: Path, cli: Any) -> None:
+    make_session(root, "s", ["a = 1", PROGRAM, "c = 3"])
+    code, out, err = cli("show", "#2", "--root", root)
+    assert (code, out) == (0, PROGRAM)
+    assert err.startswith("# c2 (#2): ")
+
+
+def test_show_a_reference_of_a_program_still_running(root: Path, cli: Any) -> None:
+    store = CheckpointStore(root, "s")
+    store.finish(store.begin(code_arguments("a = 1")), "ok")
+    running = store.begin(code_arguments("while True: pass"))  # no history line yet
+    code, out, _ = cli("show", running.reference, "--root", root)
+    store.close()
+    assert running.reference == "#2"
+    assert (code, out) == (0, "while True: pass\n")
+
+
+def test_show_an_unknown_reference_names_the_numbers_the_session_has(root: Path, cli: Any) -> None:
+    make_session(root, "s", ["a = 1", "b = 2", "c = 3"])
+    code, out, err = cli("show", "#4", "--root", root)
+    assert code == 1 and out == ""
+    assert "no program #4 in session s: its programs are #1 to #3" in err
+    assert "#3 (c3)" in err
+
+
+def test_show_a_reference_in_a_session_written_without_numbers(root: Path, cli: Any) -> None:
+    session = root / "old"
+    (session / "by-id").mkdir(parents=True)
+    (session / "by-id" / "c1.json").write_text(code_arguments("a = 1"))
+    line = {"id": "c1", "tool": "run_code", "turn": 0, "step": None, "ordinal": 1, "status": "ok"}
+    (session / "history.jsonl").write_text(json.dumps(line) + "\n")
+    code, out, err = cli("show", "#1", "--root", root)
+    assert code == 1 and out == ""
+    assert "records no program numbers" in err and "give the call id" in err and "c1" in err
+    assert cli("show", "c1", "--root", root)[:2] == (0, "a = 1\n")
+
+
+def test_show_a_reference_two_calls_carry_is_refused(root: Path, cli: Any) -> None:
+    session = make_session(root, "s", ["a = 1", "b = 2"])
+    (session / "by-id" / "x9.json").write_text(code_arguments("x = 9"))
+    damaged = {"id": "x9", "n": 2, "tool": "run_code", "status": "ok"}  # also says #2
+    with open(session / "history.jsonl", "a") as history:
+        history.write(json.dumps(damaged) + "\n")
+    code, out, err = cli("show", "#2", "--root", root)
+    assert code == 1 and out == ""
+    assert "#2 is ambiguous in session s: two calls carry it (c2, x9)" in err
+    assert cli("show", "#1", "--root", root)[:2] == (0, "a = 1\n")  # the others still work
+
+
+def test_show_a_reference_that_is_also_a_sent_call_id_is_refused(root: Path, cli: Any) -> None:
+    store = CheckpointStore(root, "s")
+    store.finish(store.begin(code_arguments("a = 1")), "ok")
+    store.finish(store.begin(code_arguments("b = 2"), call_id="#1"), "ok")  # saved as _1
+    store.close()
+    code, out, err = cli("show", "#1", "--root", root)
+    assert code == 1 and out == ""
+    assert "#1 is ambiguous" in err and "a call was sent with the id '#1'" in err
+    assert cli("show", "_1", "--root", root)[:2] == (0, "b = 2\n")
+
+
+def test_show_a_malformed_reference_says_how_to_write_one(root: Path, cli: Any) -> None:
+    make_session(root, "s", ["a = 1"])
+    code, _, err = cli("show", "#two", "--root", root)
+    assert code == 1 and "'#two' is not a reference" in err and '"#7"' in err
 
 
 # -- stats -------------------------------------------------------------------------------------

@@ -35,9 +35,9 @@ def test_demo_completes(played: Any) -> None:
 def test_transcript_shows_the_failure_the_notice_and_the_replay(played: Any) -> None:
     _, transcript, _, _ = played
     failure = transcript.index("KeyError: 'unit_prcie'")
-    notice = transcript.index('await ptc_retry.replay("call_1", "<old>", "<new>")')
+    notice = transcript.index('await ptc_retry.replay("#1", "<old>", "<new>")')
     replay = transcript.index(
-        """await ptc_retry.replay("call_1", 'row["unit_prcie"]', 'row["unit_price"]')"""
+        """await ptc_retry.replay("#1", 'row["unit_prcie"]', 'row["unit_price"]')"""
     )
     success = transcript.index("best month 2024-03: 71.90; median order 21.75")
     assert failure < notice < replay < success
@@ -62,7 +62,7 @@ def test_transcript_compares_the_retry_with_resending(played: Any) -> None:
 def test_the_checkpoints_of_the_demo_are_kept(played: Any) -> None:
     _, _, _, root = played
     (session,) = root.iterdir()
-    assert {p.name for p in (session / "by-id").iterdir()} == {"call_1.json", "call_2.json"}
+    assert {p.name for p in (session / "by-id").iterdir()} == {f"{demo.FIRST_ID}.json", f"{demo.RETRY_ID}.json"}
 
 
 def test_save_writes_a_valid_notebook(played: Any) -> None:
@@ -82,7 +82,7 @@ def test_save_writes_a_valid_notebook(played: Any) -> None:
 
 def _replay_line() -> str:
     old, new = demo.FIX
-    return f'await ptc_retry.replay("call_1", {old!r}, {new!r})'
+    return f'await ptc_retry.replay("#1", {old!r}, {new!r})'
 
 
 def test_demo_says_so_when_the_kernel_cannot_start(

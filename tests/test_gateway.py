@@ -177,7 +177,7 @@ def test_fail_notice_one_line_replay_success(
     assert (failed.status, failed.ename) == ("error", "KeyError")
     assert failed.metadata["call_id"] == "call_g1"  # the request's metadata passed through
     assert failed.notice == failed.text.splitlines()[-1]
-    assert parse_notice(failed.notice) == ("call_g1", failed.checkpoint)
+    assert parse_notice(failed.notice) == failed.reference == failed.metadata["reference"]
     assert backend.session_dir == gateway.root / backend.session_id  # as the kernel said
     assert failed.checkpoint == str(backend.session_dir / "by-id" / "call_g1.json")
     assert Path(failed.checkpoint).read_bytes() == raw(PROGRAM).encode()
@@ -245,7 +245,7 @@ def test_kernel_death_is_detected_restarted_and_the_program_replays(
     assert result.status == "died" and result.restarted and result.duration < 20
     assert result.text.startswith("partial 12\n")
     assert "all variables" in result.text
-    assert parse_notice(result.text) == ("call_x1", result.checkpoint)
+    assert parse_notice(result.text) == "call_x1"
     assert result.checkpoint == str(fragile.session_dir / "by-id" / "call_x1.json")
     fix = "await ptc_retry.replay('call_x1', 'os._exit(1)', 'pass')"
     replayed = run(fragile.run_code(fix, call_id="call_x2", timeout=60))
@@ -372,7 +372,7 @@ def test_forced_kernel_gives_a_python3_client_checkpoints_and_notices(
     assert error["ename"] == "KeyError"
     notice = error["traceback"][-1]
     (saved,) = root.glob("*/by-id/c1.json")
-    assert notice.startswith("[ptc-retry]") and parse_notice(notice) == ("c1", str(saved))
+    assert notice.startswith("[ptc-retry]") and parse_notice(notice) == "#1"
     assert json.loads(saved.read_text()) == {"code": PROGRAM}
 
 

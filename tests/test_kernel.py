@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import Kernel
 
-from ptc_retry.notice import parse_notice
+from ptc_retry.notice import NOTICE_MIN_BYTES, parse_notice
 
 # A realistic agent program of about 600 bytes with one wrong literal: the
 # "region" key is spelled "regoin" in the lookup.
@@ -58,12 +58,13 @@ def test_failure_is_saved_byte_for_byte_and_noticed(kernel: Kernel, checkpoint_r
     assert run.error["ename"] == "KeyError"
     assert run.error["evalue"] == "'regoin'"
     notice = run.error["traceback"][-1]
-    assert "call_7" in notice and str(saved) in notice
-    assert 'await ptc_retry.replay("call_7"' in notice
+    assert "call_7" not in notice and str(saved) not in notice  # the short reference names it
+    assert 'Saved as #1. Small fix? Send only: await ptc_retry.replay("#1"' in notice
     assert "\x1b[" not in notice
     assert run.reply["content"]["traceback"][-1] == notice
     assert run.ptc == {
         "call_id": "call_7",
+        "reference": "#1",
         "checkpoint": str(saved),
         "ordinal": 1,
         "status": "error",
@@ -101,10 +102,10 @@ def test_replaying_a_replay_edits_the_corrected_program(kernel: Kernel) -> None:
     )
     assert first.status == "error"  # the KeyError is still there
     notice = first.error["traceback"][-1]
-    assert '"a2"' in notice  # the notice points at the replay, so fixes accumulate
+    assert parse_notice(notice) == "#2"  # the replay itself, so fixes accumulate
 
     second = kernel.execute(
-        f"await ptc_retry.replay('a2', {FIX[0]!r}, {FIX[1]!r})", {"call_id": "a3"}
+        f"await ptc_retry.replay('#2', {FIX[0]!r}, {FIX[1]!r})", {"call_id": "a3"}
     )
 
     assert second.status == "ok", second.error
@@ -144,16 +145,8 @@ TITLE = (
 )
 STOCK_CHECK = """\
 title = "{title}"
-stock = {{"bolts": 1200, "nuts": 860, "washers": 310, "hinges": 45, "brackets": 12}}
-reorder_at = {{"bolts": 500, "nuts": 500, "washers": 200, "hinges": 50, "brackets": 20}}
-
-
-def to_reorder(levels, limits):
-    return sorted(name for name, count in levels.items() if count < limits[name])
-
-
+stock = {{"bolts": 1200, "nuts": 860, "washers": 310}}
 print(title)
-print("reorder:", to_reorder(stock, reorder_at))
 stock["screws"]
 """
 
@@ -166,8 +159,8 @@ def stock_check_of(size: int) -> str:
     return program
 
 
-@pytest.mark.parametrize(("size", "noticed"), [(499, False), (500, True)])
-def test_the_default_notice_threshold_is_500_bytes(
+@pytest.mark.parametrize(("size", "noticed"), [(NOTICE_MIN_BYTES - 1, False), (NOTICE_MIN_BYTES, True)])
+def test_the_default_notice_threshold_is_notice_min_bytes(
     kernel: Kernel, checkpoint_root: Path, size: int, noticed: bool
 ) -> None:
     run = kernel.execute(stock_check_of(size), {"call_id": f"b{size}"})
@@ -176,7 +169,8 @@ def test_the_default_notice_threshold_is_500_bytes(
     assert saved.stat().st_size == size  # what notice_min_bytes is compared with
     assert run.error["ename"] == "KeyError"
     assert (run.ptc["notice"] is not None) is noticed
-    assert (parse_notice(run.error["traceback"][-1]) == (f"b{size}", str(saved))) is noticed
+    assert (parse_notice(run.error["traceback"][-1]) == "#1") is noticed
+    assert (checkpoint_root / "test" / "calls" / "1.json").exists() is noticed
 
 
 def test_short_failing_program_gets_no_notice(kernel: Kernel) -> None:
@@ -192,10 +186,10 @@ def test_syntax_error_program_is_checkpointed_and_noticed(
     broken = PROGRAM.replace("def by_region(rows):", "def by_region(rows)")
     run = kernel.execute(broken, {"call_id": "s1"})
     assert run.error["ename"] == "SyntaxError"
-    assert "s1" in run.error["traceback"][-1]
+    assert parse_notice(run.error["traceback"][-1]) == "#1"
     assert (checkpoint_root / "test" / "by-id" / "s1.json").exists()
     fixed = kernel.execute(
-        "await ptc_retry.replay('s1', edits=[('def by_region(rows)', 'def by_region(rows):'), "
+        "await ptc_retry.replay('#1', edits=[('def by_region(rows)', 'def by_region(rows):'), "
         f"({FIX[0]!r}, {FIX[1]!r})])"
     )
     assert fixed.status == "ok", fixed.error
@@ -231,7 +225,9 @@ def test_keyboard_interrupt_is_noticed(kernel: Kernel) -> None:
     run = kernel.execute(INTERRUPTED, {"call_id": "k1"})
     assert run.error["ename"] == "KeyboardInterrupt"
     assert run.ptc["status"] == "interrupted"
-    assert parse_notice(run.error["traceback"][-1])[0] == "k1"
+    notice = run.error["traceback"][-1]
+    assert notice == '[ptc-retry] Interrupted; saved as #1. To go on: await ptc_retry.resume("#1")'
+
 
 
 # Over notice_min_bytes: an agent's program that ends by raising its final answer.

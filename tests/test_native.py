@@ -860,7 +860,7 @@ def test_the_native_prompt_section_teaches_the_tool_with_three_examples(tmp_path
     assert EDIT_TOOL in text and "call_id" in text and "previous_ordinal" in text
     assert text.endswith(FINAL_SENTENCE + "\n")
     assert "\x1b" not in text
-    assert "Entries for a typo, a stale value, a wrong type:" in text
+    assert "a patch of entries like:" in text
     examples = [json.loads(line) for line in text.splitlines() if line.startswith("{")]
     assert len(examples) == 3
     assert all(len(json.dumps(entry)) <= 70 for entry in examples)  # short
@@ -868,14 +868,14 @@ def test_the_native_prompt_section_teaches_the_tool_with_three_examples(tmp_path
     # nested field, a wrong type replaced by a whole value.
     arguments = {
         "text": "Dear team, teh report for June is attached; comments by Friday please.",
-        "query": {"since": "2023-06-01", "limit": 50},
+        "q": {"since": "2023-06-01", "limit": 50},
         "port": "80",
     }
     for entry in examples:
         arguments = apply_patch(arguments, [entry])
     assert arguments == {
         "text": "Dear team, the report for June is attached; comments by Friday please.",
-        "query": {"since": "2024-06-01", "limit": 50},
+        "q": {"since": "2024-06-01", "limit": 50},
         "port": 80,
     }
 

@@ -1,19 +1,43 @@
-"""What the model reads: the notice and the prompt sections, counted in real tokens."""
+"""What the model reads and writes: the notice, the replay line and the prompt sections,
+counted in real tokens (cl100k_base) with the call ids real models send."""
 
 from __future__ import annotations
 
+import json
+import random
+import string
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import Run, raw
 
+from ptc_retry.backend import KernelBackend
 from ptc_retry.eval.tokens import load_tokenizer
-from ptc_retry.notice import failure_notice, parse_notice, prompt_section
+from ptc_retry.notice import failure_notice, parse_notice, prompt_section, resume_call
 from ptc_retry.store import default_root
 
 SESSION_DIRS = [
     default_root() / "k3f9a1c2b7d",  # a kernel's session under the default root
     Path.home() / ".cache" / "agent-platform" / "ptc-retry" / "run-2024-06-01-ab12",
 ]
+
+
+def _id(prefix: str, length: int, seed: int) -> str:
+    rng = random.Random(seed)
+    return prefix + "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(length))
+
+
+#: The shapes of the tool-call ids that models send.
+ID_SHAPES = {"openai": ("call_", 24), "anthropic": ("toolu_01", 22)}
+
+# A failing program over notice_min_bytes: 250 bytes, a wrong key in its last line.
+PROGRAM = "\n".join(
+    [f"row_{i} = {{'region': 'north', 'amount': {i * 10.5}}}" for i in range(6)]
+    + ["total = sum(r['amount'] for r in [row_0, row_1, row_2, row_3, row_4, row_5])"]
+    + ["row_0['regoin']"]
+)
 
 
 @pytest.fixture(scope="module")
@@ -24,10 +48,137 @@ def count():  # type: ignore[no-untyped-def]
     return tokenizer.count
 
 
+@pytest.fixture(scope="module")
+def long_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A checkpoint root of at least 60 characters, as an agent platform's might be."""
+    root = tmp_path_factory.mktemp("agent-platform")
+    root = root / ("checkpoints-" + "x" * max(0, 60 - len(str(root)) - 13))
+    assert len(str(root)) >= 60
+    return root
+
+
+@pytest.fixture(scope="module")
+def backend(run: Run[Any], jupyter_path: Path, long_root: Path) -> Iterator[KernelBackend]:
+    kb = KernelBackend(root=long_root, session_id="s0e7a1c2d")
+    run(kb.start())
+    yield kb
+    run(kb.shutdown())
+
+
+# -- the notice, as a real kernel writes it -------------------------------------------------
+
+
+@pytest.mark.parametrize("shape", ID_SHAPES)
+def test_the_notice_costs_at_most_40_tokens_with_real_call_ids_and_a_long_root(
+    backend: KernelBackend, run: Run[Any], count: Any, shape: str
+) -> None:
+    prefix, length = ID_SHAPES[shape]
+    for seed in range(3):
+        call_id = _id(prefix, length, seed)
+        program = PROGRAM.replace("10.5", f"1{seed}.5")  # no repeated failure: no guard
+        result = run(backend.run_code(program, call_id=call_id, arguments=raw(program)))
+        assert result.status == "error" and result.notice is not None
+        assert call_id not in result.notice and str(backend.session_dir) not in result.notice
+        assert count(result.notice) <= 40, result.notice
+
+
+def test_the_notice_names_the_program_and_shows_the_call_to_send_as_a_template(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    backend.new_turn()
+    result = run(backend.run_code(PROGRAM, call_id=_id("call_", 24, 7)))
+    ref = result.reference
+    assert ref is not None and ref.startswith("#")
+    # The statements before the failure ran in no time: skipping them is not offered.
+    assert result.notice == (
+        f'[ptc-retry] Saved as {ref}. Small fix? Send only: await ptc_retry.replay("{ref}", '
+        '"<old>", "<new>")'
+    )
+    assert parse_notice(result.text) == ref
+    # Without the helper, the file follows from the reference and the prompt section.
+    number = ref.removeprefix("#")
+    saved = backend.session_dir / "calls" / f"{number}.json"
+    assert json.loads(saved.read_text("utf-8")) == {"code": PROGRAM}
+    assert f"{backend.session_dir}" in backend.system_prompt()
+    assert "calls/<n>.json" in backend.system_prompt()
+
+
+# -- the replay line the model writes --------------------------------------------------------
+
+
+@pytest.mark.parametrize("ref", ["#7", "#42", "#318"])
+def test_the_replay_lines_fixed_part_costs_at_most_20_tokens(count: Any, ref: str) -> None:
+    # Everything but the old and new text, as the JSON arguments of the tool call.
+    line = f'await ptc_retry.replay("{ref}", "", "")'
+    assert count(json.dumps({"code": line})) <= 20
+
+
+# -- the notice's words -----------------------------------------------------------------------
+
+
+def test_each_line_of_every_notice_fits_in_120_characters() -> None:
+    notices = [
+        failure_notice("#1234"),
+        failure_notice("#1234", completed=12),
+        failure_notice("#1234", interrupted=True),
+        failure_notice("#1234", time_limit=55.5),
+        failure_notice("#1234", completed=3, repeated=3),
+        failure_notice("#1234", completed=3, repeated=3, paused=True),
+    ]
+    for notice in notices:
+        assert all(len(line) <= 120 for line in notice.splitlines()), notice
+        assert all(line.startswith("[ptc-retry] ") for line in notice.splitlines())
+
+
+def test_the_guards_sentence_is_a_line_of_its_own() -> None:
+    notice = failure_notice("#12", completed=3, repeated=3, paused=True)
+    assert notice.splitlines()[-1] == (
+        "[ptc-retry] 3 identical failures in a row: programs pause until the user's next "
+        "instruction; tell the user what fails."
+    )
+
+
+def test_a_stopped_program_is_offered_going_on_not_a_fix() -> None:
+    for notice in (
+        failure_notice("#3", interrupted=True, completed=2),
+        failure_notice("#3", time_limit=5, completed=2),
+    ):
+        assert notice.endswith(f"To go on: {resume_call('#3')}")
+        assert "Small fix" not in notice and "replay(" not in notice
+    assert failure_notice("#3", time_limit=5).startswith(
+        "[ptc-retry] Stopped by the time limit (5 s); saved as #3."
+    )
+
+
+def test_resume_is_offered_only_when_statements_completed() -> None:
+    assert "resume=True" not in failure_notice("#3")
+    assert "skip the 1 statement that completed" in failure_notice("#3", completed=1)
+
+
+def test_the_notice_does_not_say_call_id_and_has_no_ansi_codes() -> None:
+    notice = failure_notice("#7", completed=2, repeated=3)
+    assert "call id" not in notice.lower() and "\x1b" not in notice
+
+
+@pytest.mark.parametrize("ref", ["#1", "#9999", "c1", "call_Wd3kq0fJ2xLmN8pQ4rT6vY1z", 'a"b'])
+def test_parse_notice_reads_back_the_reference(ref: str) -> None:
+    for notice in (
+        failure_notice(ref, completed=3, repeated=3),
+        failure_notice(ref, time_limit=2.5),
+        f"[ptc-retry] The kernel died (exit code 1). Saved as {ref}. To go on: "
+        + resume_call(ref),
+    ):
+        assert parse_notice(f"KeyError: 'x'\n{notice}") == ref
+    assert parse_notice("KeyError: 'x'") is None
+
+
+# -- the prompt sections ------------------------------------------------------------------------
+
+
 @pytest.mark.parametrize("mode", ["code", "native"])
 @pytest.mark.parametrize("session_dir", SESSION_DIRS, ids=["default-root", "long-path"])
-def test_prompt_section_fits_in_180_tokens(count, mode: str, session_dir: Path) -> None:  # type: ignore[no-untyped-def]
-    assert count(prompt_section(mode, session_dir=session_dir)) <= 180
+def test_prompt_section_fits_in_150_tokens(count: Any, mode: str, session_dir: Path) -> None:
+    assert count(prompt_section(mode, session_dir=session_dir)) <= 150
 
 
 @pytest.mark.parametrize("mode", ["code", "native"])
@@ -39,30 +190,14 @@ def test_prompt_section_is_the_same_bytes_for_a_session(mode: str) -> None:
 def test_code_prompt_names_the_layout_the_helper_and_the_manual_recipe() -> None:
     text = prompt_section("code", session_dir="/s")
     for phrase in (
-        "/s/by-id/<id>.json",
+        "/s as JSON",
+        "by-id/<call id>.json",
         "previous/1.json",
         "history.jsonl",
-        'await ptc_retry.replay("<id>", "<old text>", "<new text>")',
+        "#n (calls/<n>.json)",
+        'await ptc_retry.replay("#n", "<old text>", "<new text>")',
         "Only for a small correction; otherwise write a fresh program",
         "json.loads",
         "async function",
     ):
         assert phrase in text
-
-
-def test_notice_costs_a_few_dozen_tokens(count) -> None:  # type: ignore[no-untyped-def]
-    notice = failure_notice("c7", SESSION_DIRS[0] / "by-id" / "c7.json")
-    assert count(notice) <= 60
-
-
-def test_notice_does_not_say_call_id_and_has_no_ansi_codes() -> None:
-    notice = failure_notice("call_7", "/s/by-id/call_7.json", completed=2, time_limit=5)
-    assert "call id" not in notice.lower() and "\x1b" not in notice
-
-
-@pytest.mark.parametrize("call_id", ["c1", "call_Wd3kq0fJ2xLmN8pQ4rT6vY1z", "a.b-c"])
-def test_parse_notice_reads_back_the_id_and_path(call_id: str) -> None:
-    path = f"/tmp/with space/by-id/{call_id}.json"
-    notice = failure_notice(call_id, path, completed=3, time_limit=2.5, repeated=3)
-    assert parse_notice(f"KeyError: 'x'\n{notice}") == (call_id, path)
-    assert parse_notice("KeyError: 'x'") is None

@@ -143,6 +143,7 @@ def test_replies_match_the_stock_kernel(pair: tuple, msg_type: str, content: dic
         assert set(ours[0]["metadata"]) == set(stock[0]["metadata"]) | {"ptc_retry"}
         assert set(ours[0]["metadata"]["ptc_retry"]) == {
             "call_id",
+            "reference",
             "checkpoint",
             "ordinal",
             "status",

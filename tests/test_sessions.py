@@ -50,7 +50,7 @@ def test_client_without_metadata_gets_default_ids_and_the_notice(
     assert error["ename"] == "IndexError"
     assert error["traceback"][-1].startswith("[ptc-retry] Saved as ")
     saved = checkpoint_root / "nb" / "by-id" / "c2.json"
-    assert parse_notice(error["traceback"][-1]) == ("c2", str(saved))
+    assert parse_notice(error["traceback"][-1]) == "#2"
     assert nb.cells[2].outputs[-1]["data"]["text/plain"] == "45.0"
     history = (checkpoint_root / "nb" / "history.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in history] == ["c1", "c2", "c3"]
