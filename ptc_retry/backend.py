@@ -542,7 +542,8 @@ class KernelBackend:
             return result.text
         # A stray key is no reason to re-send the program: it ran, and the model is told once.
         keys = ", ".join(json.dumps(key, ensure_ascii=False) for key in ignored)
-        return _join_notes([f"[ptc-retry] Ignored {keys}: run_code takes only \"code\".", result.text])
+        ignored_line = f'[ptc-retry] Ignored {keys}: run_code takes only "code".'
+        return _join_notes([ignored_line, result.text])
 
     # -- native mode --------------------------------------------------------------------------
 

@@ -908,13 +908,13 @@ class PtcRetryMagics(Magics):
 
     @line_magic
     def ptc_show(self, line: str) -> None:
-        """%ptc_show ID|N: the program saved for a call id, or previous/N.json."""
+        """%ptc_show #N|ID|N: the program saved as #N, for a call id, or as previous/N.json."""
         store = self.extension.open_store()
         if store is None:
             return
         text = line.strip()
         if not text:
-            print("usage: %ptc_show <call id>, or a number N for previous/N.json")
+            print("usage: %ptc_show #N (program N), <call id>, or a number N for previous/N.json")
             return
         target: str | int = int(text) if text.isdigit() else text
         try:

@@ -1,8 +1,8 @@
 """The words the model reads: the failure notice and the static prompt section.
 
-Both are plain text with no ANSI codes. The notice is short (about 32 tokens,
-cl100k_base, whatever the call ids and the checkpoint root) because it is paid on every failure; the prompt section is byte-identical for a
-session so it never breaks a prompt cache.
+Both are plain text with no ANSI codes. The notice is short (about 32 tokens of
+cl100k_base, whatever the call ids and the checkpoint root) because it is paid on every
+failure; the prompt section is byte-identical for a session so it never breaks a prompt cache.
 """
 
 from __future__ import annotations
@@ -85,7 +85,8 @@ def failure_notice(
         ]
         if completed > 0:
             statements = "statement" if completed == 1 else "statements"
-            lines.append(f"{PREFIX}Add resume=True to skip the {completed} {statements} that completed.")
+            skip = f"Add resume=True to skip the {completed} {statements} that completed."
+            lines.append(PREFIX + skip)
     if repeated:
         lines.append(PREFIX + guard_sentence(repeated, paused=paused))
     return "\n".join(lines)

@@ -540,7 +540,7 @@ class CheckpointStore:
                 raise CheckpointError(
                     f"no previous/{target}.json: previous/ holds the {self._prev_count} call(s) "
                     f"of the step before this one, numbered from 1. For program number "
-                    f"{target} of the session write \"#{target}\"; the most recent are: "
+                    f'{target} of the session write "#{target}"; the most recent are: '
                     f"{self._recent_text()}."
                 )
             return path

@@ -62,7 +62,10 @@ def test_transcript_compares_the_retry_with_resending(played: Any) -> None:
 def test_the_checkpoints_of_the_demo_are_kept(played: Any) -> None:
     _, _, _, root = played
     (session,) = root.iterdir()
-    assert {p.name for p in (session / "by-id").iterdir()} == {f"{demo.FIRST_ID}.json", f"{demo.RETRY_ID}.json"}
+    assert {p.name for p in (session / "by-id").iterdir()} == {
+        f"{demo.FIRST_ID}.json",
+        f"{demo.RETRY_ID}.json",
+    }
 
 
 def test_save_writes_a_valid_notebook(played: Any) -> None:

@@ -159,7 +159,9 @@ def stock_check_of(size: int) -> str:
     return program
 
 
-@pytest.mark.parametrize(("size", "noticed"), [(NOTICE_MIN_BYTES - 1, False), (NOTICE_MIN_BYTES, True)])
+@pytest.mark.parametrize(
+    ("size", "noticed"), [(NOTICE_MIN_BYTES - 1, False), (NOTICE_MIN_BYTES, True)]
+)
 def test_the_default_notice_threshold_is_notice_min_bytes(
     kernel: Kernel, checkpoint_root: Path, size: int, noticed: bool
 ) -> None:
@@ -227,7 +229,6 @@ def test_keyboard_interrupt_is_noticed(kernel: Kernel) -> None:
     assert run.ptc["status"] == "interrupted"
     notice = run.error["traceback"][-1]
     assert notice == '[ptc-retry] Interrupted; saved as #1. To go on: await ptc_retry.resume("#1")'
-
 
 
 # Over notice_min_bytes: an agent's program that ends by raising its final answer.

@@ -165,8 +165,7 @@ def test_parse_notice_reads_back_the_reference(ref: str) -> None:
     for notice in (
         failure_notice(ref, completed=3, repeated=3),
         failure_notice(ref, time_limit=2.5),
-        f"[ptc-retry] The kernel died (exit code 1). Saved as {ref}. To go on: "
-        + resume_call(ref),
+        f"[ptc-retry] The kernel died (exit code 1). Saved as {ref}. To go on: " + resume_call(ref),
     ):
         assert parse_notice(f"KeyError: 'x'\n{notice}") == ref
     assert parse_notice("KeyError: 'x'") is None

@@ -49,8 +49,8 @@ def test_client_without_metadata_gets_default_ids_and_the_notice(
     error = nb.cells[1].outputs[-1]
     assert error["ename"] == "IndexError"
     assert error["traceback"][-1].startswith("[ptc-retry] Saved as ")
-    saved = checkpoint_root / "nb" / "by-id" / "c2.json"
     assert parse_notice(error["traceback"][-1]) == "#2"
+    assert (checkpoint_root / "nb" / "calls" / "2.json").resolve().name == "c2.json"
     assert nb.cells[2].outputs[-1]["data"]["text/plain"] == "45.0"
     history = (checkpoint_root / "nb" / "history.jsonl").read_text().splitlines()
     assert [json.loads(line)["id"] for line in history] == ["c1", "c2", "c3"]

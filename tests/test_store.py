@@ -490,7 +490,9 @@ def test_load_of_missing_previous_position_says_how_many_exist(open_store: OpenS
     store = open_store()
     run(store)
     store.begin("{}")
-    with pytest.raises(CheckpointError, match=r'holds the 1 call\(s\).*write "#2".*#2 \(c2\), #1 \(c1\)'):
+    with pytest.raises(
+        CheckpointError, match=r'holds the 1 call\(s\).*write "#2".*#2 \(c2\), #1 \(c1\)'
+    ):
         store.load(2)
     with pytest.raises(CheckpointError, match="no previous/0.json"):
         store.load(0)
@@ -579,3 +581,97 @@ def test_threads_get_distinct_ids_and_whole_history_lines(open_store: OpenStore)
         thread.join()
     ids = [line["id"] for line in store.history()]
     assert len(ids) == len(set(ids)) == 400
+
+
+# -- session numbers and short references ------------------------------------------------------
+
+
+def test_every_call_gets_the_next_session_number(open_store: OpenStore) -> None:
+    store = open_store()
+    calls = [run(store, call_id=call_id) for call_id in ("call_a", None, "toolu_01b")]
+
+    assert [call.reference for call in calls] == ["#1", "#2", "#3"]
+    assert [line["n"] for line in store.history()] == [1, 2, 3]
+    assert store.id_for_reference("#3") == "toolu_01b"
+    assert store.load_code("#2") == ("c1", "x = 1")
+
+
+def test_numbers_continue_after_a_reopen_and_orphans_get_theirs(open_store: OpenStore) -> None:
+    first = open_store()
+    run(first, call_id="a")
+    orphan = first.begin('{"code": "crash()"}', call_id="b")  # never finished: the kernel died
+    first.close()
+
+    second = open_store()
+    after = run(second, call_id="c")
+
+    assert second.history()[1] == {**second.history()[1], "id": "b", "n": 2, "status": "unfinished"}
+    assert orphan.n == 2 and after.reference == "#3"
+    assert second.load_code("#2") == ("b", "crash()")
+
+
+def test_a_reference_the_session_never_gave_is_refused_with_its_range(
+    open_store: OpenStore,
+) -> None:
+    store = open_store()
+    run(store)
+    run(store)
+    with pytest.raises(CheckpointError, match=r"no program #3 in this session .*#1 to #2"):
+        store.load_code("#3")
+    with pytest.raises(CheckpointError, match="not a reference"):
+        store.load_code("#three")
+
+
+def test_a_number_claimed_by_two_calls_is_refused_not_guessed(
+    open_store: OpenStore, root: Path
+) -> None:
+    store = open_store()
+    run(store, call_id="first")
+    store.close()
+    history = root / "s" / "history.jsonl"
+    line = json.loads(history.read_text())
+    with history.open("a") as file:
+        file.write(json.dumps(dict(line, id="second")) + "\n")
+
+    reopened = open_store()
+    with pytest.raises(CheckpointError, match="#1 is ambiguous"):
+        reopened.load_code("#1")
+    assert reopened.load_code("first") == ("first", "x = 1")
+
+
+def test_a_sent_id_that_looks_like_a_reference_makes_that_reference_ambiguous(
+    open_store: OpenStore,
+) -> None:
+    store = open_store()
+    run(store, call_id="real")
+    run(store, call_id="#1")  # saved as _1: sanitized
+
+    with pytest.raises(CheckpointError, match="#1 is ambiguous"):
+        store.load_code("#1")
+    assert store.reference_of("_1") == "#2"
+
+
+def test_link_number_makes_calls_n_point_at_the_checkpoint(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = open_store()
+    call = run(store, "y = 2", call_id="call_long_id")
+    path = store.link_number(call)
+
+    assert path == store.session_dir / "calls" / "1.json" and path.is_symlink()
+    assert json.loads(path.read_text()) == {"code": "y = 2"}
+    monkeypatch.setattr(store_module.os, "symlink", lambda *a: (_ for _ in ()).throw(OSError()))
+    copied = store.link_number(run(store, "z = 3"))
+    assert not copied.is_symlink() and json.loads(copied.read_text()) == {"code": "z = 3"}
+
+
+def test_a_number_a_notice_gave_an_unfinished_call_survives_the_reopen(
+    open_store: OpenStore,
+) -> None:
+    first = open_store()
+    run(first, call_id="a")
+    dying = first.begin('{"code": "boom()"}', call_id="b")
+    first.link_number(dying)  # the notice went out, then the kernel died
+    first.close()
+
+    assert open_store().id_for_reference("#2") == "b"

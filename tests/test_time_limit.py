@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 from conftest import Execution, Kernel
 
-
 # Queues three batches, prints, then waits for a worker that never answers: only the
 # time limit ends it. Over notice_min_bytes, so the notice is the full one. Four
 # statements complete before the loop.
