@@ -5,9 +5,11 @@
 
 The notebooks are generated so their text lives in one reviewable place. Cells
 meant to fail carry the ``raises-exception`` tag, which nbclient honours. The
-call ids written in the cells (``c2``, ``call_1``) are the ones the kernel gives
-when a notebook runs top to bottom in a fresh kernel: a changed cell order
-shows up as a ReplayError when the notebook is executed.
+references written in the cells (``#1``, ``#3``) are the numbers the kernel gives
+its calls when a notebook runs top to bottom in a fresh kernel: a changed cell
+order shows up as a ReplayError when the notebook is executed. The call ids a
+scripted backend sends are shaped like real ones (``call_`` and 24 characters),
+so the outputs show what a notice costs with them.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ QUICKSTART = [
 A code-mode agent answers by writing whole programs, and a kernel runs each one. When
 a long program fails on one small mistake, the model re-sends all of it. With
 ptc-retry the kernel keeps every program it runs, and a failed program's traceback
-ends with a one-line **notice**: where the program is saved, and the one line that
+ends with a short **notice**: the program's reference, and the one line that
 fixes it. Here we play the model by hand, in the stock `python3` kernel.
 """),
     md("Load the extension. From now on every cell is saved before it runs."),
@@ -66,8 +68,9 @@ fixes it. Here we play the model by hand, in the stock `python3` kernel.
     md("""
 ## A program that fails
 
-One wrong key: `"regoin"`. Its traceback ends with the notice: the checkpoint id
-(`c1`, the first program this session saved), its path, and the helper call.
+One wrong key: `"regoin"`. Its traceback ends with the notice: the program's
+reference, `#1` (the first program of this session), and the helper call to send,
+with two placeholders for the fix.
 """),
     code(
         """
@@ -99,11 +102,11 @@ summary
     md("""
 ## The replay
 
-Instead of the whole program, one line: the helper reads `c1`, replaces the text
-(which must occur exactly once), and runs the corrected program again in this
+Instead of the whole program, one line: the helper reads program `#1`, replaces the
+text (which must occur exactly once), and runs the corrected program again in this
 kernel. Its output and value are the corrected program's.
 """),
-    code("""await ptc_retry.replay("c1", 'row["regoin"]', 'row["region"]')"""),
+    code("""await ptc_retry.replay("#1", 'row["regoin"]', 'row["region"]')"""),
     md("What the fix cost, in the bytes a model would have sent:"),
     code(
         """
@@ -114,12 +117,14 @@ print(f"re-send: {len(program.encode()):,} bytes; replay: {len(line.encode())} b
     md("""
 ## What the kernel kept
 
-`%ptc_history` lists the calls of this session; the replay names the call it
-replayed. `%ptc_show c2` prints what the replay saved: the corrected program, so
-a second fix edits it, not the one-line loader.
+`%ptc_history` lists the calls of this session: each one's reference (`ref`), its
+call id (`c1`, `c2`, ... here, where no backend sends ids) and its status; the
+replay names the call it replayed. `%ptc_show #2` prints what the replay saved: the
+corrected program, so a second fix edits it, not the one-line loader. Cells that
+only run these magics are not calls: they take no number.
 """),
     code("%ptc_history"),
-    code("%ptc_show c2"),
+    code("%ptc_show #2"),
     md("""
 Programs run the same with or without ptc-retry: `%unload_ext ptc_retry` removes
 every hook. To have it in every session, start the `ptc-retry` kernel
@@ -174,9 +179,19 @@ writes one program with a typo, then does what the notice says.
     code(
         """
 import json
+import random
+import string
 
 from ptc_retry.backend import KernelBackend
 from ptc_retry.notice import parse_notice
+
+id_source = random.Random(2024)  # seeded, so the ids are the same on every run
+
+
+def new_call_id():
+    \"\"\"A tool-call id shaped like the ones a model API sends: call_ and 24 characters.\"\"\"
+    return "call_" + "".join(id_source.choices(string.ascii_letters + string.digits, k=24))
+
 
 kb = KernelBackend(
     session_id="agent-loop",
@@ -200,8 +215,8 @@ whole session, so it never breaks a prompt cache. The tool is a plain `run_code`
 ## The scripted model
 
 It writes the program first. When the text it reads holds a notice, it takes the
-checkpoint id from it and sends one line instead of the program; when a result has
-no notice, it is done.
+program's reference (`"#1"`) from it with `parse_notice` and sends one line instead
+of the program; when a result has no notice, it is done.
 """),
     code(
         "PROGRAM = '''\\\n"
@@ -218,10 +233,10 @@ class ScriptedModel:
     def next_call(self, tool_result):
         if tool_result is None:
             return {"code": self.program}
-        notice = parse_notice(tool_result)  # (checkpoint id, path), or None
-        if notice is None:
+        reference = parse_notice(tool_result)  # "#1", or None
+        if reference is None:
             return None  # a result without a notice: the task is done
-        target, (old, new) = json.dumps(notice[0]), self.fix
+        target, (old, new) = json.dumps(reference), self.fix
         return {"code": f"await ptc_retry.replay({target}, {old!r}, {new!r})"}
 """
     ),
@@ -229,36 +244,53 @@ class ScriptedModel:
 ## The loop
 
 Each tool call's arguments go to `handle_tool_call` exactly as the model sent them
-(the raw JSON string, saved byte for byte), with the model's own call id.
+(the raw JSON string, saved byte for byte), with the model's own call id. The notice
+does not repeat that id: it calls the program `#1`, a few tokens whatever the id.
 """),
     code(
         """
 model = ScriptedModel(PROGRAM, ('row["unit_prcie"]', 'row["unit_price"]'))
 kb.new_turn()  # the user's instruction arrives
 tool_result = None
-for n in range(1, 5):
+sent = []  # the call ids, in order
+for _ in range(4):
     arguments = model.next_call(tool_result)
     if arguments is None:
         break
     raw = json.dumps(arguments)
+    sent.append(new_call_id())
     shown = arguments["code"] if len(raw) < 300 else arguments["code"][:240] + "\\n[...]"
-    print(f"=== the model calls run_code (call_{n}, {len(raw):,} bytes)\\n{shown}\\n")
-    tool_result = await kb.handle_tool_call("run_code", raw, f"call_{n}")
+    print(f"=== the model calls run_code ({sent[-1]}, {len(raw):,} bytes)\\n{shown}\\n")
+    tool_result = await kb.handle_tool_call("run_code", raw, sent[-1])
     print(f"=== the model reads ({kb.last_result.status})\\n{tool_result}\\n")
 """
     ),
     md("""
+A call id names a program as well as its reference does: a model that would rather
+copy the id from its own transcript can. The same fix, sent with the first call's id:
+"""),
+    code(
+        """
+old, new = model.fix
+line = f"await ptc_retry.replay({json.dumps(sent[0])}, {old!r}, {new!r})"
+print(line)
+print(await kb.handle_tool_call("run_code", json.dumps({"code": line}), new_call_id()))
+"""
+    ),
+    md("""
 `kb.last_result` keeps the whole `RunResult` of the latest call: its status, value,
-checkpoint, and the outputs as nbformat dicts. The session's `history.jsonl` says
-that `call_2` replayed `call_1`.
+reference, checkpoint, and the outputs as nbformat dicts. The session's
+`history.jsonl` numbers the calls and says which call each replay replayed; once a
+notice named program 1, it is also at `calls/1.json`, for a model without the helper.
 """),
     code(
         """
 result = kb.last_result
-print(result.status, result.call_id, result.value)
+print(result.status, result.reference, result.call_id)
 for line in (kb.session_dir / "history.jsonl").read_text().splitlines():
     entry = json.loads(line)
-    print(entry["id"], entry["status"], entry.get("ename") or "", entry.get("replay_of") or "")
+    print(f"#{entry['n']}", entry["id"], entry["status"], entry.get("replay_of") or "")
+print(sorted(path.name for path in (kb.session_dir / "calls").iterdir()))
 """
     ),
     code("await kb.shutdown()  # stops the kernel and removes its session directory"),
@@ -298,10 +330,11 @@ failed, and it stops a program that runs past its time limit, keeping its output
 ## The repeated-failure guard
 
 A backend whose kernel runs with `--PtcRetry.guard_mode=pause`. A stubborn scripted
-model ignores the notice and sends the same failing program four times: the third
-identical failure says so, and the fourth program is not run (`RetryGuardPaused`).
-A new instruction from the user (`kb.new_turn()`) lifts the pause. In `observe`
-mode, the default, the third failure only says so.
+model ignores the notice and sends the same failing program four times, each time
+with a fresh call id: the third identical failure's notice says so on a line of its
+own, and the fourth program is not run (`RetryGuardPaused`). A new instruction from
+the user (`kb.new_turn()`) lifts the pause. In `observe` mode, the default, the third
+failure only says so.
 """),
     code(
         """
@@ -309,6 +342,14 @@ import json
 
 from ptc_retry.backend import KernelBackend
 
+# Tool-call ids shaped like the ones a model API sends: call_ and 24 characters.
+CALL_IDS = [
+    "call_i0VpEBOWfbZAVaBSo63bbH6x",
+    "call_nAbnBEoonCrbZINl91huSS6A",
+    "call_ZPsK20FKcpXzkIRPxBFWGyEb",
+    "call_Tq4Wd8LmXc2RvN7yHk1sGa9B",
+    "call_3fJhUe6QpZk0BoYw5CtLr8Dv",
+]
 kb = KernelBackend(
     session_id="guard",
     extra_arguments=["--PtcRetry.guard_mode=pause", "--IPKernelApp.log_level=ERROR"],
@@ -320,17 +361,21 @@ PROGRAM = \"\"\"\\
         + GUARD_PROGRAM
         + """\"\"\"
 kb.new_turn()
-for n in range(1, 5):
-    text = await kb.handle_tool_call("run_code", json.dumps({"code": PROGRAM}), f"call_{n}")
-    print(f"call_{n}: {kb.last_result.status}; the last line the model reads:")
-    print("   ", text.splitlines()[-1])
+for call_id in CALL_IDS[:4]:
+    text = await kb.handle_tool_call("run_code", json.dumps({"code": PROGRAM}), call_id)
+    lines = text.splitlines()
+    # What the model reads after the traceback: the notice, or the refusal's last line.
+    tail = [line for line in lines if line.startswith("[ptc-retry]")] or lines[-1:]
+    print(f"{call_id}: {kb.last_result.status}")
+    for line in tail:
+        print("   ", line)
 """
     ),
     code(
         """
 kb.new_turn()  # the user answers: programs run again
 fixed = PROGRAM.replace('config["endpoint"]', 'config["region"]')
-text = await kb.handle_tool_call("run_code", json.dumps({"code": fixed}), "call_5")
+text = await kb.handle_tool_call("run_code", json.dumps({"code": fixed}), CALL_IDS[4])
 print(kb.last_result.status, text)
 await kb.shutdown()
 """
@@ -339,9 +384,12 @@ await kb.shutdown()
 ## Resume after a slow step
 
 This notebook runs in the `ptc-retry` kernel itself, so each of its cells is a
-saved program (`c1`, `c2`, ... in order). The next cell computes for a while, then
-fails in its last statement. The notice counts the statements that completed and
-offers `resume=True`.
+saved program (`#1`, `#2`, ... in order). The next cell computes for a few seconds,
+then fails in its last statement. The notice counts the statements that completed
+and offers `resume=True`. It makes that offer only when the program had run for
+`PtcRetry.resume_min_seconds` (1 s by default) before it failed: for a quicker
+program, running the completed statements again costs less than the words that
+offer to skip them.
 """),
     code(
         """
@@ -350,7 +398,7 @@ import time
 
 started = time.perf_counter()
 rng = random.Random(7)
-samples = [sum(rng.random() for _ in range(12)) - 6 for _ in range(1_000_000)]  # the slow step
+samples = [sum(rng.random() for _ in range(12)) - 6 for _ in range(2_000_000)]  # the slow step
 mean = sum(samples) / len(samples)
 spread = (sum((x - mean) ** 2 for x in samples) / len(samples)) ** 0.5
 print(f"{len(samples):,} samples in {time.perf_counter() - started:.1f} s")
@@ -366,7 +414,7 @@ in the namespace, so it takes milliseconds instead of running the slow step agai
     code(
         """
 started = time.perf_counter()
-value = await ptc_retry.replay("c3", ":.2%f}", ":.2%}", resume=True)
+value = await ptc_retry.replay("#3", ":.2%f}", ":.2%}", resume=True)
 print(f"fixed in {time.perf_counter() - started:.3f} s")
 value
 """
@@ -376,7 +424,8 @@ value
 
 With `PtcRetry.time_limit` (or a backend's per-call `time_limit`), the kernel stops
 its own program when the limit passes, keeps what it printed, and says so in the
-notice. Here the simulation's loop count is far too high.
+notice, which offers to go on with `ptc_retry.resume`. Here the simulation's loop
+count is far too high.
 """),
     code("%config PtcRetry.time_limit = 2"),
     code(
@@ -398,8 +447,12 @@ share = simulate(rounds=500_000_000)
 """,
         FAILS,
     ),
-    md("The fix lowers the loop count; `resume=True` skips the statements that completed."),
-    code("""await ptc_retry.replay("c6", "rounds=500_000_000", "rounds=200_000", resume=True)"""),
+    md("""
+Going on as it is (`ptc_retry.resume("#6")`) would run the same loop again, so here
+the fix is a replay that lowers the loop count; `resume=True` still skips the
+statements that completed.
+"""),
+    code("""await ptc_retry.replay("#6", "rounds=500_000_000", "rounds=200_000", resume=True)"""),
     code("%config PtcRetry.time_limit = None"),
     code("%ptc_history"),
 ]
@@ -471,11 +524,13 @@ It reads the failure and its notice, then patches the one field.
         + NOTES
         + '''"""
 
+# Tool-call ids shaped like the ones a model API sends: call_ and 24 characters.
+first_id, edit_id = "call_Xw2PbK7mQa9VtN4cRz1LhE5s", "call_Gd8sJy3NfU0oTq6WkB2xMe7R"
 first = {"version": "2.4.0", "date": "2024-13-02", "notes": NOTES}
-fix = {"call_id": "call_1", "patch": [{"path": "date", "value": "2024-12-02"}]}
+fix = {"call_id": first_id, "patch": [{"path": "date", "value": "2024-12-02"}]}
 calls = [
-    ("call_1", "publish_release", json.dumps(first)),
-    ("call_2", "editPreviousToolCalling", json.dumps(fix)),
+    (first_id, "publish_release", json.dumps(first)),
+    (edit_id, "editPreviousToolCalling", json.dumps(fix)),
 ]
 for call_id, name, raw in calls:
     tools.journal.new_message()  # each call is one model message here
@@ -494,7 +549,7 @@ resend = len(json.dumps({**first, "date": "2024-12-02"}))
 print(f"re-send: {resend:,} bytes; patch: {len(calls[1][2])} bytes")
 for line in tools.journal.store.history():
     print(line["id"], line["tool"], line["status"], line.get("replay_of") or "")
-patched = json.loads((tools.journal.session_dir / "by-id" / "call_2.json").read_text())
+patched = json.loads((tools.journal.session_dir / "by-id" / f"{edit_id}.json").read_text())
 print(patched["date"], len(patched["notes"]))
 """
     ),

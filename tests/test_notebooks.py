@@ -4,6 +4,7 @@ and are stored with their outputs, as ``notebooks/build.py`` writes them."""
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -14,6 +15,8 @@ import pytest
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]-*.ipynb"))
+# Native mode's notice names the call id by design: editPreviousToolCalling takes it.
+CODE_MODE = [path for path in NOTEBOOKS if path.name != "04-native-mode.ipynb"]
 MEANT_TO_FAIL = "raises-exception"
 
 
@@ -88,4 +91,34 @@ def test_the_quickstart_loads_the_extension_in_the_stock_kernel() -> None:
     assert first.source == "%load_ext ptc_retry"
     (failed,) = [cell for cell in nb.cells if cell.cell_type == "code" and _meant_to_fail(cell)]
     notice = _errors(failed)[0]["traceback"][-1]
-    assert notice.startswith("[ptc-retry] Saved as ") and 'replay("c1"' in notice
+    assert notice.startswith("[ptc-retry] Saved as #1. ") and 'replay("#1", "<old>"' in notice
+
+
+def _notices(nb: Any) -> list[str]:
+    """Every notice line in a stored notebook: in tracebacks and in printed text."""
+    texts = []
+    for cell in nb.cells:
+        for out in cell.get("outputs", []):
+            if out["output_type"] == "error":
+                texts.extend(out["traceback"])
+            elif out["output_type"] == "stream":
+                texts.append(out["text"])
+    lines = (line.strip() for text in texts for line in text.splitlines())
+    return [line for line in lines if line.startswith("[ptc-retry] ")]
+
+
+@pytest.mark.parametrize("path", CODE_MODE, ids=[p.stem for p in CODE_MODE])
+def test_the_stored_notices_name_programs_by_reference_not_by_id_or_path(path: Path) -> None:
+    notices = _notices(nbformat.read(str(path), as_version=4))
+    offers = [line for line in notices if "ptc_retry.re" in line]
+    assert offers, path.name
+    for line in offers:
+        assert re.search(r'ptc_retry\.re(?:play|sume)\("#\d+"', line), line
+        assert "call_" not in line and "by-id" not in line, line
+
+
+def test_the_resume_notebook_shows_the_resume_offer_and_the_time_limit() -> None:
+    path = NOTEBOOKS_DIR / "03-guard-and-resume.ipynb"
+    notices = _notices(nbformat.read(str(path), as_version=4))
+    assert any(line.startswith("[ptc-retry] Add resume=True to skip the ") for line in notices)
+    assert any("Stopped by the time limit (2 s); saved as #6." in line for line in notices)
