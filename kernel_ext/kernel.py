@@ -6,7 +6,7 @@ from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
 
-from ptc_retry.extension import METADATA_KEY, PtcRetryExtension, active_for, load_ipython_extension
+from ptc_retry.extension import METADATA_KEY, PtcRetryExtension, active_for
 
 
 class PtcRetryKernel(IPythonKernel):
@@ -14,24 +14,21 @@ class PtcRetryKernel(IPythonKernel):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        load_ipython_extension(self.shell)
+        # Through IPython's extension manager, so that %unload_ext ptc_retry knows it is loaded.
+        self.shell.extension_manager.load_extension("ptc_retry")
 
     @property
     def ptc_retry(self) -> PtcRetryExtension | None:
         return active_for(self.shell)
-
-    def init_metadata(self, parent: dict[str, Any]) -> dict[str, Any]:
-        md = super().init_metadata(parent)
-        extension = self.ptc_retry
-        if extension is not None:
-            # A reply must never carry the previous request's facts.
-            extension.reply_metadata = None
-        return md
 
     def finish_metadata(
         self, parent: dict[str, Any], metadata: dict[str, Any], reply_content: dict[str, Any]
     ) -> dict[str, Any]:
         metadata = super().finish_metadata(parent, metadata, reply_content)
         extension = self.ptc_retry
-        metadata[METADATA_KEY] = extension.reply_metadata if extension is not None else None
+        msg_id = (parent.get("header") or {}).get("msg_id")
+        # The facts of this request's own program: a subshell's cell may have ended since.
+        metadata[METADATA_KEY] = (
+            extension.take_reply_metadata(msg_id) if extension is not None else None
+        )
         return metadata

@@ -223,8 +223,8 @@ RUN_CODE_DESCRIPTION = (
     "Run a Python program in a persistent Jupyter kernel: variables, imports and "
     "definitions stay for later calls, and top-level await works. Returns what the program "
     "printed, the value of its last expression, or the error with its traceback. A failed "
-    "program is saved; the error names its checkpoint so a small fix can be sent as one line "
-    "with ptc_retry.replay."
+    "program is saved; its notice names it (#n) so a small fix can be sent as one line with "
+    "ptc_retry.replay."
 )
 RUN_CODE_PARAMETERS: dict[str, Any] = {
     "type": "object",

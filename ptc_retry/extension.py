@@ -107,7 +107,9 @@ import os
 import re
 import secrets
 import sys
+import threading
 import time
+import types
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -123,7 +125,7 @@ from .notice import NOTICE_MIN_BYTES, failure_notice, short_failure_notice
 from .program import statement_spans
 from .replay import edited_statement
 from .store import Call, CheckpointStore
-from .time_limit import TimeLimit, valid_limit
+from .time_limit import HANDLER_CODE, TimeLimit, valid_limit
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -279,6 +281,8 @@ class _Running:
     person_reset: bool = False
     #: A cell that only runs ptc-retry's magics: not a call, the guard does not see it.
     own_magics: bool = False
+    #: The msg_id of the execute_request that runs it (None outside a kernel).
+    msg_id: str | None = None
     time_limit: TimeLimit | None = None
     #: ``(filename, transformed text)`` of the program a replay runs in this call.
     program: tuple[str, str] | None = None
@@ -330,9 +334,15 @@ class PtcRetryExtension:
         self.config = PtcRetry(parent=shell)
         self.config.observe(self._reopen, names=["root_dir", "session_id"])
         self.store: CheckpointStore | None = None
-        #: What the kernel puts into the execute_reply's ``metadata["ptc_retry"]``.
+        #: The reply metadata of the latest program that ended (any thread).
         self.reply_metadata: dict[str, Any] | None = None
-        self._running: list[_Running] = []
+        #: Reply metadata by execute_request msg_id, until the kernel's reply takes it: cells
+        #: of ipykernel subshells run at the same time, each with its own.
+        self._replies: dict[str, dict[str, Any]] = {}
+        # Each thread its own stack of running programs (ipykernel subshells run cells in
+        # threads of their own): a cell never sees another thread's program as its own.
+        self._stacks = threading.local()
+        self._guard_lock = threading.Lock()
         self._reported: str | None = None
         self._replaced_showtraceback: Any = None
         self._had_own_showtraceback = False
@@ -347,6 +357,18 @@ class PtcRetryExtension:
         self._resumes = 0
         # A frame called by this code and named <module> runs a cell's own code.
         self._run_code = shell.run_code.__func__.__code__
+
+    @property
+    def _running(self) -> list[_Running]:
+        """The programs running in this thread, outermost first."""
+        stack = getattr(self._stacks, "running", None)
+        if stack is None:
+            stack = self._stacks.running = []
+        return stack
+
+    def take_reply_metadata(self, msg_id: str | None) -> dict[str, Any] | None:
+        """The reply metadata of the request ``msg_id`` (once), for the kernel's reply."""
+        return self._replies.pop(msg_id, None) if msg_id else None
 
     def _new_guard(self) -> RepeatedFailureGuard:
         config = self.config
@@ -390,7 +412,9 @@ class PtcRetryExtension:
     # -- hooks ---------------------------------------------------------------
 
     def pre_run_cell(self, info: Any) -> None:
-        raw_request = self.raw_request_metadata()
+        parent = self._request()
+        raw = (parent.get("metadata") or {}).get(METADATA_KEY) if parent else None
+        raw_request = raw if isinstance(raw, dict) else None
         request = checked_metadata(raw_request)
         source = info.raw_cell
         tool = request.get("tool", "run_code")
@@ -406,6 +430,8 @@ class PtcRetryExtension:
             call = self._begin(source, arguments, request, tool=tool, turn=turn)
         running = _Running(info, call, tool=tool, turn=turn, arguments=arguments)
         running.own_magics = own_magics
+        msg_id = (parent.get("header") or {}).get("msg_id") if parent else None
+        running.msg_id = msg_id if isinstance(msg_id, str) else None
         self._running.append(running)
         if outermost:
             self._before_program(running, request, from_backend=raw_request is not None)
@@ -454,13 +480,15 @@ class PtcRetryExtension:
             self._refuser = _Refuser(running.refusal)
             self.shell.ast_transformers.append(self._refuser)
             return
+        # Installed for every program, limit or not: it also makes a person's interrupt stop
+        # the program's own code at once, as in a plain cell, which a replay (an awaiting
+        # cell) would otherwise not get.
         seconds = valid_limit(request.get("time_limit")) or self.config.time_limit
-        if seconds:
-            limit = TimeLimit(seconds, self._run_code)
-            if limit.start():
-                running.time_limit = limit
-            else:
-                self.warn_once("the time limit works only in the kernel's main thread")
+        limit = TimeLimit(seconds or None, self._run_code)
+        if limit.start():
+            running.time_limit = limit
+        elif seconds:
+            self.warn_once("the time limit works only in the kernel's main thread")
 
     def post_run_cell(self, result: Any) -> None:
         running = self._pop(result)
@@ -505,17 +533,18 @@ class PtcRetryExtension:
                 self.warn_once(f"could not write the history ({exc})")
         guard = running.refused
         if outermost and running.refused is None and not running.own_magics:
-            guard = self.guard.record(
-                failure.key if failure is not None else None,
-                tool=running.tool,
-                turn=running.turn,
-                ename=type(error).__name__ if error is not None else None,
-                call_id=call.id if call else None,
-                when=call.started if call else time.time(),
-            )
+            with self._guard_lock:
+                guard = self.guard.record(
+                    failure.key if failure is not None else None,
+                    tool=running.tool,
+                    turn=running.turn,
+                    ename=type(error).__name__ if error is not None else None,
+                    call_id=call.id if call else None,
+                    when=call.started if call else time.time(),
+                )
             if status == "ok":
                 self._resumes = 0
-        self.reply_metadata = {
+        metadata: dict[str, Any] = {
             "call_id": call.id if call else None,
             "reference": call.reference if call else None,
             "checkpoint": str(call.path) if call else None,
@@ -526,7 +555,10 @@ class PtcRetryExtension:
         }
         if limit is not None and limit.stopped:
             # Only then: the seconds of the kernel's own time limit that stopped the program.
-            self.reply_metadata["time_limit"] = limit.seconds
+            metadata["time_limit"] = limit.seconds
+        self.reply_metadata = metadata
+        if outermost and running.msg_id is not None:
+            self._replies[running.msg_id] = metadata
         for replay in running.replays:
             if not replay.awaited:
                 print(replay.not_awaited_message(), file=sys.stderr)
@@ -621,6 +653,12 @@ class PtcRetryExtension:
 
     def raw_request_metadata(self) -> dict[str, Any] | None:
         """``metadata["ptc_retry"]`` of the execute_request being run as sent, if a dict."""
+        parent = self._request()
+        raw = (parent.get("metadata") or {}).get(METADATA_KEY) if parent else None
+        return raw if isinstance(raw, dict) else None
+
+    def _request(self) -> dict[str, Any] | None:
+        """The execute_request being run in this thread; None outside a kernel."""
         kernel = getattr(self.shell, "kernel", None)
         if kernel is None:
             return None
@@ -628,10 +666,7 @@ class PtcRetryExtension:
             parent = kernel.get_parent("shell")
         except Exception:
             return None
-        if not isinstance(parent, dict):
-            return None
-        raw = (parent.get("metadata") or {}).get(METADATA_KEY)
-        return raw if isinstance(raw, dict) else None
+        return parent if isinstance(parent, dict) else None
 
     def show_traceback(self, etype: type, evalue: BaseException, stb: list[str]) -> None:
         """Wraps the shell's ``_showtraceback``: IPython formats, we append the notice.
@@ -644,11 +679,32 @@ class PtcRetryExtension:
             if running is not None and running.refusal is not None:
                 etype, evalue, stb = self._refusal_output(running)
             else:
-                stb = self._with_notice(evalue, stb)
+                stb = self._with_notice(evalue, self._without_handler_frame(etype, evalue, stb))
         except Exception as exc:  # never lose the user's traceback to our own bug
             self.warn_once(f"could not add the notice ({type(exc).__name__}: {exc})")
         finally:
             self._replaced_showtraceback(etype, evalue, stb)
+
+    def _without_handler_frame(
+        self, etype: type, evalue: BaseException, stb: list[str]
+    ) -> list[str]:
+        """The traceback without the frame of our SIGINT handler, when it raised the interrupt.
+
+        The handler stops a program by raising there, so the traceback would end in
+        ptc-retry's own code; the reader needs it to end in the program's line.
+        """
+        entries = []
+        tb = evalue.__traceback__
+        while tb is not None:
+            entries.append(tb)
+            tb = tb.tb_next
+        if not entries or entries[-1].tb_frame.f_code is not HANDLER_CODE:
+            return stb
+        trimmed = None
+        for entry in reversed(entries[:-1]):
+            trimmed = types.TracebackType(trimmed, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+        evalue.__traceback__ = trimmed
+        return list(self.shell.InteractiveTB.structured_traceback(etype, evalue, trimmed))
 
     def _refusal_output(self, running: _Running) -> tuple[type, BaseException, list[str]]:
         refusal = running.refusal
@@ -672,7 +728,8 @@ class PtcRetryExtension:
         stopped = limit.seconds if limit is not None and limit.stopped else None
         repeated = 0
         if running is self._running[0]:
-            count = self.guard.count_if_failed(failure.key, running.tool, running.turn)
+            with self._guard_lock:
+                count = self.guard.count_if_failed(failure.key, running.tool, running.turn)
             repeated = count if count == self.guard.limit else 0
         paused = bool(repeated) and self.guard.mode == "pause"
         call = running.call
@@ -922,7 +979,9 @@ class PtcRetryMagics(Magics):
         except PtcRetryError as exc:
             print(exc, file=sys.stderr)
             return
-        print(f"# {call_id}: {store.path_for(target)}\n{code}")
+        ref = store.reference_of(call_id)
+        name = f"{ref} ({call_id})" if ref else call_id
+        print(f"# {name}: {store.path_for(target)}\n{code}")
 
     @line_magic
     def ptc_guard(self, line: str) -> None:

@@ -22,6 +22,14 @@ that is safe where the main thread stands:
 - anywhere else (IPython's own code between statements): it does nothing and
   the timer tries again a moment later.
 
+A person's interrupt (or a client's, after its own timeout) goes to the handler
+that was there before, except while the program's own code runs: then it raises
+``KeyboardInterrupt`` there, at once. That is what a plain cell gets from Python's
+default handler; a cell that awaits (every replay does: ``await ptc_retry.replay``)
+would otherwise get ipykernel's handler, which only cancels the cell's task at its
+next ``await``, so a replayed ``time.sleep`` or busy loop would run on. A
+``TimeLimit`` with no seconds does only this, for every program.
+
 The timer keeps trying (every second) while a program catches the interrupt and
 goes on. When the program ends, :meth:`TimeLimit.stop` stops the timer and
 swallows a signal still on its way, so no interrupt leaks into the next program.
@@ -61,16 +69,18 @@ def _format_seconds(seconds: float) -> str:
 
 
 class TimeLimit:
-    """The time limit of one running program.
+    """The time limit of one running program, and how interrupts reach it.
 
+    ``seconds`` None: no limit, only the prompt stop of a person's interrupt.
     ``run_code`` is the code object of the function that runs a program's
     top-level code (IPython's ``InteractiveShell.run_code``): a frame called by it
     whose code is ``<module>`` is the program's own.
     """
 
-    def __init__(self, seconds: float, run_code: types.CodeType) -> None:
+    def __init__(self, seconds: float | None, run_code: types.CodeType) -> None:
         self.seconds = seconds
-        self.message = f"time limit of {_format_seconds(seconds)} s reached"
+        limit = "no" if seconds is None else _format_seconds(seconds) + " s"
+        self.message = f"time limit of {limit} reached"
         #: True once the program was stopped by this limit.
         self.stopped = False
         self._run_code = run_code
@@ -95,7 +105,8 @@ class TimeLimit:
         except RuntimeError:  # no event loop: plain IPython running a sync cell
             self._loop = self._task = None
         self._previous = signal.signal(signal.SIGINT, self._handler)
-        threading.Thread(target=self._watch, name="ptc-retry time limit", daemon=True).start()
+        if self.seconds is not None:
+            threading.Thread(target=self._watch, name="ptc-retry time limit", daemon=True).start()
         return True
 
     def stop(self) -> None:
@@ -117,7 +128,9 @@ class TimeLimit:
     # -- the timer thread ------------------------------------------------------
 
     def _watch(self) -> None:
-        if self._done.wait(self.seconds):
+        assert self.seconds is not None
+        # A limit beyond what a wait can take (1e10 s, 317 years) waits as long as one can.
+        if self._done.wait(min(self.seconds, threading.TIMEOUT_MAX)):
             return
         while True:
             with self._lock:
@@ -142,8 +155,10 @@ class TimeLimit:
     # -- the main thread -------------------------------------------------------
 
     def _on_sigint(self, signum: int, frame: types.FrameType | None) -> Any:
-        if not self._pending:
-            return self._delegate(signum, frame)  # a person's interrupt, as before
+        if not self._pending:  # a person's interrupt
+            if not self._ending and self._in_program(frame):
+                raise KeyboardInterrupt  # as in a plain cell: at once, where the program runs
+            return self._delegate(signum, frame)
         self._pending = False
         if self._ending:
             return None  # the program already ended: swallow
@@ -211,3 +226,7 @@ class TimeLimit:
             in_run_code = code is self._run_code
             awaited = awaited.cr_await
         return False
+
+
+#: The code of the handler that raises the interrupt: tracebacks leave its frame out.
+HANDLER_CODE = TimeLimit._on_sigint.__code__

@@ -1,0 +1,175 @@
+"""Promises under interrupts and concurrency, on real kernels: a replay stops when it is
+interrupted, cells of ipykernel subshells keep their own facts, unloading works in the
+ptc-retry kernel, and no time limit crashes the timer."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import ipykernel
+import pytest
+from conftest import Execution, Kernel
+
+# Fails at once on its last line; its first line is what a replay changes.
+SLEEPER = "import time\nseconds = 0\ntime.sleep(seconds)\nprint('slept')\nundefined_name\n"
+SPINNER = "spins = 0\nwhile spins < 0:\n    spins += 1\nprint('spun')\nundefined_name\n"
+
+
+def send(kernel: Kernel, code: str, metadata: dict[str, Any] | None = None, **header: Any) -> str:
+    """Send an execute_request without waiting; its msg_id."""
+    content = {
+        "code": code,
+        "silent": False,
+        "store_history": True,
+        "user_expressions": {},
+        "allow_stdin": False,
+        "stop_on_error": False,
+    }
+    request_md = {"ptc_retry": metadata} if metadata is not None else {}
+    msg = kernel.client.session.msg("execute_request", content, metadata=request_md)
+    msg["header"].update(header)
+    kernel.client.shell_channel.send(msg)
+    return str(msg["header"]["msg_id"])
+
+
+def interrupted_after(kernel: Kernel, code: str, seconds: float) -> tuple[Execution, float]:
+    """Run ``code``, interrupt the kernel after ``seconds``; the execution and how long
+    the program went on after the interrupt."""
+    msg_id = send(kernel, code)
+    time.sleep(seconds)
+    kernel.manager.interrupt_kernel()
+    interrupted_at = time.monotonic()
+    execution = kernel.collect(msg_id, timeout=120)
+    return execution, time.monotonic() - interrupted_at
+
+
+def history(checkpoint_root: Path) -> list[dict[str, Any]]:
+    text = (checkpoint_root / "test" / "history.jsonl").read_text("utf-8")
+    return [json.loads(line) for line in text.splitlines()]
+
+
+@pytest.mark.parametrize(
+    ("program", "edit"),
+    [(SLEEPER, ("seconds = 0", "seconds = 60")), (SPINNER, ("spins < 0", "spins >= 0"))],
+    ids=["sleeping", "busy loop"],
+)
+def test_an_interrupt_stops_a_replayed_program_at_once(
+    kernel: Kernel, checkpoint_root: Path, program: str, edit: tuple[str, str]
+) -> None:
+    assert kernel.execute(program).error["ename"] == "NameError"
+    replay = f"await ptc_retry.replay('#1', {edit[0]!r}, {edit[1]!r})"
+
+    stopped, after = interrupted_after(kernel, replay, 1.5)
+
+    assert after < 5, f"the replay ran on for {after:.1f} s after the interrupt"
+    assert stopped.error["ename"] == "KeyboardInterrupt"
+    assert stopped.ptc["status"] == "interrupted"
+    assert history(checkpoint_root)[-1]["status"] == "interrupted"
+    # The kernel takes the next program at once, with the replay's names in place.
+    assert kernel.execute("print('next')").stdout == "next\n"
+
+
+def test_an_interrupted_replay_is_offered_going_on(kernel: Kernel) -> None:
+    long_sleeper = SLEEPER + "# " + "padding to pass notice_min_bytes " * 6 + "\n"
+    kernel.execute(long_sleeper)
+    stopped, _ = interrupted_after(
+        kernel, "await ptc_retry.replay('#1', 'seconds = 0', 'seconds = 60')", 1.0
+    )
+    assert stopped.ptc["notice"] == (
+        '[ptc-retry] Interrupted; saved as #2. To go on: await ptc_retry.resume("#2")'
+    )
+
+
+def test_an_interrupt_still_stops_a_plain_cell_and_the_kernel_goes_on(kernel: Kernel) -> None:
+    stopped, after = interrupted_after(kernel, "import time\ntime.sleep(60)", 1.0)
+    assert after < 5 and stopped.error["ename"] == "KeyboardInterrupt"
+    assert kernel.execute("1 + 1").result == "2"
+
+
+SUBSHELLS = tuple(int(part) for part in ipykernel.__version__.split(".")[:2]) >= (7, 0)
+
+
+def create_subshell(kernel: Kernel) -> str:
+    msg = kernel.client.session.msg("create_subshell_request", {})
+    kernel.client.control_channel.send(msg)
+    reply = kernel.client.get_control_msg(timeout=30)
+    return str(reply["content"]["subshell_id"])
+
+
+@pytest.mark.skipif(not SUBSHELLS, reason="ipykernel subshells exist from ipykernel 7 on")
+def test_cells_of_two_subshells_at_once_keep_their_own_facts(kernel: Kernel) -> None:
+    slow_shell, quick_shell = create_subshell(kernel), create_subshell(kernel)
+    slow = "import time\ntime.sleep(1.5)\n" + "slow_values = [1, 2]\n" * 12 + "slow_values[9]\n"
+    quick = "quick = {'a': 1}\n" + "quick['a'] += 1\n" * 12 + "quick['b']\n"
+
+    slow_id = send(kernel, slow, {"call_id": "call_slow"}, subshell_id=slow_shell)
+    time.sleep(0.3)
+    quick_id = send(kernel, quick, {"call_id": "call_quick"}, subshell_id=quick_shell)
+    quick_run = kernel.collect(quick_id)
+    slow_run = kernel.collect(slow_id)
+
+    assert (quick_run.ptc["call_id"], quick_run.error["ename"]) == ("call_quick", "KeyError")
+    assert (slow_run.ptc["call_id"], slow_run.error["ename"]) == ("call_slow", "IndexError")
+    refs = {quick_run.ptc["reference"], slow_run.ptc["reference"]}
+    assert refs == {"#1", "#2"}
+    for run in (quick_run, slow_run):
+        assert run.error["traceback"][-1] == run.ptc["notice"]
+        assert f'replay("{run.ptc["reference"]}"' in run.ptc["notice"]
+    # Afterwards the main shell's programs are outermost again: the time limit works.
+    limited = kernel.execute("import time\ntime.sleep(30)", {"call_id": "m", "time_limit": 0.5})
+    assert limited.ptc["status"] == "interrupted" and limited.ptc["time_limit"] == 0.5
+
+
+def test_unload_ext_works_in_the_ptc_retry_kernel(kernel: Kernel) -> None:
+    unloaded = kernel.execute("%unload_ext ptc_retry")
+    assert unloaded.status == "ok" and "not loaded" not in unloaded.stdout + unloaded.stderr
+
+    failed = kernel.execute(SLEEPER + "# " + "x" * 300)
+    assert failed.ptc is None
+    assert not any("ptc-retry" in line for line in failed.error["traceback"])
+    assert kernel.execute("'ptc_retry' in globals()").result == "False"
+
+    kernel.execute("%load_ext ptc_retry")
+    again = kernel.execute(SLEEPER + "# " + "x" * 300)
+    assert again.ptc is not None and again.ptc["notice"] is not None
+
+
+@pytest.mark.parametrize(
+    "limit", [1e10, -5, 0, "5", [1], True], ids=["1e10", "negative", "zero", "str", "list", "bool"]
+)
+def test_a_time_limit_that_makes_no_sense_means_no_limit_and_no_crash(
+    kernel: Kernel, limit: Any
+) -> None:
+    run = kernel.execute("import time\ntime.sleep(0.2)\nprint('done')", {"time_limit": limit})
+    assert (run.status, run.stdout, run.stderr) == ("ok", "done\n", "")
+
+
+@pytest.mark.parametrize("value", ["-1", "float('nan')", "float('inf')", "'soon'"])
+def test_a_configured_time_limit_that_makes_no_sense_is_refused_clearly(
+    kernel: Kernel, value: str
+) -> None:
+    run = kernel.execute(f"%config PtcRetry.time_limit = {value}")
+    text = run.error["evalue"] if run.error else run.stderr
+    assert "time_limit" in text
+    assert kernel.execute("print('still fine')").stdout == "still fine\n"
+
+
+def test_a_huge_configured_time_limit_runs_programs_normally(kernel: Kernel) -> None:
+    kernel.execute("%config PtcRetry.time_limit = 1e10")
+    run = kernel.execute("import time\ntime.sleep(0.2)\nprint('done')")
+    assert (run.status, run.stdout, run.stderr) == ("ok", "done\n", "")
+
+
+def test_an_interrupted_program_shows_its_own_line_last_not_ptc_retrys(kernel: Kernel) -> None:
+    stopped, _ = interrupted_after(kernel, "import time\nfor _ in range(600):\n    time.sleep(0.1)", 1)
+    limited = kernel.execute("while True:\n    pass", {"time_limit": 0.5})
+
+    for run in (stopped, limited):
+        text = "\n".join(run.error["traceback"])
+        assert "ptc_retry" not in text.replace("ptc_retry.resume", "")
+        assert "time_limit.py" not in text and "_on_sigint" not in text
+        assert run.error["ename"] == "KeyboardInterrupt"
+    assert limited.error["evalue"] == "time limit of 0.5 s reached"
