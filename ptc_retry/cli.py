@@ -135,7 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="where to write the report (default: eval-report/)",
     )
     evaluate.add_argument(
-        "--quick", action="store_true", help="only five scenarios, one of each size (for tests)"
+        "--quick",
+        action="store_true",
+        help="only nine scenarios: each size, and each case of references (for tests)",
     )
     evaluate.set_defaults(run=run_eval)
     _add_session_commands(commands)

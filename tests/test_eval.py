@@ -1,9 +1,13 @@
-"""``ptc-retry eval``: the corpus is sound, and a quick run on real kernels writes a report
-in which both arms reach the expected result and replay sends less for long programs."""
+"""``ptc-retry eval``: the corpus is sound, and a quick run on real kernels, once with each
+provider's call-id shape, writes a report in which both arms reach the expected result,
+replay sends less for long programs, and the replay by reference survives an inspection,
+a second failure in the same message, a kernel restart and a stray key beside "code"."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -15,12 +19,23 @@ from typing import Any
 import pytest
 
 from ptc_retry.eval.chart import Canvas, savings_chart
-from ptc_retry.eval.report import analyse, render_markdown
-from ptc_retry.eval.runner import ArmOutcome, Call, Outcome, replay_line, same_value
+from ptc_retry.eval.report import TARGETS, analyse, render_markdown
+from ptc_retry.eval.runner import (
+    ID_SHAPES,
+    ArmOutcome,
+    Call,
+    Outcome,
+    ShapeRun,
+    literal,
+    replay_line,
+    same_value,
+)
 from ptc_retry.eval.scenarios import QUICK, SCENARIOS, SIZES, by_name
 from ptc_retry.eval.tokens import Tokenizer, load_tokenizer
+from ptc_retry.notice import NOTICE_MIN_BYTES, failure_notice
 
 LONG = ("5 KB", "20 KB")
+SHAPES = [shape.name for shape in ID_SHAPES]
 # The arguments' size range of each size class, in bytes.
 RANGES = {"150 B": (80, 400), "1 KB": (700, 2000), "5 KB": (2500, 6500), "20 KB": (15000, 26000)}
 
@@ -47,6 +62,8 @@ def test_every_fix_applies_exactly_once_and_changes_the_program() -> None:
         # apply_edits raises ReplayError unless each fragment occurs exactly once.
         assert scenario.corrected != scenario.program, scenario.name
         assert scenario.expected, scenario.name
+        if scenario.parallel is not None:
+            assert scenario.parallel.corrected != scenario.parallel.program, scenario.name
 
 
 def test_the_corpus_covers_every_shape_the_issue_names() -> None:
@@ -71,9 +88,18 @@ def test_the_corpus_covers_every_shape_the_issue_names() -> None:
     assert any(s.rewrite is not None for s in SCENARIOS)
 
 
+def test_the_corpus_covers_what_happens_around_a_failure_and_quick_plays_it() -> None:
+    quick = by_name(QUICK)
+    for chosen in (SCENARIOS, quick):
+        assert any(s.inspect for s in chosen)
+        assert any(s.parallel is not None for s in chosen)
+        assert any(s.restart and not s.resume for s in chosen)
+        assert any(s.extra_keys for s in chosen)
+
+
 def test_the_under_threshold_program_is_below_the_default_notice_size() -> None:
     (scenario,) = by_name(["150b-under-threshold"])
-    assert len(json.dumps({"code": scenario.program}).encode()) < 150
+    assert len(json.dumps({"code": scenario.program}).encode()) < NOTICE_MIN_BYTES
 
 
 def test_unknown_scenario_names_are_refused_with_the_known_ones() -> None:
@@ -82,13 +108,31 @@ def test_unknown_scenario_names_are_refused_with_the_known_ones() -> None:
 
 
 def test_the_replay_line_is_what_the_notice_teaches() -> None:
-    assert (
-        replay_line("call_7", [("retries=3", "retries=5")])
-        == "await ptc_retry.replay(\"call_7\", 'retries=3', 'retries=5')"
+    assert replay_line("#7", [("retries=3", "retries=5")]) == (
+        'await ptc_retry.replay("#7", "retries=3", "retries=5")'
     )
-    assert replay_line("c1", [("a", "b"), ("c", "d")], resume=True) == (
-        "await ptc_retry.replay(\"c1\", edits=[('a', 'b'), ('c', 'd')], resume=True)"
+    assert replay_line("#12", [("a", "b"), ("c", "d")], resume=True) == (
+        'await ptc_retry.replay("#12", edits=[("a", "b"), ("c", "d")], resume=True)'
     )
+    # The fixed part the report counts: the template with empty fragments.
+    assert replay_line("#7", [("", "")]) == 'await ptc_retry.replay("#7", "", "")'
+
+
+def test_fragments_are_written_as_the_python_literals_a_model_copies() -> None:
+    assert literal("retries=3") == '"retries=3"'
+    assert literal('item["lead_day"]') == "'item[\"lead_day\"]'"
+    assert literal("a\nb") == '"a\\nb"'
+    fragments = [text for s in SCENARIOS for pair in (*s.edits, *s.first_try) for text in pair]
+    for text in fragments:
+        assert ast.literal_eval(literal(text)) == text, text
+
+
+def test_call_ids_have_the_shapes_openai_and_anthropic_send() -> None:
+    shapes = {shape.name: shape for shape in ID_SHAPES}
+    assert re.fullmatch(r"call_[A-Za-z0-9]{24}", shapes["openai"].call_id("x", 1))
+    assert re.fullmatch(r"toolu_01[A-Za-z0-9]{22}", shapes["anthropic"].call_id("x", 1))
+    assert shapes["openai"].call_id("x", 1) == shapes["openai"].call_id("x", 1)
+    assert shapes["openai"].call_id("x", 1) != shapes["openai"].call_id("x", 2)
 
 
 def test_a_pretty_printed_value_matches_its_repr() -> None:
@@ -106,17 +150,31 @@ def test_the_tokenizer_is_cl100k_base_and_works_offline() -> None:
 
 def test_without_a_tokenizer_the_report_is_in_bytes_and_says_so() -> None:
     bytes_only = Tokenizer(None, "none (bytes only)", "no tokenizer (ModuleNotFoundError)")
-    figures = analyse([_outcome()], "the prompt section", bytes_only)
+    figures = analyse(_runs(), bytes_only)
     figures["run"] = _run_info()
     figures["headline"] = "headline"
     assert figures["unit"] == "bytes"
-    assert figures["scenarios"][0]["off_fix"] == figures["scenarios"][0]["off_fix_bytes"]
-    text = render_markdown(figures, [_outcome()])
+    for shape in SHAPES:
+        (row,) = figures["id_shapes"][shape]["scenarios"]
+        assert row["off_fix"] == row["off_fix_bytes"]
+    assert all(t["met"] is None for t in figures["targets"] if t["unit"] == "tokens")
+    text = render_markdown(figures)
     assert "Every figure below is in bytes" in text
 
 
+def test_the_report_gives_every_target_for_every_id_shape() -> None:
+    figures = analyse(_runs(), load_tokenizer())
+    assert [t["key"] for t in figures["targets"]] == [key for key, *_ in TARGETS]
+    for target in figures["targets"]:
+        assert set(target["values"]) == set(SHAPES), target["key"]
+    for shape in SHAPES:
+        fixed = figures["id_shapes"][shape]["replay_fixed_part"]
+        assert fixed["arguments"] == json.dumps({"code": 'await ptc_retry.replay("#1", "", "")'})
+    assert figures["recommended_notice_min_bytes"] % 50 == 0
+
+
 def test_the_chart_is_a_valid_png_of_the_stated_size() -> None:
-    figures = analyse([_outcome()], "prompt", load_tokenizer())
+    figures = analyse(_runs(), load_tokenizer())
     data = savings_chart(figures)
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
     width, height = struct.unpack(">II", data[16:24])
@@ -135,7 +193,9 @@ def test_the_canvas_draws_text_inside_its_box() -> None:
     assert inked and all((p % 40) < 18 and (p // 40) < 8 for p in inked)
 
 
-def _call(code: str, status: str, value: str | None, notice: str | None = None) -> Call:
+def _call(
+    code: str, status: str, value: str | None, notice: str | None = None, role: str = "failed"
+) -> Call:
     arguments = json.dumps({"code": code})
     return Call(
         arguments=arguments,
@@ -149,20 +209,27 @@ def _call(code: str, status: str, value: str | None, notice: str | None = None) 
         result_bytes=100,
         value=value,
         ename=None if status == "ok" else "KeyError",
+        role=role,
+        reference="#1" if notice else None,
     )
 
 
-def _outcome() -> Outcome:
+def _runs() -> list[ShapeRun]:
+    """One made-up replayed scenario per id shape, with no kernel."""
     (scenario,) = by_name(["1k-wrong-key"])
-    notice = (
-        "[ptc-retry] Saved as /tmp/x/by-id/call_1.json. Small fix? Send only: "
-        'await ptc_retry.replay("call_1", "<old>", "<new>")'
-    )
-    failed = _call(scenario.program, "error", None, notice)
-    off = ArmOutcome("off", "re-send", [failed, _call(scenario.corrected, "ok", scenario.expected)])
-    line = replay_line("call_1", scenario.edits)
-    on = ArmOutcome("on", "replay", [failed, _call(line, "ok", scenario.expected)])
-    return Outcome(scenario, off, on)
+    notice = failure_notice("#1")
+    runs = []
+    for shape in ID_SHAPES:
+        failed = _call(scenario.program, "error", None, notice)
+        resend = _call(scenario.corrected, "ok", scenario.expected, role="re-send")
+        off = ArmOutcome("off", "re-send", [failed, resend])
+        line = replay_line("#1", scenario.edits)
+        on = ArmOutcome(
+            "on", "replay", [failed, _call(line, "ok", scenario.expected, role="replay")]
+        )
+        outcome = Outcome(scenario, off, on, shape.name)
+        runs.append(ShapeRun(shape, [outcome], "the prompt section", "/tmp/s0e7a1c20"))
+    return runs
 
 
 def _run_info() -> dict[str, Any]:
@@ -198,7 +265,7 @@ def quick_run(
         cwd=work,
         capture_output=True,
         text=True,
-        timeout=180,
+        timeout=240,
         check=False,
     )
     yield result, work / "report"
@@ -228,44 +295,132 @@ def test_the_table_has_a_row_for_every_quick_scenario(quick_run: Any) -> None:
         assert any(row.startswith(f"| {name} |") for row in rows), name
 
 
+def _calls(report: dict[str, Any], shape: str, name: str, arm: str) -> list[dict[str, Any]]:
+    return report["calls"][shape][name][arm]["calls"]
+
+
+def _row(report: dict[str, Any], shape: str, name: str) -> dict[str, Any]:
+    (row,) = [r for r in report["id_shapes"][shape]["scenarios"] if r["name"] == name]
+    return row
+
+
+def test_every_scenario_is_played_with_openai_and_anthropic_ids(report: dict[str, Any]) -> None:
+    assert list(report["id_shapes"]) == SHAPES
+    prefixes = {"openai": "call_", "anthropic": "toolu_01"}
+    for shape in SHAPES:
+        assert [r["name"] for r in report["id_shapes"][shape]["scenarios"]] == list(QUICK)
+        for name in QUICK:
+            for call in _calls(report, shape, name, "on"):
+                assert call["call_id"].startswith(prefixes[shape])
+                # The notice names the program by reference, never by the long call id.
+                assert call["notice"] is None or call["call_id"] not in call["notice"]
+
+
 def test_both_arms_reach_the_expected_value_in_every_scenario(report: dict[str, Any]) -> None:
     assert report["all_agree"]
-    for name in QUICK:
-        for arm in ("off", "on"):
-            played = report["calls"][name][arm]
-            assert played["problem"] is None, (name, arm, played["problem"])
-            assert played["calls"][0]["status"] in ("error", "timeout")
-            assert played["calls"][-1]["status"] == "ok"
+    for shape in SHAPES:
+        for name in QUICK:
+            for arm in ("off", "on"):
+                played = report["calls"][shape][name][arm]
+                assert played["problem"] is None, (shape, name, arm, played["problem"])
+                assert played["calls"][0]["status"] in ("error", "timeout")
+                assert played["calls"][-1]["status"] == "ok"
 
 
 def test_replay_sends_far_fewer_bytes_than_a_resend_for_long_programs(
     report: dict[str, Any],
 ) -> None:
-    long = [row for row in report["scenarios"] if row["size"] in LONG]
-    assert long
-    for row in long:
-        assert row["on_action"].startswith("replay"), row["name"]
-        assert row["on_fix_bytes"] * 10 < row["off_fix_bytes"], row["name"]
+    for shape in SHAPES:
+        long = [row for row in report["id_shapes"][shape]["scenarios"] if row["size"] in LONG]
+        assert long
+        for row in long:
+            assert "replay" in row["on_action"], row["name"]
+            assert row["on_fix_bytes"] * 10 < row["off_fix_bytes"], row["name"]
 
 
 def test_a_program_under_the_threshold_gets_no_notice_and_is_re_sent(
     report: dict[str, Any],
 ) -> None:
-    (row,) = [r for r in report["scenarios"] if r["name"] == "150b-under-threshold"]
-    assert row["on_action"] == "re-send"
-    assert row["on_notice"] == 0
-    assert row["on_fix_bytes"] == row["off_fix_bytes"]
+    for shape in SHAPES:
+        row = _row(report, shape, "150b-under-threshold")
+        assert row["on_action"] == "re-send"
+        assert row["on_notice"] == 0
+        assert row["on_fix_bytes"] == row["off_fix_bytes"]
 
 
 def test_resume_does_not_run_the_slow_step_again(report: dict[str, Any]) -> None:
-    (row,) = [r for r in report["scenarios"] if r["name"] == "5k-resume-last-statement"]
-    assert row["on_action"] == "replay + resume"
-    assert row["on_fix_seconds"] < row["off_fix_seconds"] / 2
+    for shape in SHAPES:
+        row = _row(report, shape, "5k-resume-last-statement")
+        assert row["on_action"] == "replay + resume"
+        assert row["on_fix_seconds"] < row["off_fix_seconds"] / 2
+
+
+def test_an_inspection_before_the_fix_leaves_the_reference_on_the_failed_program(
+    report: dict[str, Any],
+) -> None:
+    for shape in SHAPES:
+        failed, look, fix = _calls(report, shape, "5k-inspect-then-fix", "on")
+        assert [failed["role"], look["role"], fix["role"]] == ["failed", "inspect", "replay"]
+        assert look["status"] == "ok" and look["notice"] is None
+        assert fix["code"].startswith(f'await ptc_retry.replay("{failed["reference"]}", ')
+        assert fix["status"] == "ok"
+        off = _calls(report, shape, "5k-inspect-then-fix", "off")
+        assert [c["role"] for c in off] == ["failed", "inspect", "re-send"]
+
+
+def test_two_failures_of_one_message_are_fixed_by_two_replays_by_their_own_references(
+    report: dict[str, Any],
+) -> None:
+    for shape in SHAPES:
+        first, second, fix_first, fix_second = _calls(report, shape, "1k-two-in-one-message", "on")
+        assert first["step"] == second["step"] and first["status"] == second["status"] == "error"
+        assert first["reference"] != second["reference"]
+        assert fix_first["step"] == fix_second["step"] > first["step"]
+        for failed, fix in ((first, fix_first), (second, fix_second)):
+            assert fix["role"] == "replay" and fix["status"] == "ok"
+            assert fix["code"].startswith(f'await ptc_retry.replay("{failed["reference"]}", ')
+        assert _row(report, shape, "1k-two-in-one-message")["on_action"] == "2 replays"
+
+
+def test_a_replay_after_a_kernel_restart_runs_the_whole_program(report: dict[str, Any]) -> None:
+    for shape in SHAPES:
+        played = report["calls"][shape]["5k-fix-after-restart"]
+        assert played["off"]["restarted"] and played["on"]["restarted"]
+        failed, fix = played["on"]["calls"]
+        assert fix["code"].startswith(f'await ptc_retry.replay("{failed["reference"]}", ')
+        assert "resume=True" not in fix["code"]
+        assert fix["status"] == "ok"
+
+
+def test_a_stray_key_beside_code_runs_in_both_arms_and_the_replay_fixes_it(
+    report: dict[str, Any],
+) -> None:
+    for shape in SHAPES:
+        for arm in ("off", "on"):
+            failed, fix = _calls(report, shape, "1k-stray-key", arm)
+            assert failed["status"] == "error" and failed["ename"] == "TypeError"
+            assert failed["other_keys"] == ["description"]
+            assert failed["said_first"].startswith('[ptc-retry] Ignored "description"')
+            assert fix["other_keys"] == [] and fix["status"] == "ok"
+        failed, fix = _calls(report, shape, "1k-stray-key", "on")
+        assert failed["notice"] is not None and fix["role"] == "replay"
 
 
 def test_the_report_states_the_overheads_and_the_break_even(report: dict[str, Any]) -> None:
     assert report["unit"] == "tokens"
-    assert 100 < report["prompt_section"]["tokens"] < 250
-    assert report["break_even"]["available"]
-    assert report["break_even"]["recommended_notice_min_bytes"] % 50 == 0
-    assert report["reference"]["published"]["loader_tokens"] == 526
+    notices = []
+    for shape in SHAPES:
+        figures = report["id_shapes"][shape]
+        assert 100 < figures["prompt_section"]["tokens"] < 250
+        assert figures["break_even"]["available"]
+        assert figures["break_even"]["recommended_notice_min_bytes"] % 50 == 0
+        assert figures["reference"]["published"]["loader_tokens"] == 526
+        assert figures["replay_fixed_part"]["tokens"] <= 20
+        assert figures["notice"]["kinds"]["fix"]["max"] <= 40
+        notices.append(figures["notice"]["kinds"]["fix"]["max"])
+    # The notice names programs by reference: the id shape does not change what it costs.
+    assert len(set(notices)) == 1
+    assert report["recommended_notice_min_bytes"] == max(
+        report["id_shapes"][shape]["break_even"]["recommended_notice_min_bytes"] for shape in SHAPES
+    )
+    assert [t["key"] for t in report["targets"]] == [key for key, *_ in TARGETS]

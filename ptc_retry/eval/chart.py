@@ -1,7 +1,8 @@
 """The evaluation's chart, ``savings.png``, drawn without a plotting library.
 
 Two panels: what a fix costs by program size (re-send against replay plus notice,
-log scale), and the wall time of the fixes that resume after a slow step. The
+log scale, one replay bar per call-id shape), and the wall time of the fixes that
+resume after a slow step; under them, each shape's break-even. The
 PNG is written with ``zlib`` and ``struct`` and the labels with a 5x7 bitmap font
 (capitals, digits, a little punctuation), so the evaluation needs no matplotlib
 (and its numpy) for one picture, and the same figures give the same bytes.
@@ -24,7 +25,8 @@ INK: Color = (33, 37, 41)
 GRID: Color = (222, 226, 230)
 MUTED: Color = (108, 117, 125)
 OFF: Color = (173, 181, 189)  # re-send, stock kernel
-ON: Color = (13, 110, 253)  # ptc-retry
+ON: Color = (13, 110, 253)  # ptc-retry, the first id shape
+ON_SHAPES: tuple[Color, ...] = (ON, (111, 66, 193))  # one per id shape, in order
 WORSE: Color = (220, 53, 69)  # ptc-retry cost more than re-sending
 
 # 5x7 glyphs, one string of 7 rows of 5 pixels each (1 = ink).
@@ -118,6 +120,8 @@ class Canvas:
             x -= width / 2
         elif align == "right":
             x -= width
+        # Whole pixels: at half a pixel, rounding each glyph pixel's edges would drop rows.
+        x, y = math.floor(x), math.floor(y)
         for index, char in enumerate(text):
             rows = _FONT.get(char, _FONT["?"])
             left = x + index * 6 * scale
@@ -164,26 +168,33 @@ def _decade(value: float) -> str:
 def _bars(
     canvas: Canvas,
     box: tuple[int, int, int, int],
-    groups: Sequence[tuple[str, str, float, float]],
+    groups: Sequence[tuple[str, str, Sequence[float]]],
+    colors: Sequence[Color],
     scale: Any,
     label: Any,
 ) -> None:
-    """Pairs of bars (OFF, ON) per group in ``box``; ``scale(v)`` maps a value to 0..1.
+    """A bar per value (OFF first, then ON per id shape) in each group of ``box``;
+    ``scale(v)`` maps a value to 0..1.
 
     A group's note (the change from OFF to ON) is blue when ON costs less, red otherwise.
     """
     left, top, right, bottom = box
     width = (right - left) / max(1, len(groups))
-    bar = min(48.0, width * 0.36)
-    for index, (name, note, off, on) in enumerate(groups):
+    count = max([1, *(len(values) for _, _, values in groups)])
+    bar = min(48.0, width * 0.8 / count)
+    small = 2 if bar >= 36 else 1  # value labels that fit above their bar
+    for index, (name, note, values) in enumerate(groups):
         center = left + width * (index + 0.5)
-        for x0, value, color in ((center - bar - 3, off, OFF), (center + 3, on, ON)):
+        x = center - (bar * len(values) + 3 * (len(values) - 1)) / 2
+        for value, color in zip(values, colors):
             y = bottom - scale(value) * (bottom - top)
-            canvas.rect(x0, y, x0 + bar, bottom, color)
-            canvas.text(x0 + bar / 2, y - 18, label(value), INK, 2, "center")
+            canvas.rect(x, y, x + bar, bottom, color)
+            canvas.text(x + bar / 2, y - 9 * small, label(value), INK, small, "center")
+            x += bar + 3
         canvas.text(center, bottom + 10, name, INK, 2, "center")
         if note:
-            canvas.text(center, bottom + 32, note, ON if on < off else WORSE, 2, "center")
+            cheaper = all(v < values[0] for v in values[1:])
+            canvas.text(center, bottom + 32, note, ON if cheaper else WORSE, 2, "center")
     canvas.rect(left, bottom, right, bottom + 2, INK)
 
 
@@ -191,17 +202,21 @@ def savings_chart(figures: dict[str, Any]) -> bytes:
     """The PNG for the figures of :func:`ptc_retry.eval.report.analyse`."""
     canvas = Canvas(1000, 560)
     unit = figures["unit"]
+    shapes = list(figures["id_shapes"].values())
+    colors = (OFF, *ON_SHAPES[: len(shapes)])
     canvas.text(30, 20, "ptc-retry eval: what fixing a failed program costs", INK, 3)
 
     # Left: mean cost of a fix per scenario, by program size, log scale.
     sizes = []
-    for size, s in figures["by_size"].items():
-        n = max(1, s["scenarios"])
-        saved = s["saved_with_notice"]
-        note = "" if saved is None else f"{-saved:+.0%}"
-        sizes.append((size, note, s["off_fix"] / n, (s["on_fix"] + s["on_notice"]) / n))
-    box = (90, 130, 560, 440)
-    highest = max([1.0, *(max(off, on) for _, _, off, on in sizes)])
+    for size, first in shapes[0]["by_size"].items():
+        buckets = [s["by_size"][size] for s in shapes]
+        n = max(1, first["scenarios"])
+        notes = [b["saved_with_notice"] for b in buckets]
+        shown = sorted({f"{-saved:+.0%}" for saved in notes if saved is not None})
+        values = [first["off_fix"] / n, *((b["on_fix"] + b["on_notice"]) / n for b in buckets)]
+        sizes.append((size, "/".join(shown), values))
+    box = (90, 130, 560, 430)
+    highest = max([1.0, *(max(values) for _, _, values in sizes)])
     top_decade = max(2, math.ceil(math.log10(highest * 1.25)))
 
     def log_scale(value: float) -> float:
@@ -213,32 +228,58 @@ def savings_chart(figures: dict[str, Any]) -> bytes:
         y = box[3] - (decade - 1) / (top_decade - 1) * (box[3] - box[1])
         canvas.rect(box[0], y, box[2], y + 1, GRID)
         canvas.text(box[0] - 8, y - 7, _decade(10.0**decade), MUTED, 2, "right")
-    _bars(canvas, box, sizes, log_scale, _short)
+    _bars(canvas, box, sizes, colors, log_scale, _short)
 
     # Right: wall time of the fixes that resume after a slow step.
-    resumed = [r for r in figures["scenarios"] if r["resume"]]
+    resumed = [
+        [s["scenarios"][i] for s in shapes]
+        for i, row in enumerate(shapes[0]["scenarios"])
+        if row["resume"]
+    ]
     canvas.text(620, 72, "wall time of the fix (s)", INK, 2)
     canvas.text(620, 96, "the program failed after a slow step", MUTED, 1)
     if resumed:
-        groups = [(r["size"], "", r["off_fix_seconds"], r["on_fix_seconds"]) for r in resumed]
-        highest_s = max([0.5, *(r["off_fix_seconds"] for r in resumed)])
+        groups = [
+            (
+                rows[0]["size"],
+                "",
+                [rows[0]["off_fix_seconds"], *(r["on_fix_seconds"] for r in rows)],
+            )
+            for rows in resumed
+        ]
+        highest_s = max([0.5, *(max(values) for _, _, values in groups)])
         step = next(s for s in (0.5, 1, 2, 5, 10, 20, 60, 120) if highest_s / s <= 5)
         ceiling = step * math.ceil(highest_s * 1.25 / step)
-        rbox = (650, 130, 970, 440)
+        rbox = (650, 130, 970, 430)
         ticks = int(round(ceiling / step))
         for tick in range(ticks + 1):
             y = rbox[3] - tick / ticks * (rbox[3] - rbox[1])
             canvas.rect(rbox[0], y, rbox[2], y + 1, GRID)
             canvas.text(rbox[0] - 8, y - 7, f"{tick * step:g}", MUTED, 2, "right")
-        _bars(canvas, rbox, groups, lambda v: min(1.0, v / ceiling), lambda v: f"{v:.1f}")
-        for index, r in enumerate(resumed):
+        _bars(canvas, rbox, groups, colors, lambda v: min(1.0, v / ceiling), lambda v: f"{v:.1f}")
+        for index, rows in enumerate(resumed):
             width = (rbox[2] - rbox[0]) / len(resumed)
-            why = "time limit" if "time limit" in r["shape"] else "slow step"
+            why = "time limit" if "time limit" in rows[0]["shape"] else "slow step"
             canvas.text(rbox[0] + width * (index + 0.5), rbox[3] + 32, why, MUTED, 1, "center")
 
-    # Legend.
-    canvas.rect(90, 508, 110, 524, OFF)
-    canvas.text(118, 510, "re-send the program (stock kernel)", INK, 2)
-    canvas.rect(560, 508, 580, 524, ON)
-    canvas.text(588, 510, "ptc-retry: replay (+ notice)", INK, 2)
+    # Legend: one entry per bar colour, then each id shape's break-even.
+    entries = ["re-send, stock kernel"]
+    entries += [f"replay, {s['label'].split(' (')[0]}" for s in shapes]
+    x = 30
+    for text, color in zip(entries, colors):
+        canvas.rect(x, 490, x + 20, 506, color)
+        canvas.text(x + 28, 492, text, INK, 2)
+        x += 28 + canvas.text_width(text) + 36
+    even = []
+    for s in shapes:
+        be = s["break_even"]
+        if be.get("available"):
+            name = s["label"].split()[0]
+            even.append(f"{name} {be['every_failure_replayed']['bytes']:,} B")
+    if even:
+        recommended = figures.get("recommended_notice_min_bytes")
+        text = "break-even: " + ", ".join(even)
+        if recommended is not None:
+            text += f"; notice_min_bytes {recommended}"
+        canvas.text(30, 526, text, MUTED, 2)
     return canvas.png()

@@ -1,18 +1,21 @@
 """The evaluation corpus: agent programs, the mistake a model makes in each, and the fix.
 
-Every :class:`Scenario` is one failed tool call and its correction, as a code-mode
+Every :class:`Scenario` is one failed model message and its correction, as a code-mode
 agent lives it: a program of about 150 B, 1 KB, 5 KB or 20 KB (the JSON arguments
 of the ``run_code`` call) with one realistic mistake (a wrong literal, key, type or
 function name, a syntax or indentation slip, a stale fragment in a file edit, a
 fix needed in two places, a slow step before a failing last statement, a time
 limit, a program below the notice threshold, a failure that needs a rewrite).
+Some add what happens around a failure in a real agent loop: the model first runs a
+small program to look at the data, two programs of one message fail together, the
+kernel restarts before the fix, or the call carries a stray key beside ``"code"``.
 Each names the fix as the ``(old, new)`` fragments a model would send, and the
 value the corrected program must end with, so both arms of the evaluation are
 checked to reach the same, known result.
 
 The big programs are generated, but as an agent writes them: data pipelines with
 many helpers and the data pasted in, a long report template, configuration
-blobs. The generators are seeded, so the corpus is the same on every run.
+blobs, API responses. The generators are seeded, so the corpus is the same on every run.
 """
 
 from __future__ import annotations
@@ -22,10 +25,24 @@ from dataclasses import dataclass, field
 
 from ..edits import apply_edits
 
-__all__ = ["QUICK", "SCENARIOS", "SIZES", "Scenario", "by_name"]
+__all__ = ["QUICK", "SCENARIOS", "SIZES", "Parallel", "Scenario", "by_name"]
 
 #: The size classes, smallest first, as the report names them.
 SIZES = ("150 B", "1 KB", "5 KB", "20 KB")
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """A second program the model sends in the same message as the scenario's (the same
+    step); it fails too, and the next message fixes both, each by its own reference."""
+
+    program: str
+    expected: str
+    edits: tuple[tuple[str, str], ...]
+
+    @property
+    def corrected(self) -> str:
+        return apply_edits(self.program, list(self.edits))
 
 
 @dataclass(frozen=True)
@@ -40,6 +57,13 @@ class Scenario:
     in seconds. ``first_try``: a replay the model sends first whose fragment does not
     match exactly once; it reads the error and sends ``edits``. ``files``: files
     written to the kernel's working directory before the program runs.
+
+    Around the failure: ``inspect``, a small program the model runs after reading the
+    failure and before the fix, to look at the data (it must succeed); ``parallel``, a
+    second failing program of the same message (:class:`Parallel`); ``restart``, the
+    kernel restarts between the failure and the fix, so the fix runs the whole program
+    again (no ``resume``); ``extra_keys``, keys the failed call's arguments carry beside
+    ``"code"`` (the backend runs the program and names them; the fix leaves them out).
     """
 
     name: str
@@ -53,6 +77,10 @@ class Scenario:
     timeout: float | None = None
     first_try: tuple[tuple[str, str], ...] = ()
     files: dict[str, str] = field(default_factory=dict)
+    inspect: str | None = None
+    parallel: Parallel | None = None
+    restart: bool = False
+    extra_keys: dict[str, str] = field(default_factory=dict)
 
     @property
     def corrected(self) -> str:
@@ -319,6 +347,109 @@ for name, delays in schedules.items():
         )
 
 {name: round(sum(delays), 2) for name, delays in schedules.items()}
+"""
+
+# -- 1 KB: two programs of one message --------------------------------------------------------
+
+DISK = '''\
+DF = """\\
+Filesystem      Size  Used Avail Use% Mounted on
+/dev/nvme0n1p2  468G  391G   54G  88% /
+tmpfs            16G  1.2G   15G   8% /dev/shm
+/dev/nvme0n1p1  511M  6.1M  505M   2% /boot/efi
+/dev/sdb1       1.8T  1.7T   98G  95% /data
+/dev/sdc1       3.6T  1.1T  2.4T  31% /backup
+overlay          98G   81G   17G  83% /var/lib/docker
+"""
+UNITS = {"K": 1 / 1024**2, "M": 1 / 1024, "G": 1, "T": 1024}
+ALERT_AT = "85"
+
+
+def gib(text):
+    """'1.8T' -> 1843.2 (GiB)."""
+    return float(text[:-1]) * UNITS[text[-1]]
+
+
+mounts = []
+for line in DF.splitlines()[1:]:
+    fs, size, used, avail, pct, mount = line.split()
+    mounts.append({"mount": mount, "size": gib(size), "avail": gib(avail), "use": int(pct[:-1])})
+
+full = [m for m in mounts if m["use"] >= ALERT_AT]
+for m in sorted(full, key=lambda m: -m["use"]):
+    print(f"{m['mount']:<16} {m['use']:>3}% used, {m['avail']:7.1f} GiB free of {m['size']:.0f}")
+print(f"{len(full)} of {len(mounts)} filesystems at {ALERT_AT}% or more")
+sorted(m["mount"] for m in full)
+'''
+
+LOG_LEVELS = r'''import re
+from collections import Counter, defaultdict
+
+LOG = """\
+2024-06-03T10:00:01Z api INFO request served path=/orders ms=41
+2024-06-03T10:00:02Z api WARN slow query table=orders ms=1210
+2024-06-03T10:00:02Z worker INFO job started id=8812
+2024-06-03T10:00:05Z worker ERROR job failed id=8812 reason=timeout
+2024-06-03T10:00:06Z api INFO request served path=/cart ms=38
+2024-06-03T10:00:09Z billing ERROR card declined customer=c-311
+2024-06-03T10:00:11Z worker INFO job started id=8813
+2024-06-03T10:00:12Z api ERROR upstream 502 path=/pay
+2024-06-03T10:00:15Z billing WARN retrying charge customer=c-311
+2024-06-03T10:00:19Z worker INFO job done id=8813 ms=7020
+"""
+LINE = re.compile(r"^(?P<ts>\S+) (?P<service>\w+) (?P<level>[A-Z]+) (?P<message>.*)$")
+
+levels = defaultdict(Counter)
+errors = []
+for line in LOG.splitlines():
+    m = LINE.match(line)
+    if m is None:
+        continue
+    levels[m.group("service")][m.group("lvl")] += 1
+    if m.group("level") == "ERROR":
+        errors.append((m.group("service"), m.group("message")))
+
+for service, counts in sorted(levels.items()):
+    print(f"{service:<8} " + "  ".join(f"{lvl} {n}" for lvl, n in counts.most_common()))
+for service, message in errors:
+    print(f"ERROR {service}: {message}")
+{service: counts["ERROR"] for service, counts in sorted(levels.items())}
+'''
+
+# -- 1 KB: a stray key beside "code" ----------------------------------------------------------
+
+TIMESHEET = """\
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+ENTRIES = [
+    ("2024-06-03", "atlas", "09:00", "12:30", 15),
+    ("2024-06-03", "billing-v2", "13:15", "17:45", 0),
+    ("2024-06-04", "atlas", "08:45", "11:00", 10),
+    ("2024-06-04", "internal", "11:00", "12:00", 0),
+    ("2024-06-04", "billing-v2", "13:00", "18:10", 20),
+    ("2024-06-05", "atlas", "09:10", "16:40", 45),
+    ("2024-06-06", "billing-v2", "09:00", "13:20", 0),
+    ("2024-06-06", "internal", "14:00", "15:30", 0),
+    ("2024-06-07", "atlas", "10:00", "15:00", 30),
+]
+BILLABLE = {"atlas": 95, "billing-v2": 110}  # EUR per hour
+
+
+def worked(day, start, end, break_min):
+    begin = datetime.fromisoformat(f"{day}T{start}")
+    finish = datetime.fromisoformat(f"{day}T{end}")
+    return finish - begin - timedelta(minute=break_min)
+
+
+hours = defaultdict(float)
+for day, project, start, end, break_min in ENTRIES:
+    hours[project] += worked(day, start, end, break_min).total_seconds() / 3600
+
+invoice = {p: round(h * BILLABLE[p], 2) for p, h in hours.items() if p in BILLABLE}
+for project, h in sorted(hours.items()):
+    print(f"{project:<11} {h:5.2f} h  {invoice.get(project, 0):>9,.2f} EUR")
+(round(sum(hours.values()), 2), invoice)
 """
 
 # -- 5 KB -------------------------------------------------------------------------------------
@@ -746,7 +877,7 @@ def delivery_stats(points, centers, labels, speed_kmh=55):
     return stats
 
 
-customers = synthetic_customers(60000)
+customers = synthetic_customers(120000)
 centers, labels = kmeans(customers, k=6)
 sizes = [labels.count(i) for i in range(len(centers))]
 names = [depot_for(c) for c in centers]
@@ -950,6 +1081,164 @@ for title, label, target in broken:
 for host, count in external.most_common():
     print(f"  {count} x {host}")
 (len(anchors(DOC)), [target for _, _, target in broken], len(external))
+'''
+)
+
+# -- 5 KB: inspect, then fix ------------------------------------------------------------------
+
+_ENGINEERS = [
+    ("mhoff", 4411),
+    ("asantos", 3920),
+    ("lchen", 5102),
+    ("okafor", 2871),
+    ("bdupont", 6033),
+]
+_TICKET_TITLES = [
+    "Checkout returns 502 on large carts",
+    "Export to CSV drops the last row",
+    "Password reset mail goes to spam",
+    "Search ignores accents in names",
+    "Invoice PDF shows the wrong VAT",
+    "Dashboard times out for big accounts",
+    "Webhook retries never stop",
+    "Dark mode breaks the date picker",
+    "SSO login loops on Safari",
+    "Rate limit counts OPTIONS requests",
+    "Bulk import rejects UTF-8 BOM",
+    "Audit log misses role changes",
+    "Mobile app crashes on empty cart",
+    "Currency rounding off by one cent",
+]
+_TICKET_LABELS = ["bug", "checkout", "email", "search", "billing", "perf", "auth", "ui", "api"]
+
+
+def _tickets_json(count: int, seed: int) -> str:
+    """The first page of an issue tracker's search API, as an agent pastes it."""
+    rng = random.Random(seed)
+    lines = [f'{{"total": {count + 23}, "page": 1, "per_page": {count}, "results": [']
+    for n in range(count):
+        login, uid = rng.choice(_ENGINEERS)
+        day, hour = rng.randint(1, 20), rng.randint(8, 17)
+        created = f"2024-05-{day:02d}T{hour:02d}:{rng.randint(0, 59):02d}:00Z"
+        closed = "null"
+        if rng.random() < 0.75:
+            close_day = day + rng.randint(0, 6)
+            closed = (
+                f'"2024-05-{close_day:02d}T{rng.randint(8, 19):02d}:{rng.randint(0, 59):02d}:00Z"'
+            )
+        labels = ", ".join(f'"{label}"' for label in sorted(rng.sample(_TICKET_LABELS, 2)))
+        comma = "," if n < count - 1 else ""
+        lines.append(
+            f'  {{"number": {4101 + n}, "title": "{_TICKET_TITLES[n % len(_TICKET_TITLES)]}", '
+            f'"state": "{"open" if closed == "null" else "closed"}", "labels": [{labels}], '
+            f'"assignee": {{"login": "{login}", "id": {uid}}}, "created_at": "{created}", '
+            f'"closed_at": {closed}, "comments": {rng.randint(0, 14)}}}{comma}'
+        )
+    lines.append("]}")
+    return "\n".join(lines)
+
+
+TICKETS = (
+    "import json\nimport statistics\nfrom collections import Counter, defaultdict\n"
+    'from datetime import datetime\n\nPAYLOAD = json.loads("""\\\n'
+    + _tickets_json(14, seed=13)
+    + '''""")
+tickets = PAYLOAD["results"]
+print(f"{len(tickets)} of {PAYLOAD['total']} tickets (page {PAYLOAD['page']})")
+
+
+def parse_time(text):
+    return datetime.strptime(text, "%Y-%m-%dT%H:%M:%SZ")
+
+
+def hours_open(ticket):
+    """Hours from opening to closing; None while the ticket is open."""
+    if ticket["closed_at"] is None:
+        return None
+    delta = parse_time(ticket["closed_at"]) - parse_time(ticket["created_at"])
+    return delta.total_seconds() / 3600
+
+
+closed_hours = defaultdict(list)
+open_count = Counter()
+for ticket in tickets:
+    who = ticket["assignee"]["name"]
+    hours = hours_open(ticket)
+    if hours is None:
+        open_count[who] += 1
+    else:
+        closed_hours[who].append(hours)
+
+labels = Counter(label for ticket in tickets for label in ticket["labels"])
+print("labels:", ", ".join(f"{name} {n}" for name, n in labels.most_common(4)))
+for who in sorted(closed_hours.keys() | open_count.keys()):
+    times = closed_hours.get(who, [])
+    median = statistics.median(times) if times else float("nan")
+    print(f"{who:<8} closed {len(times):>2}, open {open_count[who]:>2}, median {median:6.1f} h")
+slowest = max(closed_hours, key=lambda who: statistics.median(closed_hours[who]))
+(sum(open_count.values()), slowest, labels.most_common(1)[0][0])
+'''
+)
+
+# -- 5 KB: a fix after a kernel restart -------------------------------------------------------
+
+
+def _sensor_csv(rows: int, seed: int) -> str:
+    rng = random.Random(seed)
+    lines = ["sensor,timestamp,temp_c,humidity_pct"]
+    for sensor, base in (("greenhouse-a", 24.0), ("greenhouse-b", 21.5), ("cold-room", 4.0)):
+        minute = 0
+        for _ in range(rows):
+            minute += rng.choice([10, 10, 10, 10, 20, 45]) if sensor != "cold-room" else 10
+            hour, mm = 6 + minute // 60, minute % 60
+            temp = base + rng.gauss(0, 0.8) + (minute / 120 if sensor != "cold-room" else 0)
+            lines.append(
+                f"{sensor},2024-03-01 {hour:02d}:{mm:02d}:00,{temp:.1f},{rng.randint(38, 91)}"
+            )
+    return "\n".join(lines) + "\n"
+
+
+SENSORS = (
+    "import csv\nimport io\nimport math\nimport statistics\nfrom collections import defaultdict\n"
+    'from datetime import datetime, timedelta\n\nRAW = """'
+    + _sensor_csv(28, seed=5)
+    + '''"""
+TIME_FORMAT = "%Y-%m-%d %H:%M"
+GAP = timedelta(minutes=30)
+LIMITS = {"greenhouse-a": (18, 30), "greenhouse-b": (18, 30), "cold-room": (2, 6)}
+
+
+def dew_point(temp_c, humidity_pct):
+    """Magnus formula, good to about 0.4 degrees between -45 and 60 C."""
+    gamma = math.log(humidity_pct / 100) + 17.62 * temp_c / (243.12 + temp_c)
+    return 243.12 * gamma / (17.62 - gamma)
+
+
+def parse(row):
+    return {
+        "sensor": row["sensor"],
+        "at": datetime.strptime(row["timestamp"], TIME_FORMAT),
+        "temp": float(row["temp_c"]),
+        "humidity": int(row["humidity_pct"]),
+    }
+
+
+readings = defaultdict(list)
+for row in csv.DictReader(io.StringIO(RAW)):
+    reading = parse(row)
+    readings[reading["sensor"]].append(reading)
+
+report = {}
+for sensor, rows in sorted(readings.items()):
+    rows.sort(key=lambda r: r["at"])
+    gaps = [(a["at"], b["at"]) for a, b in zip(rows, rows[1:]) if b["at"] - a["at"] > GAP]
+    low, high = LIMITS[sensor]
+    out_of_range = [r for r in rows if not low <= r["temp"] <= high]
+    dew = statistics.fmean(dew_point(r["temp"], r["humidity"]) for r in rows)
+    report[sensor] = (len(rows), len(gaps), len(out_of_range), round(dew, 1))
+    print(f"{sensor:<13} {len(rows)} readings, {len(gaps)} gaps, "
+          f"{len(out_of_range)} out of range, mean dew point {dew:.1f} C")
+report
 '''
 )
 
@@ -1302,7 +1591,7 @@ _PIPELINE_SUMMARY = """
 
 _PIPELINE_BOOTSTRAP = """
 
-def bootstrap_ci(values, rounds=50_000, level=0.9, seed=21):
+def bootstrap_ci(values, rounds=150_000, level=0.9, seed=21):
     \"\"\"Confidence interval of the mean order value, by resampling the orders.\"\"\"
     rng = random.Random(seed)
     means = sorted(statistics.fmean(rng.choices(values, k=len(values))) for _ in range(rounds))
@@ -1843,6 +2132,28 @@ SCENARIOS: tuple[Scenario, ...] = (
         rewrite=THREAD_REWRITE,
     ),
     Scenario(
+        "1k-two-in-one-message",
+        "1 KB",
+        "two programs of one message fail (wrong type, wrong group name): two replays",
+        DISK,
+        "['/', '/data']",
+        edits=(('ALERT_AT = "85"', "ALERT_AT = 85"),),
+        parallel=Parallel(
+            LOG_LEVELS,
+            "{'api': 1, 'billing': 1, 'worker': 1}",
+            edits=(('m.group("lvl")', 'm.group("level")'),),
+        ),
+    ),
+    Scenario(
+        "1k-stray-key",
+        "1 KB",
+        'wrong keyword argument; a stray "description" key beside "code"',
+        TIMESHEET,
+        "(32.75, {'atlas': 1575.42, 'billing-v2': 1503.33})",
+        edits=(("timedelta(minute=", "timedelta(minutes="),),
+        extra_keys={"description": "Billable hours per project this week, and the invoice"},
+    ),
+    Scenario(
         "5k-wrong-column",
         "5 KB",
         "wrong column",
@@ -1883,8 +2194,8 @@ SCENARIOS: tuple[Scenario, ...] = (
         "5 KB",
         "last statement fails after a slow step (resume)",
         KMEANS,
-        "{'depots': ['Besancon', 'Grenoble', 'Limoges', 'Paris', 'Perpignan', 'Rennes'], "
-        "'largest': 12575, 'inertia': '19,662.2 km2'}",
+        "{'depots': ['Besancon', 'Grenoble', 'Orleans', 'Reims', 'Rennes', 'Toulouse'], "
+        "'largest': 25287, 'inertia': '20,992.2 km2'}",
         edits=(("{spread / len(customers):,.1f%}", "{spread / len(customers):,.1f}"),),
         resume=True,
     ),
@@ -1897,6 +2208,25 @@ SCENARIOS: tuple[Scenario, ...] = (
         edits=(("paths=20_000_000", "paths=20_000"),),
         resume=True,
         timeout=4.0,
+    ),
+    Scenario(
+        "5k-inspect-then-fix",
+        "5 KB",
+        "wrong key; the model prints the data before the fix",
+        TICKETS,
+        "(4, 'okafor', 'perf')",
+        edits=(('ticket["assignee"]["name"]', 'ticket["assignee"]["login"]'),),
+        inspect='print(tickets[0]["assignee"])\n',
+    ),
+    Scenario(
+        "5k-fix-after-restart",
+        "5 KB",
+        "wrong date format; the kernel restarts before the fix",
+        SENSORS,
+        "{'cold-room': (28, 0, 0, -1.1), 'greenhouse-a': (28, 2, 0, 17.1), "
+        "'greenhouse-b': (28, 5, 0, 16.6)}",
+        edits=(('TIME_FORMAT = "%Y-%m-%d %H:%M"', 'TIME_FORMAT = "%Y-%m-%d %H:%M:%S"'),),
+        restart=True,
     ),
     Scenario(
         "20k-wrong-literal",
@@ -1935,18 +2265,24 @@ SCENARIOS: tuple[Scenario, ...] = (
         "20 KB",
         "last statement fails after a slow step (resume)",
         PIPELINE_RESUME,
-        "{'orders': 86, 'net_eur': 22595.71, 'north_ci': (215.55, 406.69), 'widest': 'North'}",
+        "{'orders': 86, 'net_eur': 22595.71, 'north_ci': (215.55, 406.84), 'widest': 'North'}",
         edits=(('intervals["north"]', 'intervals["North"]'),),
         resume=True,
     ),
 )
 
-#: The subset ``ptc-retry eval --quick`` runs: one of each size, a resume, two edits.
+#: The subset ``ptc-retry eval --quick`` runs: one of each size, a resume, two edits, and
+#: each thing that can happen around a failure (an inspection, two failures in one message,
+#: a restart, a stray key).
 QUICK = (
     "150b-under-threshold",
     "1k-wrong-key",
+    "1k-two-in-one-message",
+    "1k-stray-key",
     "5k-two-places",
     "5k-resume-last-statement",
+    "5k-inspect-then-fix",
+    "5k-fix-after-restart",
     "20k-config-wrong-type",
 )
 
