@@ -385,11 +385,11 @@ await kb.shutdown()
 
 This notebook runs in the `ptc-retry` kernel itself, so each of its cells is a
 saved program (`#1`, `#2`, ... in order). The next cell computes for a few seconds,
-then fails in its last statement. The notice counts the statements that completed
-and offers `resume=True`. It makes that offer only when the program had run for
-`PtcRetry.resume_min_seconds` (1 s by default) before it failed: for a quicker
-program, running the completed statements again costs less than the words that
-offer to skip them.
+then fails in its last statement. The notice's template then ends in `resume=True`:
+the replay skips the statements that completed. It makes that offer only when the
+program had run for `PtcRetry.resume_min_seconds` (1 s by default) before it
+failed: for a quicker program, running the completed statements again costs
+less than skipping them saves.
 """),
     code(
         """

@@ -73,8 +73,7 @@ When a program fails or is interrupted, its history line records the top-level
 statement that was running (``failed_statement: {"index", "lines": [first,
 last]}``, 0-based index, 1-based lines) and how many ``completed`` before it,
 and, when the program had run for ``PtcRetry.resume_min_seconds`` (default 1)
-before it failed, the notice adds "Add resume=True to skip the N statements
-that completed".
+before it failed, the notice's template ends in ``resume=True``.
 ``await ptc_retry.replay(id, old, new, resume=True)`` then runs the corrected
 program from the earlier of that statement and the first statement an edit
 touches; ``await ptc_retry.resume(id)`` does it without an edit. What the
@@ -283,6 +282,8 @@ class _Running:
     own_magics: bool = False
     #: The msg_id of the execute_request that runs it (None outside a kernel).
     msg_id: str | None = None
+    #: An interrupt arrived while it was being saved: it did not run.
+    stopped_before_start: bool = False
     time_limit: TimeLimit | None = None
     #: ``(filename, transformed text)`` of the program a replay runs in this call.
     program: tuple[str, str] | None = None
@@ -316,10 +317,20 @@ class RetryGuardPaused(InputRejected):
         return [f"RetryGuardPaused: {self}"]
 
 
+class InterruptedBeforeRun(InputRejected):
+    """An interrupt arrived while the program was being saved: it did not run."""
+
+    def __init__(self) -> None:
+        super().__init__("interrupted while the program was being saved; nothing ran")
+
+    def _render_traceback_(self) -> list[str]:
+        return [f"KeyboardInterrupt: {self}"]
+
+
 class _Refuser:
     """An AST transformer that rejects the cell: IPython shows the error and runs nothing."""
 
-    def __init__(self, error: RetryGuardPaused) -> None:
+    def __init__(self, error: InputRejected) -> None:
         self.error = error
 
     def visit(self, node: Any) -> Any:
@@ -407,7 +418,8 @@ class PtcRetryExtension:
         # One warning per distinct problem: an agent pays for every line it reads.
         if message != self._reported:
             self._reported = message
-            print(f"ptc-retry: {message}. Programs still run as usual.", file=sys.stderr)
+            sentence = message.rstrip(".")
+            print(f"ptc-retry: {sentence}. Programs still run as usual.", file=sys.stderr)
 
     # -- hooks ---------------------------------------------------------------
 
@@ -423,18 +435,27 @@ class PtcRetryExtension:
         # Not calls: a cell a program runs (it is part of that program) and a cell that only
         # runs our magics. They take no number or id and leave previous/ as it is.
         own_magics = outermost and _OWN_MAGICS_ONLY.fullmatch(source + "\n") is not None
-        arguments = ""
-        call = None
-        if outermost and not own_magics:
-            arguments = checkpoint_arguments(source, request.get("arguments"))
-            call = self._begin(source, arguments, request, tool=tool, turn=turn)
-        running = _Running(info, call, tool=tool, turn=turn, arguments=arguments)
+        running = _Running(info, None, tool=tool, turn=turn)
         running.own_magics = own_magics
         msg_id = (parent.get("header") or {}).get("msg_id") if parent else None
         running.msg_id = msg_id if isinstance(msg_id, str) else None
-        self._running.append(running)
-        if outermost:
-            self._before_program(running, request, from_backend=raw_request is not None)
+        self._running.append(running)  # first: whatever happens next, post_run_cell finds it
+        try:
+            if outermost and not own_magics:
+                running.arguments = checkpoint_arguments(source, request.get("arguments"))
+                running.call = self._begin(source, running.arguments, request, tool=tool, turn=turn)
+            if outermost:
+                self._before_program(running, request, from_backend=raw_request is not None)
+        except KeyboardInterrupt:
+            # An interrupt while the program was being saved: it must not run unsaved and
+            # unrecorded, so it does not run at all; its history line says interrupted.
+            self._stop_before_start(running)
+
+    def _stop_before_start(self, running: _Running) -> None:
+        running.stopped_before_start = True
+        self._drop_refuser()
+        self._refuser = _Refuser(InterruptedBeforeRun())
+        self.shell.ast_transformers.append(self._refuser)
 
     def _begin(
         self, source: str, arguments: str, request: dict[str, Any], *, tool: str, turn: int
@@ -508,6 +529,8 @@ class PtcRetryExtension:
                 # Input that fails before the transformer (a syntax error) is refused
                 # too: the reply must say RetryGuardPaused, as the output did.
                 result.error_before_exec = error = running.refusal
+        elif running.stopped_before_start:
+            status = "interrupted"
         else:
             status = self._status(error, cancelled=result is None)
             if limit is not None and limit.stopped and status == "error":
@@ -721,7 +744,9 @@ class PtcRetryExtension:
         if not self._running:
             return stb
         running = self._running[-1]
-        if running.notice is not None or self.is_control_flow(evalue):
+        if running.notice is not None or running.stopped_before_start:
+            return stb
+        if self.is_control_flow(evalue):
             return stb
         failure = self._failure(running, evalue)
         limit = running.time_limit

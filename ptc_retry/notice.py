@@ -65,9 +65,9 @@ def failure_notice(
 
     ``reference`` names the saved program (``"#7"``; a call id where no number is known).
     A failure offers the fix as a template with two literal placeholders,
-    ``await ptc_retry.replay("#7", "<old>", "<new>")``, and ``resume=True`` on a second
-    line when ``completed`` statements would not have to run again (the caller passes 0
-    where skipping them would save too little to be worth the words). A program that was
+    ``await ptc_retry.replay("#7", "<old>", "<new>")``, ending in ``, resume=True`` when
+    ``completed`` statements would not have to run again (the caller passes 0 where
+    skipping them would save too little to be worth it). A program that was
     stopped (``interrupted``, or by the ``time_limit``) offers going on instead:
     ``await ptc_retry.resume("#7")``. The guard's sentence follows, on a line of its own,
     when this is the ``repeated``-th identical failure in a row. Each line stays under
@@ -79,14 +79,13 @@ def failure_notice(
         stopped = f"Stopped by the time limit ({time_limit:g} s)" if time_limit else "Interrupted"
         lines = [f"{PREFIX}{stopped}; saved as {reference}. To go on: {resume_call(reference)}"]
     else:
+        # resume=True in the template itself: the model copies it, and it costs 3 tokens
+        # where a sentence explaining it cost 18.
+        resume = ", resume=True" if completed > 0 else ""
         lines = [
             f"{PREFIX}Saved as {reference}. Small fix? Send only: "
-            f'await ptc_retry.replay({ref}, "<old>", "<new>")'
+            f'await ptc_retry.replay({ref}, "<old>", "<new>"{resume})'
         ]
-        if completed > 0:
-            statements = "statement" if completed == 1 else "statements"
-            skip = f"Add resume=True to skip the {completed} {statements} that completed."
-            lines.append(PREFIX + skip)
     if repeated:
         lines.append(PREFIX + guard_sentence(repeated, paused=paused))
     return "\n".join(lines)

@@ -133,7 +133,13 @@ class Replay:
         except CheckpointError as exc:
             raise ReplayError(str(exc)) from None
         running = extension.current_call()
-        if running is not None and running.call is not None and running.call.id == call_id:
+        if running is None:
+            # Never attach to the program of another thread (another subshell's cell).
+            raise ReplayError(
+                "a replay runs as part of a program: await it in the program's own code, not "
+                "from another thread or a silent request"
+            )
+        if running.call is not None and running.call.id == call_id:
             raise ReplayError(
                 f"{call_id!r} is this replay call itself; replay the call that failed before it"
             )
@@ -142,8 +148,16 @@ class Replay:
         if self.edits:
             corrected = apply_edits(code, self.edits, replace_all=self.replace_all)
         # 3. This call's checkpoint becomes the corrected program.
+        try:
+            corrected.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise ReplayError(
+                f"the corrected program holds a lone surrogate ({exc.reason} at index "
+                f"{exc.start}), which cannot be saved or run as UTF-8; write it as an escape "
+                'inside a string literal, such as "\\ud800"'
+            ) from None
         name = call_id
-        if running is not None and running.call is not None:
+        if running.call is not None:
             if running.call.replay_of is not None:
                 raise ReplayError(
                     "a program can replay only once; send each replay as its own call"
@@ -153,8 +167,9 @@ class Replay:
                     running.call,
                     json.dumps({"code": corrected}, ensure_ascii=False),
                     replay_of=call_id,
+                    code_bytes=len(corrected.encode("utf-8")),
                 )
-            except OSError as exc:
+            except (OSError, PtcRetryError) as exc:
                 extension.warn_once(f"could not save the corrected program ({exc})")
             name = running.call.id
         # 4. Run it as an async function in the kernel's namespace, from the statement
@@ -165,9 +180,8 @@ class Replay:
         start = 0
         if self.resume:
             start = extension.resume_start(call_id, code, corrected, transformed)
-        if running is not None:
-            running.program = (filename, transformed)
-            running.resumed_from = start or None
+        running.program = (filename, transformed)
+        running.resumed_from = start or None
         return await run_program(
             corrected, filename, shell.user_ns, transformed=transformed, start=start
         )

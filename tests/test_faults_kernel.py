@@ -164,7 +164,9 @@ def test_a_huge_configured_time_limit_runs_programs_normally(kernel: Kernel) -> 
 
 
 def test_an_interrupted_program_shows_its_own_line_last_not_ptc_retrys(kernel: Kernel) -> None:
-    stopped, _ = interrupted_after(kernel, "import time\nfor _ in range(600):\n    time.sleep(0.1)", 1)
+    stopped, _ = interrupted_after(
+        kernel, "import time\nfor _ in range(600):\n    time.sleep(0.1)", 1
+    )
     limited = kernel.execute("while True:\n    pass", {"time_limit": 0.5})
 
     for run in (stopped, limited):
@@ -173,3 +175,56 @@ def test_an_interrupted_program_shows_its_own_line_last_not_ptc_retrys(kernel: K
         assert "time_limit.py" not in text and "_on_sigint" not in text
         assert run.error["ename"] == "KeyboardInterrupt"
     assert limited.error["evalue"] == "time limit of 0.5 s reached"
+
+
+def test_an_interrupt_while_the_program_is_saved_stops_it_and_records_it(
+    kernel: Kernel, checkpoint_root: Path
+) -> None:
+    # Fault injection in the real kernel: saving a program takes two seconds.
+    kernel.execute(
+        "import time, ptc_retry.store as _store\n"
+        "_slow_write = _store._write_atomic\n"
+        "def _write_atomic(path, data):\n"
+        "    time.sleep(2)\n"
+        "    _slow_write(path, data)\n"
+        "_store._write_atomic = _write_atomic"
+    )
+    stopped, _ = interrupted_after(kernel, "ran = True\nprint('ran')", 0.7)
+
+    assert stopped.stdout == ""  # it did not run, unsaved or otherwise
+    assert stopped.error["evalue"] == "interrupted while the program was being saved; nothing ran"
+    assert stopped.error["traceback"] == [
+        "KeyboardInterrupt: interrupted while the program was being saved; nothing ran"
+    ]
+    assert stopped.ptc["status"] == "interrupted" and stopped.ptc["notice"] is None
+    assert kernel.execute("'ran' in globals()").result == "False"
+    kernel.execute("_store._write_atomic = _slow_write")
+    assert kernel.execute("print('next')").stdout == "next\n"
+    assert [line["status"] for line in history(checkpoint_root)][-2:] == ["ok", "ok"]
+
+
+def test_a_replay_awaited_from_another_thread_is_refused_clearly(kernel: Kernel) -> None:
+    kernel.execute("target = 1\nundefined_name")
+    run = kernel.execute(
+        "import asyncio, threading\n"
+        "outcome = []\n"
+        "async def fix():\n"
+        "    return await ptc_retry.replay('#1', 'target = 1', 'target = 2')\n"
+        "def elsewhere():\n"
+        "    try:\n"
+        "        asyncio.run(fix())\n"
+        "    except Exception as exc:\n"
+        "        outcome.append(f'{type(exc).__name__}: {exc}')\n"
+        "thread = threading.Thread(target=elsewhere)\n"
+        "thread.start(); thread.join()\n"
+        "print(outcome[0])"
+    )
+    assert run.stdout.startswith("ReplayError: a replay runs as part of a program")
+    assert kernel.execute("target").result == "1"  # nothing ran, nothing was overwritten
+
+
+def test_a_replay_whose_fix_holds_a_lone_surrogate_is_a_replay_error(kernel: Kernel) -> None:
+    kernel.execute("word = 'x'\nundefined_name")
+    run = kernel.execute("await ptc_retry.replay('#1', \"'x'\", \"'\\ud800'\")")
+    assert run.error["ename"] == "ReplayError"
+    assert "lone surrogate" in run.error["evalue"]

@@ -120,5 +120,5 @@ def test_the_stored_notices_name_programs_by_reference_not_by_id_or_path(path: P
 def test_the_resume_notebook_shows_the_resume_offer_and_the_time_limit() -> None:
     path = NOTEBOOKS_DIR / "03-guard-and-resume.ipynb"
     notices = _notices(nbformat.read(str(path), as_version=4))
-    assert any(line.startswith("[ptc-retry] Add resume=True to skip the ") for line in notices)
+    assert any(line.endswith('"<old>", "<new>", resume=True)') for line in notices)
     assert any("Stopped by the time limit (2 s); saved as #6." in line for line in notices)

@@ -150,9 +150,16 @@ def test_a_stopped_program_is_offered_going_on_not_a_fix() -> None:
     )
 
 
+@pytest.mark.parametrize(
+    "kind", [{"completed": 12}, {"interrupted": True}, {"time_limit": 55.5}], ids=str
+)
+def test_every_kind_of_notice_costs_at_most_40_tokens(count: Any, kind: dict[str, Any]) -> None:
+    assert count(failure_notice("#1234", **kind)) <= 40
+
+
 def test_resume_is_offered_only_when_statements_completed() -> None:
     assert "resume=True" not in failure_notice("#3")
-    assert "skip the 1 statement that completed" in failure_notice("#3", completed=1)
+    assert failure_notice("#3", completed=1).endswith('"<old>", "<new>", resume=True)')
 
 
 def test_the_notice_does_not_say_call_id_and_has_no_ansi_codes() -> None:

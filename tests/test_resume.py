@@ -82,8 +82,9 @@ def test_the_failed_statement_is_recorded_and_noticed(kernel: Kernel, root: Path
     assert line["failed_statement"] == {"index": 3, "lines": [15, 15]}
     assert line["completed"] == 3
     assert parse_notice(failed.ptc["notice"]) == failed.ptc["reference"]
+    reference = failed.ptc["reference"]
     assert failed.ptc["notice"].endswith(
-        "\n[ptc-retry] Add resume=True to skip the 3 statements that completed."
+        f'Send only: await ptc_retry.replay("{reference}", "<old>", "<new>", resume=True)'
     )
 
 
