@@ -44,8 +44,8 @@ was lost and that the program is saved and can be replayed.
 Other kernels. ``kernel_name="python3"`` (any IPython kernel where ptc_retry is
 importable) gets the extension through its argv (``--ext=ptc_retry``). Such a
 kernel sends no ``metadata["ptc_retry"]`` in its replies, so the result's
-``metadata`` is None and its ``call_id``, ``checkpoint`` and ``notice`` are
-derived from the id the backend sent and the notice line of the traceback.
+``metadata`` is None and its ``call_id``, ``checkpoint``, ``reference`` and
+``notice`` are derived from the id the backend sent and the notice of the traceback.
 ``extension=False`` starts such a kernel as it is, without ptc-retry (nothing is
 saved, no notice): the stock baseline that ``ptc-retry eval`` compares against.
 
@@ -118,7 +118,7 @@ from .native import (
     current_call,
 )
 from .notice import parse_notice, prompt_section, resume_call
-from .store import default_root, sanitize
+from .store import CheckpointStore, default_root, sanitize
 
 __all__ = [
     "MODES",
@@ -387,6 +387,8 @@ class KernelBackend:
         self._lock: asyncio.Lock | None = None
         self._closing = False
         self._closed = False
+        # Whether start() made the session directory: shutdown() removes only what it made.
+        self._made_session_dir = gateway_url is not None  # the gateway's kernel removes its own
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self.connection else "not started"
@@ -658,6 +660,9 @@ class KernelBackend:
             return
         self._lock = asyncio.Lock()
         connection: KernelConnection
+        if self.gateway_url is None and self.session_dir is not None:
+            self._made_session_dir = not os.path.lexists(self.session_dir)
+            self._check_checkpoints()
         if self.mode == "native" and self.native is None:
             # The journal first: it makes the session directory the kernel's store goes in.
             self.native = NativeTools(root=self.root, session=self.session_id)
@@ -694,6 +699,32 @@ class KernelBackend:
             self.session_dir = Path(gateway.session_dir or "")
             connection = gateway
         self.connection = connection
+
+    def _check_checkpoints(self) -> None:
+        """Open the kernel's session here first: a root it cannot use fails now, clearly.
+
+        Otherwise the kernel would run every program unsaved while the notices and the
+        prompt section named files that do not exist.
+        """
+        kernel_dir = self.kernel_session_dir
+        assert kernel_dir is not None
+        try:
+            store = CheckpointStore(kernel_dir.parent, self.session_id)
+        except (OSError, PtcRetryError) as exc:
+            self._lock = None
+            raise BackendError(
+                f"cannot keep checkpoints in {kernel_dir}: {str(exc).rstrip('.')}. Pass root= (or set "
+                "PTC_RETRY_ROOT to) a directory you can write; nothing was started."
+            ) from None
+        try:
+            if store.session_dir != kernel_dir:
+                self._lock = None
+                raise BackendError(
+                    f"the session {self.session_id!r} in {kernel_dir.parent} is in use by "
+                    "another kernel; pass another session_id, or none for a fresh one"
+                )
+        finally:
+            store.close()
 
     def _kernel_env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -740,7 +771,10 @@ class KernelBackend:
         if self._closed:
             return
         self._closing = True
-        remove = None if keep or self.session_dir is None else str(self.session_dir)
+        # Only a directory this backend made: never one that was there before (a continued
+        # session, or a folder of someone's that happens to have the session's name).
+        owned = self._made_session_dir and self.session_dir is not None
+        remove = str(self.session_dir) if owned and not keep else None
         try:
             if self._lock is not None:
                 async with self._lock:
