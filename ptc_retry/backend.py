@@ -712,8 +712,9 @@ class KernelBackend:
             store = CheckpointStore(kernel_dir.parent, self.session_id)
         except (OSError, PtcRetryError) as exc:
             self._lock = None
+            reason = str(exc).rstrip(".")
             raise BackendError(
-                f"cannot keep checkpoints in {kernel_dir}: {str(exc).rstrip('.')}. Pass root= (or set "
+                f"cannot keep checkpoints in {kernel_dir}: {reason}. Pass root= (or set "
                 "PTC_RETRY_ROOT to) a directory you can write; nothing was started."
             ) from None
         try:
