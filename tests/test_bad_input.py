@@ -106,6 +106,7 @@ def warning_kernel(start_kernel, root: Path) -> Kernel:  # type: ignore[no-untyp
     assert first.status == second.status == "ok"
     assert first.stdout == "still runs\n" and second.stdout == "again\n"
     assert first.stderr.count("ptc-retry:") == 1
+    assert ".." not in first.stderr and first.stderr.endswith(". Programs still run as usual.\n")
     assert second.stderr == ""  # reported once
     assert first.ptc["call_id"] is None
     return kernel
