@@ -140,6 +140,8 @@ KERNEL_TOKEN = f"{os.getpid()}-{secrets.token_hex(4)}"
 
 # A person's reset: a cell that is exactly this magic line (see PtcRetryMagics.ptc_guard).
 _PERSON_RESET = re.compile(r"\s*%ptc_guard[ \t]+reset\s*")
+# Reply metadata kept for requests whose reply is not sent yet: a few subshells at most.
+_MAX_REPLIES = 64
 # A cell that only runs our own magics (and blank or comment lines) is not a call.
 _OWN_MAGICS_ONLY = re.compile(r"(?:[ \t]*(?:%ptc_(?:history|show|guard)\b[^\n]*|#[^\n]*)?\n)*")
 
@@ -425,8 +427,7 @@ class PtcRetryExtension:
 
     def pre_run_cell(self, info: Any) -> None:
         parent = self._request()
-        raw = (parent.get("metadata") or {}).get(METADATA_KEY) if parent else None
-        raw_request = raw if isinstance(raw, dict) else None
+        raw_request = self.raw_request_metadata(parent)
         request = checked_metadata(raw_request)
         source = info.raw_cell
         tool = request.get("tool", "run_code")
@@ -582,6 +583,8 @@ class PtcRetryExtension:
         self.reply_metadata = metadata
         if outermost and running.msg_id is not None:
             self._replies[running.msg_id] = metadata
+            while len(self._replies) > _MAX_REPLIES:  # a kernel that never takes them
+                del self._replies[next(iter(self._replies))]
         for replay in running.replays:
             if not replay.awaited:
                 print(replay.not_awaited_message(), file=sys.stderr)
@@ -674,9 +677,10 @@ class PtcRetryExtension:
         """
         return checked_metadata(self.raw_request_metadata())
 
-    def raw_request_metadata(self) -> dict[str, Any] | None:
-        """``metadata["ptc_retry"]`` of the execute_request being run as sent, if a dict."""
-        parent = self._request()
+    def raw_request_metadata(self, parent: dict[str, Any] | None = None) -> dict[str, Any] | None:
+        """``metadata["ptc_retry"]`` of the execute_request being run (or ``parent``) as
+        sent, if a dict."""
+        parent = parent if parent is not None else self._request()
         raw = (parent.get("metadata") or {}).get(METADATA_KEY) if parent else None
         return raw if isinstance(raw, dict) else None
 

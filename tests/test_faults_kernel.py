@@ -228,3 +228,15 @@ def test_a_replay_whose_fix_holds_a_lone_surrogate_is_a_replay_error(kernel: Ker
     run = kernel.execute("await ptc_retry.replay('#1', \"'x'\", \"'\\ud800'\")")
     assert run.error["ename"] == "ReplayError"
     assert "lone surrogate" in run.error["evalue"]
+
+
+def test_a_stock_kernel_that_never_takes_reply_metadata_does_not_pile_it_up(
+    start_kernel: Any,
+) -> None:
+    stock = start_kernel("python3", args=("--ext=ptc_retry",))
+    for n in range(80):
+        stock.execute(f"x = {n}")
+    kept = stock.execute(
+        "from ptc_retry.extension import active_extension\nlen(active_extension()._replies)"
+    )
+    assert int(kept.result) <= 64
