@@ -118,7 +118,7 @@ from .native import (
     current_call,
 )
 from .notice import parse_notice, prompt_section, resume_call
-from .store import CheckpointStore, default_root, sanitize
+from .store import CheckpointStore, default_root, sanitize, session_in_use
 
 __all__ = [
     "MODES",
@@ -666,6 +666,15 @@ class KernelBackend:
         if self.mode == "native" and self.native is None:
             # The journal first: it makes the session directory the kernel's store goes in.
             self.native = NativeTools(root=self.root, session=self.session_id)
+            if self.native.journal.session_dir != self.session_dir:
+                held = self.native.journal.session_dir
+                self.native.journal.close()
+                self.native, self._lock = None, None
+                raise BackendError(
+                    f"the session {self.session_id!r} in {self.root} is in use by another "
+                    f"process (this one would have used {held}); pass another session_id, "
+                    "or none for a fresh one"
+                )
             self.native.register(
                 self._native_run_code,
                 name=RUN_CODE,
@@ -1499,8 +1508,17 @@ def _require_utf8(text: str, what: str) -> None:
 
 
 def _remove_session_dir(path: Path) -> None:
-    # The session directory is ours (we named it); never follow a symlink out of it.
+    # The session directory is ours (we made it); never follow a symlink out of it, and
+    # never remove a session another live kernel has taken over since.
+    kernels = path / "kernel"  # native mode: the kernel's own store lives under the journal
+    if session_in_use(path) or (kernels.is_dir() and _kernels_in_use(kernels)):
+        return
     if path.is_symlink():
         path.unlink()
     elif path.is_dir():
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _kernels_in_use(directory: Path) -> bool:
+    """Whether a native-mode session's kernel store (``<session>/kernel/*``) is still held."""
+    return any(session_in_use(child) for child in directory.iterdir() if child.is_dir())

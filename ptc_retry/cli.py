@@ -49,7 +49,7 @@ from .history import (
     tree_stats,
 )
 from .notice import prompt_section
-from .store import default_root, sanitize
+from .store import default_root, sanitize, session_in_use
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -444,6 +444,9 @@ def run_gc(args: argparse.Namespace) -> int:
         problem = session_problem(path)
         if problem is not None:
             print(f"skipped {name}: {problem}")
+            continue
+        if session_in_use(path):
+            print(f"skipped {name}: in use by a live kernel")
             continue
         newest, size = tree_stats(path)
         if now - newest <= args.older_than:

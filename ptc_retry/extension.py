@@ -401,6 +401,9 @@ class PtcRetryExtension:
                 self.store = CheckpointStore(self.config.root_dir, self.session_name())
             except (OSError, PtcRetryError) as exc:
                 self.warn_once(f"checkpoints are off: {exc}")
+            else:
+                if self.store.warning:  # e.g. the session was another kernel's: said once
+                    self.warn_once(self.store.warning)
         return self.store
 
     def session_name(self) -> str | None:

@@ -2,10 +2,13 @@
 
 Everything here is read-only: it never creates, writes or deletes a file, so the ``ptc-retry``
 commands can look at a session while its kernel is still writing to it. The parsing rules are
-the store's own (``ptc_retry.store``): a torn or garbage history line is skipped, and a
-checkpoint in ``by-id/`` that has no history line yet is shown as ``unfinished`` (its call is
-still running, or its process died mid-call), with the line the store would write for it when
-the session is reopened.
+the store's own (``ptc_retry.store``): a torn or garbage history line is skipped (invalid
+UTF-8, JSON nested too deep, a line over 1 MiB, an object whose id the store would never give),
+and a checkpoint in ``by-id/`` that has no history line yet is shown as ``unfinished`` (its
+call is still running, or its process died mid-call), with the line the store would write for
+it when the session is reopened. No link is ever followed: a ``previous/`` or ``calls/``
+symlink is read as the text naming a ``by-id/`` file, and a link in ``by-id/`` is no
+checkpoint.
 """
 
 from __future__ import annotations
@@ -23,10 +26,17 @@ from .errors import CheckpointError
 from .store import (
     _PREVIOUS_NAME,
     _REFERENCE,
-    _parse_lines,
+    _Dir,
+    _is_name,
     _uid,
+    check_ancestors,
     check_dir,
+    is_number,
     is_reference,
+    link_target_id,
+    previous_id,
+    read_checkpoint,
+    read_history,
     reference,
     sanitize,
     unfinished_line,
@@ -129,7 +139,10 @@ def _cell(line: dict[str, Any], column: str) -> str:
         return _reference_of(line)
     if column == "when":
         stamp = line.get("time")
-        return time.strftime("%H:%M:%S", time.localtime(stamp)) if _is_real(stamp) else ""
+        try:
+            return time.strftime("%H:%M:%S", time.localtime(stamp)) if _is_real(stamp) else ""
+        except (OverflowError, OSError, ValueError):  # a damaged line: 1e300, nan
+            return ""
     if column == "bytes":
         size = line.get("code_bytes")
         value = size if _is_int(size) else line.get("bytes")
@@ -146,9 +159,11 @@ def _cell(line: dict[str, Any], column: str) -> str:
 def check_root(root: Path) -> bool:
     """True when ``root`` exists and is safe to read, False when it does not exist.
 
-    Raises StoreError by the store's own rules (a symlink, not a directory, another user's,
-    a shared sticky directory). A missing root is not created.
+    Raises StoreError by the store's own rules (a symlink, or under a symlink someone other
+    than the superuser could change; not a directory, another user's, a shared sticky
+    directory, writable by others). A missing root is not created.
     """
+    check_ancestors(root)
     if not os.path.lexists(root):
         return False
     check_dir(root, "checkpoint root")
@@ -197,10 +212,12 @@ def list_sessions(root: Path) -> list[Path]:
 def tree_stats(path: Path) -> tuple[float, int]:
     """``(newest mtime, bytes of regular files)`` of everything under ``path``, itself included.
 
-    Symlinks are looked at (lstat), never followed.
+    Symlinks are looked at (lstat), never followed; a file with several hard links (a
+    ``previous/`` entry and its checkpoint) is counted once.
     """
     newest = os.lstat(path).st_mtime
     size = 0
+    seen: set[tuple[int, int]] = set()
     pending = [path]
     while pending:
         try:
@@ -215,7 +232,9 @@ def tree_stats(path: Path) -> tuple[float, int]:
             newest = max(newest, st.st_mtime)
             if stat.S_ISDIR(st.st_mode):
                 pending.append(Path(entry.path))
-            elif stat.S_ISREG(st.st_mode):
+            elif stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) not in seen:
+                if st.st_nlink > 1:
+                    seen.add((st.st_dev, st.st_ino))
                 size += st.st_size
     return newest, size
 
@@ -232,8 +251,9 @@ class _Numbers:
     next: int = 1  # the number the store gives the next call
 
     def note(self, n: object, call_id: str) -> None:
-        if not isinstance(n, int) or isinstance(n, bool) or n < 1:  # as the store: ignored
+        if not is_number(n):  # as the store: ignored
             return
+        assert isinstance(n, int)
         ids = self.claims.setdefault(n, [])
         if call_id not in ids:
             ids.append(call_id)
@@ -252,22 +272,23 @@ class SessionReader:
     def __init__(self, session_dir: Path) -> None:
         self.path = session_dir
         self.name = session_dir.name
-        self._by_id = session_dir / "by-id"
-        self._previous = session_dir / "previous"
+        self._by_id = _Dir(session_dir / "by-id")
+        self._previous = _Dir(session_dir / "previous")
         self._calls = session_dir / "calls"
 
     def checkpoint_sizes(self) -> dict[str, int]:
-        """``{call id: bytes}`` of the checkpoints in ``by-id/`` (temp and hidden files skipped)."""
+        """``{call id: bytes}`` of the checkpoints in ``by-id/``: regular files only, named as
+        the store names them (temp and hidden files, links and foreign names skipped)."""
         return {cid: st.st_size for cid, st in self._checkpoints().items()}
 
     def _checkpoints(self) -> dict[str, os.stat_result]:
         found: dict[str, os.stat_result] = {}
         try:
-            entries = list(os.scandir(self._by_id))
-        except (FileNotFoundError, NotADirectoryError):
+            entries = list(os.scandir(self._by_id.path))
+        except OSError:  # missing, not a directory, unreadable: no checkpoints to show
             return found
         for entry in entries:
-            if entry.name.startswith(".") or not entry.name.endswith(".json"):
+            if not entry.name.endswith(".json") or not _is_name(entry.name[: -len(".json")]):
                 continue  # hidden names are the store's temp files
             try:
                 st = entry.stat(follow_symlinks=False)
@@ -288,19 +309,15 @@ class SessionReader:
         return self._read()[0]
 
     def _read(self) -> tuple[list[dict[str, Any]], _Numbers]:
-        try:
-            records = _parse_lines((self.path / "history.jsonl").read_bytes())
-        except FileNotFoundError:
-            records = []
+        records = read_history(self.path)
         numbers = _Numbers()
         for record in records:
-            if isinstance(record.get("id"), str):
-                numbers.note(record.get("n"), record["id"])
-                if is_reference(record.get("sent_id")):
-                    numbers.sent_as_references.add(record["sent_id"])
+            numbers.note(record.get("n"), record["id"])
+            if is_reference(record.get("sent_id")):
+                numbers.sent_as_references.add(record["sent_id"])
         for n, call_id in self._linked_numbers():
             numbers.note(n, call_id)
-        known = {record["id"] for record in records if isinstance(record.get("id"), str)}
+        known = {record["id"] for record in records}
         named = {ids[0]: n for n, ids in numbers.claims.items()}
         orphans = sorted(
             (st.st_mtime, cid, st) for cid, st in self._checkpoints().items() if cid not in known
@@ -328,11 +345,11 @@ class SessionReader:
         for name in names:
             match = _PREVIOUS_NAME.fullmatch(name)  # calls/<n>.json
             try:
-                target = os.path.basename(os.readlink(self._calls / name)) if match else ""
+                call_id = link_target_id(os.readlink(self._calls / name)) if match else None
             except OSError:  # a copy (no symlinks here) or gone: the history has its number
                 continue
-            if match and target.endswith(".json"):
-                found.append((int(match.group(1)), target[: -len(".json")]))
+            if match and call_id is not None:
+                found.append((int(match.group(1)), call_id))
         return found
 
     def latest_ids(self, n: int = 5) -> list[str]:
@@ -353,41 +370,44 @@ class SessionReader:
         program.
         """
         call_id, path = self._resolve(target)
-        try:
-            return call_id, path, path.read_bytes()
-        except OSError as exc:
-            raise CheckpointError(f"cannot read checkpoint {path} ({exc.strerror}).") from None
+        return call_id, path, read_checkpoint(self._by_id, call_id, path)
 
     def _resolve(self, target: str | int) -> tuple[str, Path]:
         if is_reference(target):
             call_id = self._id_for_reference(target)  # type: ignore[arg-type]
-            path = self._by_id / f"{call_id}.json"
-            if _is(path, stat.S_ISREG):
+            path = self._by_id.path / f"{call_id}.json"
+            if self._is_checkpoint(call_id):
                 return call_id, path
             raise self._missing(f"program {target} is {call_id}, but {path} does not exist")
         if isinstance(target, str):
             call_id = sanitize(target)
-            path = self._by_id / f"{call_id}.json"
-            if _is(path, stat.S_ISREG):
+            path = self._by_id.path / f"{call_id}.json"
+            if self._is_checkpoint(call_id):
                 return call_id, path
             raise self._missing(f"no checkpoint for call id {target!r} ({path} does not exist)")
-        path = self._previous / f"{target}.json"
-        try:
-            if path.is_symlink():  # -> ../by-id/<id>.json; read by-id/ directly, never elsewhere
-                call_id = sanitize(os.path.basename(os.readlink(path))[: -len(".json")])
-                linked = self._by_id / f"{call_id}.json"
-                if _is(linked, stat.S_ISREG):
-                    return call_id, linked
-                raise self._missing(f"{path} points to a checkpoint that was deleted")
-            if _is(path, stat.S_ISREG):  # a copy: previous/.ids names it, a line each
-                ids = (self._previous / ".ids").read_text("utf-8").splitlines()
-                return (ids[target - 1] if 0 < target <= len(ids) else f"previous/{target}"), path
+        path = self._previous.path / f"{target}.json"
+        try:  # a link, a hard link or a copy: read its by-id/ file directly, never through a link
+            found = previous_id(self._previous, self._by_id, target, _latest(self.history()))
         except OSError:
-            pass
+            found = None
+        if found is not None:
+            linked = self._by_id.path / f"{found}.json"
+            if self._is_checkpoint(found):
+                return found, linked
+            raise self._missing(f"{path} points to a checkpoint that was deleted")
         raise self._missing(
             f"no previous/{target}.json (previous/ holds the calls of the step before the "
             f'latest one, numbered from 1; for program number {target} write "#{target}")'
         )
+
+    def _is_checkpoint(self, call_id: str) -> bool:
+        """True when ``by-id/`` holds ``<call_id>.json`` under exactly that name (a
+        case-insensitive disk would also open ``Call_A.json`` for ``call_a.json``); what it
+        is (a link is refused) is for ``read_checkpoint`` to say."""
+        try:
+            return f"{call_id}.json" in self._by_id.names()
+        except OSError:
+            return False
 
     def _id_for_reference(self, ref: str) -> str:
         """The call id ``ref`` names, by ``CheckpointStore.id_for_reference``'s rules."""

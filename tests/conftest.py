@@ -243,3 +243,25 @@ def start_kernel(jupyter_path: Path, checkpoint_root: Path) -> Iterator[Any]:
 def kernel(start_kernel: Any) -> Kernel:
     """A fresh ptc-retry kernel whose session directory is ``<checkpoint_root>/test``."""
     return start_kernel()
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
+    """``tmpfs(options)``: a real tmpfs mounted in ``tmp_path`` with ``options`` (such as
+    ``"size=64k,mode=0700"``); needs root, and skips the test where it cannot mount."""
+    import subprocess
+
+    mounted: list[Path] = []
+
+    def mount(options: str) -> Path:
+        path = tmp_path / f"tmpfs-{len(mounted)}"
+        path.mkdir()
+        command = ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(path)]
+        if subprocess.run(command, capture_output=True).returncode != 0:
+            pytest.skip(f"cannot mount a tmpfs ({options}) here")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in mounted:  # lazy: a kernel may still hold a file open until its fixture ends
+        subprocess.run(["umount", "--lazy", str(path)], check=False)

@@ -293,12 +293,13 @@ def test_show_a_reference_two_calls_carry_is_refused(root: Path, cli: Any) -> No
 def test_show_a_reference_that_is_also_a_sent_call_id_is_refused(root: Path, cli: Any) -> None:
     store = CheckpointStore(root, "s")
     store.finish(store.begin(code_arguments("a = 1")), "ok")
-    store.finish(store.begin(code_arguments("b = 2"), call_id="#1"), "ok")  # saved as _1
+    second = store.begin(code_arguments("b = 2"), call_id="#1")  # saved as _1-<hash>
+    store.finish(second, "ok")
     store.close()
     code, out, err = cli("show", "#1", "--root", root)
     assert code == 1 and out == ""
     assert "#1 is ambiguous" in err and "a call was sent with the id '#1'" in err
-    assert cli("show", "_1", "--root", root)[:2] == (0, "b = 2\n")
+    assert cli("show", second.id, "--root", root)[:2] == (0, "b = 2\n")
 
 
 def test_show_a_malformed_reference_says_how_to_write_one(root: Path, cli: Any) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 import threading
 from collections.abc import Iterator
@@ -164,11 +165,20 @@ def test_a_file_in_the_root_path_raises_oserror(root: Path) -> None:
         CheckpointStore(root / "below", "s")
 
 
-def test_group_writable_own_root_is_tightened(root: Path) -> None:
+@pytest.mark.parametrize("shared_mode", [0o2775, 0o777, 0o720])
+def test_root_others_can_write_is_refused_and_keeps_its_mode(root: Path, shared_mode: int) -> None:
     root.mkdir()
-    os.chmod(root, 0o777)
+    os.chmod(root, shared_mode)
+    with pytest.raises(StoreError, match=r"can be written by .*chmod go-w .*PTC_RETRY_ROOT"):
+        CheckpointStore(root, "s")
+    assert mode(root) == shared_mode and list(root.iterdir()) == []
+
+
+def test_an_existing_root_readable_by_others_is_used_as_it_is(root: Path) -> None:
+    root.mkdir()
+    os.chmod(root, 0o755)
     CheckpointStore(root, "s").close()
-    assert mode(root) == 0o700
+    assert mode(root) == 0o755 and mode(root / "s") == 0o700
 
 
 def test_shared_sticky_root_is_refused_not_chmodded(root: Path) -> None:
@@ -189,11 +199,14 @@ def test_default_root_is_env_or_per_user_temp_dir(monkeypatch: pytest.MonkeyPatc
 # -- ids ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("call_id", ["call_7", "toolu_01A-b.c", "c1", "call_7.2", "x" * 120])
+def test_sanitize_keeps_safe_names(call_id: str) -> None:
+    assert sanitize(call_id) == call_id
+
+
 @pytest.mark.parametrize(
-    ("call_id", "expected"),
+    ("call_id", "kept"),
     [
-        ("call_7", "call_7"),
-        ("toolu_01A-b.c", "toolu_01A-b.c"),
         ("../../etc/passwd", "_.._.._etc_passwd"),
         ("", "_"),
         (".", "_."),
@@ -204,8 +217,16 @@ def test_default_root_is_env_or_per_user_temp_dir(monkeypatch: pytest.MonkeyPatc
         ("x\x00y\n", "x_y_"),
     ],
 )
-def test_sanitize(call_id: str, expected: str) -> None:
-    assert sanitize(call_id) == expected
+def test_sanitize_marks_a_changed_name_with_a_hash(call_id: str, kept: str) -> None:
+    assert re.fullmatch(re.escape(kept) + "-[0-9a-f]{8}", sanitize(call_id))
+
+
+@pytest.mark.parametrize(
+    "names", [("ü", "é"), ("a:b", "a;b"), ("", "_"), (".x", "_.x"), ("a/b", "a_b")]
+)
+def test_names_that_sanitize_alike_stay_apart(names: tuple[str, str]) -> None:
+    first, second = names
+    assert sanitize(first) != sanitize(second)
 
 
 def test_sanitize_keeps_long_ids_distinct_and_short() -> None:
@@ -255,7 +276,8 @@ def test_duplicate_call_ids_are_deduplicated_with_sent_id(open_store: OpenStore)
 
 def test_sanitized_call_id_records_what_was_sent(open_store: OpenStore) -> None:
     call = open_store().begin("{}", call_id="call/7")
-    assert (call.id, call.sent_id) == ("call_7", "call/7")
+    assert (call.id, call.sent_id) == (sanitize("call/7"), "call/7")
+    assert call.id.startswith("call_7-")
 
 
 def test_deduplicated_long_ids_stay_loadable(open_store: OpenStore) -> None:
@@ -424,8 +446,9 @@ def test_previous_holds_the_previous_steps_calls_in_ordinal_order(open_store: Op
     store.begin("{}", turn=2, step=1)
     assert previous_ids(store) == ["c4", "c5"]
     assert not (store.session_dir / "previous" / "3.json").exists()
-    assert os.readlink(store.session_dir / "previous" / "1.json") == os.path.join(
-        "..", "by-id", "c4.json"
+    # A hard link: the checkpoint itself under a second name, no new file per cell.
+    assert (store.session_dir / "previous" / "1.json").samefile(
+        store.session_dir / "by-id" / "c4.json"
     )
 
 
@@ -439,12 +462,27 @@ def test_previous_with_step_none_holds_the_call_before(open_store: OpenStore) ->
     assert store.load_code(1) == ("c2", "b = 2")
 
 
+def refuse(*args: Any, **kwargs: Any) -> None:
+    raise OSError(1, "Operation not permitted")
+
+
+def test_hard_link_refused_falls_back_to_symlinks(
+    open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_module.os, "link", refuse)
+    store = open_store()
+    run(store, "a = 1", turn=1, step=1)
+    store.begin("{}", turn=1, step=2)
+    assert os.readlink(store.session_dir / "previous" / "1.json") == os.path.join(
+        "..", "by-id", "c1.json"
+    )
+    assert store.load_code(1) == ("c1", "a = 1")
+
+
 def test_symlink_refused_falls_back_to_copies(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def refuse(*args: Any, **kwargs: Any) -> None:
-        raise OSError(1, "Operation not permitted")
-
+    monkeypatch.setattr(store_module.os, "link", refuse)
     monkeypatch.setattr(store_module.os, "symlink", refuse)
     store = open_store()
     run(store, "a = 1", turn=1, step=1)
@@ -461,7 +499,8 @@ def test_symlink_refused_falls_back_to_copies(
 def test_copied_previous_entry_follows_replace_arguments(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module.os, "symlink", lambda *a: (_ for _ in ()).throw(OSError()))
+    monkeypatch.setattr(store_module.os, "link", refuse)
+    monkeypatch.setattr(store_module.os, "symlink", refuse)
     store = open_store()
     call = run(store, "old")
     store.begin("{}")
@@ -644,11 +683,11 @@ def test_a_sent_id_that_looks_like_a_reference_makes_that_reference_ambiguous(
 ) -> None:
     store = open_store()
     run(store, call_id="real")
-    run(store, call_id="#1")  # saved as _1: sanitized
+    run(store, call_id="#1")  # saved as _1-<hash>: sanitized
 
     with pytest.raises(CheckpointError, match="#1 is ambiguous"):
         store.load_code("#1")
-    assert store.reference_of("_1") == "#2"
+    assert store.reference_of(sanitize("#1")) == "#2"
 
 
 def test_link_number_makes_calls_n_point_at_the_checkpoint(
@@ -660,7 +699,7 @@ def test_link_number_makes_calls_n_point_at_the_checkpoint(
 
     assert path == store.session_dir / "calls" / "1.json" and path.is_symlink()
     assert json.loads(path.read_text()) == {"code": "y = 2"}
-    monkeypatch.setattr(store_module.os, "symlink", lambda *a: (_ for _ in ()).throw(OSError()))
+    monkeypatch.setattr(store_module.os, "symlink", refuse)
     copied = store.link_number(run(store, "z = 3"))
     assert not copied.is_symlink() and json.loads(copied.read_text()) == {"code": "z = 3"}
 
