@@ -505,10 +505,14 @@ class PtcRetryExtension:
             self._refuser = _Refuser(running.refusal)
             self.shell.ast_transformers.append(self._refuser)
             return
-        # Installed for every program, limit or not: it also makes a person's interrupt stop
-        # the program's own code at once, as in a plain cell, which a replay (an awaiting
-        # cell) would otherwise not get.
+        # Also without a limit for a cell that may await (every replay does): there it makes
+        # a person's interrupt stop the program's own code at once, as Python's default
+        # handler does in a plain cell, where ipykernel would only cancel it at its next
+        # await. A plain cell keeps the default handler and costs nothing here.
         seconds = valid_limit(request.get("time_limit")) or self.config.time_limit
+        source = running.info.raw_cell
+        if not seconds and "await" not in source and "async" not in source:
+            return
         limit = TimeLimit(seconds or None, self._run_code)
         if limit.start():
             running.time_limit = limit

@@ -45,6 +45,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -429,14 +430,38 @@ def _write_atomic(entry: _Entry, data: bytes) -> None:
         raise
 
 
+# Temp names: a random part drawn once per process (nobody outside our 0700 directories can
+# guess it), the pid (a forked child draws the same part) and a counter. O_EXCL still refuses
+# anything already there; one random draw per cell cost a system call on every cell.
+_TEMP_SECRET = secrets.token_hex(6)
+_temp_counter = itertools.count()
+
+
 def _temp_name(name: str) -> str:
     # Hidden (every reader skips it) and ending in .tmp (a reopen deletes it if it stays).
-    return f".{name}.{secrets.token_hex(6)}.tmp"
+    return f".{name}.{os.getpid()}-{_TEMP_SECRET}-{next(_temp_counter)}.tmp"
+
+
+def _umask_keeps_file_mode() -> bool:
+    """Whether the process umask leaves 0600 as it is, read without changing it (Linux)."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8) & _FILE_MODE == 0
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
+# Read again whenever a store opens (a program may change the umask).
+_UMASK_KEEPS_FILE_MODE = False
 
 
 def _fix_mode(fd: int) -> None:
-    # os.open's mode passes through the umask; one cheap call makes it exactly 0600.
-    if hasattr(os, "fchmod"):
+    # os.open's mode passes through the umask, which can only take bits away: where it
+    # keeps 0600 (the usual 022 or 077) the file is 0600 already and the call is saved.
+    if hasattr(os, "fchmod") and not _UMASK_KEEPS_FILE_MODE:
         os.fchmod(fd, _FILE_MODE)
 
 
@@ -736,6 +761,10 @@ class CheckpointStore:
         self._hard_links = True  # False once the filesystem refused a hard link
         self._copy_links = False  # True once the filesystem refused a symlink too
         self._torn = False  # history.jsonl ends in a torn line: start the next one fresh
+        global _UMASK_KEEPS_FILE_MODE
+        _UMASK_KEEPS_FILE_MODE = _umask_keeps_file_mode()
+        self._size = 0  # bytes in history.jsonl, kept here while only this store appends
+        self._alone = False  # True once the session is locked: nobody else appends
         self._pending: list[tuple[str, str, bytes]] = []  # history lines a write failed to add
         check_ancestors(self.root)
         root_dir = _open_dir(_Dir(self.root.parent), self.root.name, "checkpoint root", ours=False)
@@ -779,6 +808,7 @@ class CheckpointStore:
                 session.close()
                 continue
             self._fd, self.session, self.session_dir = fd, name, session.path
+            self._alone = held is True
             if held is None and fcntl is not None:
                 self._warnings.append(
                     f"the filesystem of {session.path} cannot lock it, so a second kernel given "
@@ -826,7 +856,7 @@ class CheckpointStore:
 
     def _continue_session(self) -> None:
         assert self._fd is not None
-        size = os.fstat(self._fd).st_size
+        size = self._size = os.fstat(self._fd).st_size
         self._torn = size > 0 and _pread(self._fd, 1, size - 1) != b"\n"
         records = self._read_records()
         for record in records:
@@ -1133,7 +1163,8 @@ class CheckpointStore:
         data = b"".join(line for _, _, line in self._pending)
         if self._torn:
             data = b"\n" + data
-        size = os.fstat(fd).st_size  # we alone append (the session is locked)
+        # Locked, we alone append: the size kept here saves a system call on every line.
+        size = self._size if self._alone else os.fstat(fd).st_size
         try:
             _write_all(fd, data)
         except BaseException:
@@ -1142,7 +1173,10 @@ class CheckpointStore:
                 os.ftruncate(fd, size)
             except OSError:
                 self._torn = True
+                with contextlib.suppress(OSError):
+                    self._size = os.fstat(fd).st_size
             raise
+        self._size = size + len(data)
         for call_id, status, _ in self._pending:
             self._status[call_id] = status
         self._pending.clear()

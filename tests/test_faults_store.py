@@ -6,6 +6,7 @@ session lock, a real (small) tmpfs for a full disk, and links planted on a real 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -342,8 +343,11 @@ def test_temp_files_are_never_written_through_a_planted_link(
     store = CheckpointStore(tmp_path / "root", "s")
     outside = tmp_path / "precious.txt"
     outside.write_text("mine\n")
-    monkeypatch.setattr(store_module.secrets, "token_hex", lambda n: "guessed")
-    (store.session_dir / "by-id" / ".c1.json.guessed.tmp").symlink_to(outside)
+    # As if the temp name's random part had been guessed.
+    monkeypatch.setattr(store_module, "_TEMP_SECRET", "guessed")
+    monkeypatch.setattr(store_module, "_temp_counter", itertools.count())
+    planted = f".c1.json.{os.getpid()}-guessed-0.tmp"
+    (store.session_dir / "by-id" / planted).symlink_to(outside)
 
     with pytest.raises(FileExistsError):  # O_EXCL: the name is taken, nothing is written
         store.begin(code("x = 1"))
