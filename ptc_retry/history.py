@@ -25,7 +25,6 @@ from typing import Any
 from .errors import CheckpointError
 from .store import (
     _PREVIOUS_NAME,
-    _REFERENCE,
     _Dir,
     _is_name,
     _uid,
@@ -38,6 +37,7 @@ from .store import (
     read_checkpoint,
     read_history,
     reference,
+    reference_number,
     sanitize,
     unfinished_line,
 )
@@ -411,13 +411,7 @@ class SessionReader:
 
     def _id_for_reference(self, ref: str) -> str:
         """The call id ``ref`` names, by ``CheckpointStore.id_for_reference``'s rules."""
-        match = _REFERENCE.fullmatch(ref)
-        if match is None:
-            raise CheckpointError(
-                f'{ref!r} is not a reference: write "#" and the program\'s number, like "#7", '
-                "or give the call id."
-            )
-        n = int(match.group(1))
+        n = reference_number(ref)
         numbers = self._read()[1]
         ids = numbers.claims.get(n, [])
         if not ids:

@@ -657,6 +657,17 @@ def reference(n: int) -> str:
     return f"#{n}"
 
 
+def reference_number(ref: str) -> int:
+    """The number n of a reference ``"#n"``; CheckpointError when ``ref`` is not one."""
+    match = _REFERENCE.fullmatch(ref)
+    if match is None:
+        raise CheckpointError(
+            f'{ref!r} is not a reference: write "#" and the program\'s number, like "#7", '
+            "or give the call id."
+        )
+    return int(match.group(1))
+
+
 def is_reference(target: object) -> bool:
     """True when ``target`` is written like a short reference (``"#7"``)."""
     return isinstance(target, str) and target.startswith("#")
@@ -1271,13 +1282,7 @@ class CheckpointStore:
         session (a reference from another session, or a number not given yet), names two
         calls, or is also the id a caller sent for another call.
         """
-        match = _REFERENCE.fullmatch(ref)
-        if match is None:
-            raise CheckpointError(
-                f'{ref!r} is not a reference: write "#" and the program\'s number, like "#7", '
-                "or give the call id."
-            )
-        n = int(match.group(1))
+        n = reference_number(ref)
         with self._lock:
             call_id = self._numbers.get(n)
             last = self._next_n - 1

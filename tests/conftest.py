@@ -151,6 +151,11 @@ class Kernel:
         stands alone, and ipykernel 6 may abort a request that arrives just after an
         error reply otherwise (its abort window races).
         """
+        return self.collect(self.send(code, metadata), timeout)
+
+    def send(self, code: str, metadata: dict[str, Any] | None = None, **header: Any) -> str:
+        """Send an execute_request without waiting for it; its msg_id. ``header`` adds
+        fields to the message's header (``subshell_id``)."""
         content = {
             "code": code,
             "silent": False,
@@ -161,8 +166,9 @@ class Kernel:
         }
         request_md = {"ptc_retry": metadata} if metadata is not None else {}
         msg = self.client.session.msg("execute_request", content, metadata=request_md)
+        msg["header"].update(header)
         self.client.shell_channel.send(msg)
-        return self.collect(msg["header"]["msg_id"], timeout)
+        return str(msg["header"]["msg_id"])
 
     def collect(self, msg_id: str, timeout: float = KERNEL_TIMEOUT) -> Execution:
         deadline = time.monotonic() + timeout

@@ -18,27 +18,10 @@ SLEEPER = "import time\nseconds = 0\ntime.sleep(seconds)\nprint('slept')\nundefi
 SPINNER = "spins = 0\nwhile spins < 0:\n    spins += 1\nprint('spun')\nundefined_name\n"
 
 
-def send(kernel: Kernel, code: str, metadata: dict[str, Any] | None = None, **header: Any) -> str:
-    """Send an execute_request without waiting; its msg_id."""
-    content = {
-        "code": code,
-        "silent": False,
-        "store_history": True,
-        "user_expressions": {},
-        "allow_stdin": False,
-        "stop_on_error": False,
-    }
-    request_md = {"ptc_retry": metadata} if metadata is not None else {}
-    msg = kernel.client.session.msg("execute_request", content, metadata=request_md)
-    msg["header"].update(header)
-    kernel.client.shell_channel.send(msg)
-    return str(msg["header"]["msg_id"])
-
-
 def interrupted_after(kernel: Kernel, code: str, seconds: float) -> tuple[Execution, float]:
     """Run ``code``, interrupt the kernel after ``seconds``; the execution and how long
     the program went on after the interrupt."""
-    msg_id = send(kernel, code)
+    msg_id = kernel.send(code)
     time.sleep(seconds)
     kernel.manager.interrupt_kernel()
     interrupted_at = time.monotonic()
@@ -105,9 +88,9 @@ def test_cells_of_two_subshells_at_once_keep_their_own_facts(kernel: Kernel) -> 
     slow = "import time\ntime.sleep(1.5)\n" + "slow_values = [1, 2]\n" * 12 + "slow_values[9]\n"
     quick = "quick = {'a': 1}\n" + "quick['a'] += 1\n" * 12 + "quick['b']\n"
 
-    slow_id = send(kernel, slow, {"call_id": "call_slow"}, subshell_id=slow_shell)
+    slow_id = kernel.send(slow, {"call_id": "call_slow"}, subshell_id=slow_shell)
     time.sleep(0.3)
-    quick_id = send(kernel, quick, {"call_id": "call_quick"}, subshell_id=quick_shell)
+    quick_id = kernel.send(quick, {"call_id": "call_quick"}, subshell_id=quick_shell)
     quick_run = kernel.collect(quick_id)
     slow_run = kernel.collect(slow_id)
 
