@@ -494,6 +494,7 @@ class KernelBackend:
         ``next_step``); ``turn``, ``step`` and ``timeout`` also apply to the program an edit
         re-runs.
         """
+        self.last_result = None  # a call refused below ran nothing: no result of its own
         if isinstance(raw_arguments, (bytes, bytearray)):
             try:
                 raw_arguments = bytes(raw_arguments).decode("utf-8")

@@ -398,7 +398,9 @@ class PtcRetryExtension:
         """Open the store if it is not open; on failure warn once and return None."""
         if self.store is None:
             try:
-                self.store = CheckpointStore(self.config.root_dir, self.session_name())
+                self.store = CheckpointStore(
+                    self.config.root_dir, self.session_name(), owner=kernel_session_name()
+                )
             except (OSError, PtcRetryError) as exc:
                 self.warn_once(f"checkpoints are off: {exc}")
             else:
@@ -633,7 +635,7 @@ class PtcRetryExtension:
                     line = tb.tb_next.tb_lineno
                 tb = tb.tb_next
             if line is not None:
-                text = self._cell_text(running.info)
+                text = self.cell_text(running.info)
         if not isinstance(line, int) or text is None:
             return None
         try:
@@ -645,7 +647,7 @@ class PtcRetryExtension:
                 return {"index": index, "lines": [first, last]}
         return None
 
-    def _cell_text(self, info: Any) -> str | None:
+    def cell_text(self, info: Any) -> str | None:
         """The cell as IPython compiled it (magics turned into calls; same lines)."""
         transformed = getattr(info, "transformed_cell", None)  # IPython >= 9
         if isinstance(transformed, str):
@@ -713,20 +715,23 @@ class PtcRetryExtension:
             if running is not None and running.refusal is not None:
                 etype, evalue, stb = self._refusal_output(running)
             else:
-                stb = self._with_notice(evalue, self._without_handler_frame(etype, evalue, stb))
+                stb = self._with_notice(evalue, self._own_lines_only(etype, evalue, stb))
         except Exception as exc:  # never lose the user's traceback to our own bug
             self.warn_once(f"could not add the notice ({type(exc).__name__}: {exc})")
         finally:
             self._replaced_showtraceback(etype, evalue, stb)
 
-    def _without_handler_frame(
-        self, etype: type, evalue: BaseException, stb: list[str]
-    ) -> list[str]:
-        """The traceback without the frame of our SIGINT handler, when it raised the interrupt.
+    def _own_lines_only(self, etype: type, evalue: BaseException, stb: list[str]) -> list[str]:
+        """The traceback without ptc-retry's own frames where they would show.
 
-        The handler stops a program by raising there, so the traceback would end in
-        ptc-retry's own code; the reader needs it to end in the program's line.
+        A replayed program that does not compile is a syntax error in that program: shown
+        as IPython shows one in a cell (the line and the caret), not through the frames of
+        the replay that compiled it. An interrupt raised by our SIGINT handler would end in
+        the handler's frame; the reader needs it to end in the program's line.
         """
+        filename = getattr(evalue, "filename", None)
+        if isinstance(evalue, SyntaxError) and str(filename).startswith("<ptc-retry "):
+            return list(self.shell.SyntaxTB.structured_traceback(etype, evalue, []))
         entries = []
         tb = evalue.__traceback__
         while tb is not None:
@@ -885,6 +890,12 @@ class PtcRetryExtension:
             if running.time_limit is not None:
                 running.time_limit.stop()
                 running.time_limit = None
+            # Its post_run_cell will not come: record it now, or it would stay unfinished.
+            if running.call is not None and self.store is not None:
+                try:
+                    self.store.finish(running.call, "ok", kernel=KERNEL_TOKEN)
+                except (OSError, PtcRetryError) as exc:
+                    self.warn_once(f"could not write the history ({exc})")
         if shell.__dict__.get("_showtraceback") == self.show_traceback:
             if self._had_own_showtraceback:
                 shell._showtraceback = self._replaced_showtraceback

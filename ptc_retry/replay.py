@@ -157,11 +157,17 @@ class Replay:
                 'inside a string literal, such as "\\ud800"'
             ) from None
         name = call_id
-        if running.call is not None:
-            if running.call.replay_of is not None:
-                raise ReplayError(
-                    "a program can replay only once; send each replay as its own call"
-                )
+        # Only a call that is the replay and nothing else becomes the corrected program: a
+        # program that replays and does more keeps its own checkpoint, byte for byte, and a
+        # failure after the replay is a failure of that program.
+        # A replay inside a replayed program is part of that program too.
+        whole_call = (
+            running.call is not None
+            and running.program is None
+            and running.call.replay_of is None
+            and _only_statement(extension.cell_text(running.info))
+        )
+        if running.call is not None and whole_call:
             try:
                 store.replace_arguments(
                     running.call,
@@ -180,11 +186,20 @@ class Replay:
         start = 0
         if self.resume:
             start = extension.resume_start(call_id, code, corrected, transformed)
-        running.program = (filename, transformed)
-        running.resumed_from = start or None
+        if whole_call:
+            running.program = (filename, transformed)
+            running.resumed_from = start or None
         return await run_program(
             corrected, filename, shell.user_ns, transformed=transformed, start=start
         )
+
+
+def _only_statement(source: str | None) -> bool:
+    """Whether a cell is one top-level statement: a replay call with nothing around it."""
+    try:
+        return source is not None and len(statement_spans(source)) == 1
+    except SyntaxError:
+        return False
 
 
 def edited_statement(code: str, corrected: str, transformed: str) -> int | None:

@@ -405,6 +405,30 @@ def _open_regular(directory: _Dir, name: str, flags: int) -> tuple[int, os.stat_
     return fd, st
 
 
+# The kernel that last held a session: a hidden file, so every reader skips it.
+_OWNER = ".owner"
+
+
+def _owner_of(root: _Dir, session: str) -> str | None:
+    """What ``root/session/.owner`` says, or None (no such session or file, unreadable)."""
+    try:
+        if not stat.S_ISDIR(root.lstat(session).st_mode):
+            return None
+        directory = _open_dir(root, session, "session directory", ours=False)
+    except (OSError, StoreError):
+        return None
+    try:
+        fd, _ = _open_regular(directory, _OWNER, os.O_RDONLY)
+    except OSError:
+        return None
+    finally:
+        directory.close()
+    try:
+        return os.read(fd, 200).decode("ascii", "replace")
+    finally:
+        os.close(fd)
+
+
 def _write_atomic(entry: _Entry, data: bytes) -> None:
     """Replace ``entry`` by ``data`` whole: a reader sees the old file or the new one.
 
@@ -743,8 +767,15 @@ class CheckpointStore:
     """
 
     def __init__(
-        self, root: str | os.PathLike[str] | None = None, session: str | None = None
+        self,
+        root: str | os.PathLike[str] | None = None,
+        session: str | None = None,
+        *,
+        owner: str | None = None,
     ) -> None:
+        """``owner``: what names this kernel across its restarts (the extension passes a
+        digest of its connection file). A restarted kernel that had been moved to
+        ``<session>.2`` goes back there, not into a ``<session>`` that has become free."""
         # absolute(): user code may chdir, and later paths must still mean the same place.
         self.root = (Path(root).expanduser() if root is not None else default_root()).absolute()
         requested = sanitize(session) if session is not None else f"s{secrets.token_hex(4)}"
@@ -780,7 +811,7 @@ class CheckpointStore:
         check_ancestors(self.root)
         root_dir = _open_dir(_Dir(self.root.parent), self.root.name, "checkpoint root", ours=False)
         try:
-            session_dir = self._claim(root_dir, requested)
+            session_dir = self._claim(root_dir, requested, owner)
         finally:
             root_dir.close()
         try:
@@ -803,10 +834,15 @@ class CheckpointStore:
 
     # -- opening ------------------------------------------------------------------------------
 
-    def _claim(self, root: _Dir, requested: str) -> _Dir:
-        """Open and lock the session directory: ``requested``, else the first free numbered one."""
-        for attempt in range(1, _MAX_SESSIONS + 1):
-            name = requested if attempt == 1 else _numbered(requested, attempt)
+    def _claim(self, root: _Dir, requested: str, owner: str | None) -> _Dir:
+        """Open and lock the session directory: the free one ``owner`` had (a restart), else
+        ``requested``, else the first free numbered one."""
+        names = [requested] + [_numbered(requested, n) for n in range(2, _MAX_SESSIONS + 1)]
+        if owner is not None:
+            mine = [name for name in names if _owner_of(root, name) == owner]
+            names = mine + [name for name in names if name not in mine]
+        for name in names:
+            attempt = 1 if name == requested else 2
             session = _open_dir(root, name, "session directory", ours=False)
             try:
                 fd = self._open_history(session)
@@ -825,7 +861,11 @@ class CheckpointStore:
                     f"the filesystem of {session.path} cannot lock it, so a second kernel given "
                     "the same session would share it"
                 )
-            if attempt > 1:
+            returning = owner is not None and _owner_of(root, name) == owner
+            if owner is not None and not returning:
+                with contextlib.suppress(OSError):  # without it, a restart may land elsewhere
+                    _write_atomic((session, _OWNER), owner.encode())
+            if attempt > 1 and not returning:
                 self._warnings.append(
                     f"session {requested} is in use by another live kernel, so this one saves "
                     f"its programs in {session.path}"

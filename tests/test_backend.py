@@ -260,6 +260,7 @@ def test_malformed_tool_calls_never_reach_the_kernel(
 
     assert text.startswith("Error: ") and text.endswith("Nothing ran.")
     assert says in text
+    assert backend.last_result is None  # not the result of an earlier call
     assert "call_bad" not in {h["id"] for h in history(backend.session_dir)}
     assert not (backend.session_dir / "by-id" / "call_bad.json").exists()
 

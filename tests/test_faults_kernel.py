@@ -223,3 +223,10 @@ def test_a_stock_kernel_that_never_takes_reply_metadata_does_not_pile_it_up(
         "from ptc_retry.extension import active_extension\nlen(active_extension()._replies)"
     )
     assert int(kept.result) <= 64
+
+
+def test_the_cell_that_unloads_the_extension_is_recorded_not_left_unfinished(
+    kernel: Kernel, checkpoint_root: Path
+) -> None:
+    kernel.execute("%unload_ext ptc_retry")
+    assert [line["status"] for line in history(checkpoint_root)] == ["ok"]

@@ -489,3 +489,22 @@ def test_a_cell_creates_one_file_its_checkpoint(
         store.session_dir / "by-id" / "c12.json"
     )
     store.close()
+
+
+def test_a_restarted_kernel_goes_back_to_its_own_session_not_a_freed_one(
+    start_kernel: Any, checkpoint_root: Path
+) -> None:
+    first = start_kernel(session="s")
+    second = start_kernel(session="s")  # s is held: it saves in s.2
+    pad = "# " + "a comment that makes the program long enough for a notice " * 4 + "\n"
+    first.execute(pad + "print('program of the first kernel')\nx = 1 / 0")
+    failed = second.execute(pad + "print('program of the second kernel')\nx = 1 / 0")
+    assert failed.ptc["reference"] == "#1"
+    assert failed.ptc["checkpoint"].startswith(str(checkpoint_root / "s.2"))
+
+    first.shutdown()  # s is free now
+    second.restart()
+    fixed = second.execute("await ptc_retry.replay('#1', 'x = 1 / 0', 'x = 1')")
+
+    assert fixed.stdout == "program of the second kernel\n"
+    assert fixed.ptc["checkpoint"].startswith(str(checkpoint_root / "s.2"))

@@ -203,3 +203,33 @@ def test_a_model_without_the_helper_finds_the_program_from_its_reference(
         "total"
     )
     assert kernel.execute(recipe).result == "20.34"
+
+
+def test_a_replay_that_does_not_compile_shows_the_line_not_ptc_retrys_frames(
+    kernel: Kernel,
+) -> None:
+    fail(kernel, "s1")
+    broken = call(kernel, replay("#1", ('prices["mango"]', "prices[")), "s2")
+
+    text = model_text(broken)
+    assert broken.error["ename"] == "SyntaxError"
+    assert "<ptc-retry s2>" in text and "prices[" in text
+    assert "replay.py" not in text and "program.py" not in text and "interactiveshell" not in text
+
+
+def test_a_program_that_replays_and_does_more_keeps_its_own_checkpoint(
+    kernel: Kernel, checkpoint_root: Path
+) -> None:
+    fail(kernel, "w1")
+    program = (
+        "fixed = " + replay("#1") + "\nprint('fixed', fixed)\nraise RuntimeError('BADLITERAL')\n"
+    )
+    failed = call(kernel, program, "w2")
+
+    assert failed.stdout == "4 kinds, total 20.34\nfixed 20.34\n"
+    saved = json.loads((checkpoint_root / "test" / "by-id" / "w2.json").read_text())
+    assert saved == {"code": program}  # its own program, byte for byte, not the replayed one
+    second = failed.ptc["reference"]  # short: no notice, the reference is still there
+    fixed = call(kernel, replay(second, ("raise RuntimeError('BADLITERAL')", "fixed")), "w3")
+    assert fixed.status == "ok", fixed.error
+    assert fixed.result == "20.34"
