@@ -8,7 +8,6 @@ Every execute_reply carries ``metadata["ptc_retry"]``: ``call_id``,
 
 from __future__ import annotations
 
-KERNEL_NAME = "ptc-retry"
-DISPLAY_NAME = "Python 3 (ptc-retry)"
+from ptc_retry.kernelspec import DISPLAY_NAME, KERNEL_NAME
 
 __all__ = ["DISPLAY_NAME", "KERNEL_NAME"]

@@ -6,7 +6,7 @@ from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
 
-from ptc_retry.extension import METADATA_KEY, PtcRetryExtension, active_for
+from ptc_retry.kernel.extension import METADATA_KEY, PtcRetryExtension, active_for
 
 
 class PtcRetryKernel(IPythonKernel):

@@ -13,14 +13,14 @@ extension.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
-from .errors import CheckpointError, PtcRetryError, ReplayError, StoreError
-from .notice import failure_notice, prompt_section
-from .replay import replay, resume
-from .store import CheckpointStore
-
-__version__ = "0.1.0"
+from .core.errors import CheckpointError, PtcRetryError, ReplayError, StoreError
+from .core.notice import failure_notice, prompt_section
+from .core.store import CheckpointStore
+from .core.version import __version__
+from .kernel.replay import replay, resume
 
 __all__ = [
     "CheckpointError",
@@ -34,18 +34,19 @@ __all__ = [
     "replay",
     "resume",
     "unload_ipython_extension",
+    "__version__",
 ]
 
 
 def load_ipython_extension(shell: Any) -> None:
     """``%load_ext ptc_retry``. IPython is imported here, not when the package is."""
-    from .extension import load_ipython_extension as load
+    from .kernel.extension import load_ipython_extension as load
 
-    load(shell)
+    load(shell, sys.modules[__name__])
 
 
 def unload_ipython_extension(shell: Any) -> None:
     """``%unload_ext ptc_retry``."""
-    from .extension import unload_ipython_extension as unload
+    from .kernel.extension import unload_ipython_extension as unload
 
     unload(shell)

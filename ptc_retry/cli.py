@@ -36,11 +36,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .errors import CheckpointError, StoreError
-from .history import (
+from .core.errors import CheckpointError, StoreError
+from .core.history_table import format_history
+from .core.notice import prompt_section
+from .core.store import default_root, sanitize, session_in_use
+from .sessions import (
     SessionReader,
     check_root,
-    format_history,
     format_stats,
     list_sessions,
     session_problem,
@@ -48,8 +50,6 @@ from .history import (
     to_json_line,
     tree_stats,
 )
-from .notice import prompt_section
-from .store import default_root, sanitize, session_in_use
 
 EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
 
@@ -152,7 +152,7 @@ def run_prompt(args: argparse.Namespace) -> int:
 
 
 def run_install_kernel(args: argparse.Namespace) -> int:
-    from kernel_ext.kernelspec import install
+    from .kernelspec import install
 
     prefix = sys.prefix if args.sys_prefix else args.prefix
     try:

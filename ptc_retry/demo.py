@@ -26,8 +26,8 @@ from typing import Any
 from jupyter_core.utils import run_sync
 
 from .backend import KernelBackend, KernelStartError, RunResult
-from .errors import PtcRetryError
-from .notice import parse_notice
+from .core.errors import PtcRetryError
+from .core.notice import parse_notice
 
 TASK = "Report revenue by region and the best month from this CSV export."
 
@@ -256,7 +256,7 @@ def _write_notebook(
     import nbformat
     from nbformat import v4
 
-    from kernel_ext import DISPLAY_NAME, KERNEL_NAME
+    from .kernelspec import DISPLAY_NAME, KERNEL_NAME
 
     def code_cell(source: str, result: RunResult, tags: list[str]) -> Any:
         cell = v4.new_code_cell(

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DYING, Run, history, line_of, raw
 
 from ptc_retry.backend import (
     MAX_RAW_OUTPUT_CHARS,
@@ -25,7 +24,9 @@ from ptc_retry.backend import (
     KernelBackend,
     KernelStartError,
 )
-from ptc_retry.notice import parse_notice
+from ptc_retry.core.notice import parse_notice
+
+from .helpers import DYING, Run, history, line_of, raw
 
 # Over notice_min_bytes (about 630 bytes), one wrong literal: the "region" key is spelled
 # "regoin" in the lookup.

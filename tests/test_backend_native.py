@@ -15,11 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Run, history, line_of, raw
 
 from ptc_retry.backend import NATIVE_RUN_CODE_DESCRIPTION, BackendError, KernelBackend
+from ptc_retry.core.notice import native_failure_notice, prompt_section
 from ptc_retry.native import EDIT_TOOL
-from ptc_retry.notice import native_failure_notice, prompt_section
+
+from .helpers import Run, history, line_of, raw
 
 SETUP = """\
 orders = [

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from conftest import Kernel, spawn
+
+from .helpers import Kernel, spawn
 
 PROGRAM = "\n".join(
     [
@@ -129,22 +129,9 @@ def test_root_owned_by_someone_else_is_refused(start_kernel, tmp_path: Path) -> 
     assert list(root.iterdir()) == []
 
 
-def mount_tmpfs(mount: Path, options: str) -> Iterator[Path]:
-    """A real tmpfs at ``mount`` (root only; the test is skipped elsewhere)."""
-    mount.mkdir()
-    done = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(mount)], capture_output=True
-    )
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs ({options}) here")
-    yield mount
-    # Lazy: the kernel may still hold the history file open until its fixture ends.
-    subprocess.run(["umount", "--lazy", str(mount)], check=True)
-
-
 @pytest.fixture
-def read_only_dir(tmp_path: Path) -> Iterator[Path]:
-    yield from mount_tmpfs(tmp_path / "ro", "ro,size=1m")
+def read_only_dir(tmpfs: Callable[[str], Path]) -> Path:
+    return tmpfs("ro,size=1m")
 
 
 def test_read_only_root_warns_once_and_programs_still_run(
@@ -154,8 +141,8 @@ def test_read_only_root_warns_once_and_programs_still_run(
 
 
 @pytest.fixture
-def tiny_dir(tmp_path: Path) -> Iterator[Path]:
-    yield from mount_tmpfs(tmp_path / "tiny", "size=64k")
+def tiny_dir(tmpfs: Callable[[str], Path]) -> Path:
+    return tmpfs("size=64k")
 
 
 def test_full_disk_warns_once_and_programs_that_fit_are_still_saved(

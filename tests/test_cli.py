@@ -13,9 +13,9 @@ from typing import Any
 import nbformat
 import pytest
 
-from ptc_retry import store as store_module
 from ptc_retry.cli import main
-from ptc_retry.store import CheckpointStore
+from ptc_retry.core import store as store_module
+from ptc_retry.core.store import CheckpointStore
 
 DAY = 86400
 PROGRAM = "import json\nrows = load()\nfor row in rows:\n    check(row, retries=3)\n"

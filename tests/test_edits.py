@@ -10,8 +10,8 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from ptc_retry.edits import apply_edits, normalize_edits
-from ptc_retry.errors import PtcRetryError, ReplayError
+from ptc_retry.core.edits import apply_edits, normalize_edits
+from ptc_retry.core.errors import PtcRetryError, ReplayError
 
 PROGRAM = """\
 import time

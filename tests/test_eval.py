@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 
+from ptc_retry.core.notice import NOTICE_MIN_BYTES, failure_notice
 from ptc_retry.eval.chart import Canvas, savings_chart
 from ptc_retry.eval.report import TARGETS, analyse, render_markdown
 from ptc_retry.eval.runner import (
@@ -32,7 +33,6 @@ from ptc_retry.eval.runner import (
 )
 from ptc_retry.eval.scenarios import QUICK, SCENARIOS, SIZES, by_name
 from ptc_retry.eval.tokens import Tokenizer, load_tokenizer
-from ptc_retry.notice import NOTICE_MIN_BYTES, failure_notice
 
 LONG = ("5 KB", "20 KB")
 SHAPES = [shape.name for shape in ID_SHAPES]

@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import Kernel
 
-from ptc_retry.notice import parse_notice
+from ptc_retry.core.notice import parse_notice
+
+from .helpers import Kernel
 
 SNAPSHOT = """
 import json as _json

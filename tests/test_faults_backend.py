@@ -3,20 +3,20 @@ never starts a kernel whose programs could not be saved while its texts say they
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Run
-from test_bad_input import mount_tmpfs
 
 from ptc_retry.backend import BackendError, KernelBackend
 
+from .helpers import Run
+
 
 @pytest.fixture
-def read_only_dir(tmp_path: Path) -> Iterator[Path]:
-    yield from mount_tmpfs(tmp_path / "ro", "ro,size=1m")
+def read_only_dir(tmpfs: Callable[[str], Path]) -> Path:
+    return tmpfs("ro,size=1m")
 
 
 def test_shutdown_leaves_a_directory_that_was_there_before(

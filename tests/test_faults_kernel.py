@@ -11,7 +11,8 @@ from typing import Any
 
 import ipykernel
 import pytest
-from conftest import Execution, Kernel
+
+from .helpers import Execution, Kernel
 
 # Fails at once on its last line; its first line is what a replay changes.
 SLEEPER = "import time\nseconds = 0\ntime.sleep(seconds)\nprint('slept')\nundefined_name\n"
@@ -165,7 +166,7 @@ def test_an_interrupt_while_the_program_is_saved_stops_it_and_records_it(
 ) -> None:
     # Fault injection in the real kernel: saving a program takes two seconds.
     kernel.execute(
-        "import time, ptc_retry.store as _store\n"
+        "import time, ptc_retry.core.store as _store\n"
         "_slow_write = _store._write_atomic\n"
         "def _write_atomic(path, data):\n"
         "    time.sleep(2)\n"
@@ -220,7 +221,7 @@ def test_a_stock_kernel_that_never_takes_reply_metadata_does_not_pile_it_up(
     for n in range(80):
         stock.execute(f"x = {n}")
     kept = stock.execute(
-        "from ptc_retry.extension import active_extension\nlen(active_extension()._replies)"
+        "from ptc_retry.kernel.extension import active_extension\nlen(active_extension()._replies)"
     )
     assert int(kept.result) <= 64
 

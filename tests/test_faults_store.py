@@ -19,13 +19,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Kernel
 
-from ptc_retry import store as store_module
 from ptc_retry.cli import main as cli_main
-from ptc_retry.errors import CheckpointError, StoreError
-from ptc_retry.history import SessionReader, format_history
-from ptc_retry.store import CheckpointStore, sanitize, session_in_use
+from ptc_retry.core import store as store_module
+from ptc_retry.core.errors import CheckpointError, StoreError
+from ptc_retry.core.history_table import format_history
+from ptc_retry.core.store import CheckpointStore, sanitize, session_in_use
+from ptc_retry.sessions import SessionReader
+
+from .helpers import Kernel
 
 POSIX = os.name == "posix"
 needs_flock = pytest.mark.skipif(store_module.fcntl is None, reason="no fcntl: sessions unlocked")
@@ -44,7 +46,8 @@ def run(store: CheckpointStore, text: str = "x = 1", **kwargs: Any) -> Any:
 def warning_of(kernel: Kernel) -> str:
     """The store's opening warning, as the kernel's extension holds it."""
     shown = kernel.execute(
-        "from ptc_retry.extension import active_extension\nprint(active_extension().store.warning)"
+        "from ptc_retry.kernel.extension import active_extension\n"
+        "print(active_extension().store.warning)"
     )
     return shown.stdout.strip()
 
@@ -97,7 +100,7 @@ def test_the_session_of_a_killed_kernel_is_continued_by_the_next(
 HOLDER = textwrap.dedent(
     """\
     import sys
-    from ptc_retry.store import CheckpointStore
+    from ptc_retry.core.store import CheckpointStore
     store = CheckpointStore(sys.argv[1], "s")
     print(store.session, flush=True)
     sys.stdin.read()  # hold the session until the test closes stdin

@@ -30,7 +30,6 @@ if int(kernel_gateway.__version__.split(".")[0]) < 3:
     # never completes the handshake under tornado >= 6.5.
     pytest.skip("these tests need jupyter-kernel-gateway >= 3", allow_module_level=True)
 
-from conftest import DYING, Run, raw  # noqa: E402
 from tornado.httpclient import AsyncHTTPClient, HTTPRequest  # noqa: E402
 from tornado.websocket import websocket_connect  # noqa: E402
 
@@ -41,7 +40,9 @@ from ptc_retry.backend import (  # noqa: E402
     KernelStartError,
     RunResult,
 )
-from ptc_retry.notice import parse_notice  # noqa: E402
+from ptc_retry.core.notice import parse_notice  # noqa: E402
+
+from .helpers import DYING, Run, raw  # noqa: E402
 
 TOKEN = "test-token-" + uuid.uuid4().hex[:8]
 # Over notice_min_bytes: one wrong key ("regoin") in a lookup.

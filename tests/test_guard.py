@@ -13,12 +13,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Execution, Kernel
 from traitlets import TraitError
 
-from ptc_retry.extension import PtcRetry
-from ptc_retry.guard import RepeatedFailureGuard, canonical_arguments, failure_key
-from ptc_retry.notice import parse_notice
+from ptc_retry.core.guard import RepeatedFailureGuard, canonical_arguments, failure_key
+from ptc_retry.core.notice import parse_notice
+from ptc_retry.kernel.extension import PtcRetry
+
+from .helpers import Execution, Kernel
 
 # Over notice_min_bytes, so failures get the full notice. Its error message holds an
 # address that differs from run to run.

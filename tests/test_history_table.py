@@ -12,10 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DYING, Kernel
 
 from ptc_retry.cli import main
-from ptc_retry.history import format_history, restarts
+from ptc_retry.core.history_table import format_history, restarts
+
+from .helpers import DYING, Kernel
 
 START = 1_700_000_000.0
 MARKER = re.compile(r"-- kernel restarted( \(somewhere after \S+\))? -+")

@@ -7,9 +7,10 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import Kernel
 
-from ptc_retry.notice import NOTICE_MIN_BYTES, parse_notice
+from ptc_retry.core.notice import NOTICE_MIN_BYTES, parse_notice
+
+from .helpers import Kernel
 
 # A realistic agent program of about 600 bytes with one wrong literal: the
 # "region" key is spelled "regoin" in the lookup.

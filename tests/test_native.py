@@ -20,7 +20,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from ptc_retry.errors import StoreError
+from ptc_retry.core.errors import StoreError
+from ptc_retry.core.notice import native_failure_notice, prompt_section
+from ptc_retry.core.patch import apply_patch, validate_patch
+from ptc_retry.core.store import CheckpointStore, default_root
 from ptc_retry.native import (
     EDIT_TOOL,
     EDIT_TOOL_DESCRIPTION,
@@ -31,9 +34,6 @@ from ptc_retry.native import (
     current_call,
     tool_definitions,
 )
-from ptc_retry.notice import native_failure_notice, prompt_section
-from ptc_retry.patch import apply_patch, validate_patch
-from ptc_retry.store import CheckpointStore, default_root
 
 # write_file's content; with its path, over notice_min_bytes.
 PROGRAM = """\

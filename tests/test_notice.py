@@ -11,12 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Run, raw
 
 from ptc_retry.backend import KernelBackend
+from ptc_retry.core.notice import failure_notice, parse_notice, prompt_section, resume_call
+from ptc_retry.core.store import default_root
 from ptc_retry.eval.tokens import load_tokenizer
-from ptc_retry.notice import failure_notice, parse_notice, prompt_section, resume_call
-from ptc_retry.store import default_root
+
+from .helpers import Run, raw
 
 SESSION_DIRS = [
     default_root() / "k3f9a1c2b7d",  # a kernel's session under the default root

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import event, given
 from hypothesis import strategies as st
 
-from ptc_retry.errors import PatchError, PtcRetryError
-from ptc_retry.patch import (
+from ptc_retry.core.errors import PatchError, PtcRetryError
+from ptc_retry.core.patch import (
     PathSegment,
     apply_patch,
     format_path,

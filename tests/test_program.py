@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from ptc_retry.program import compile_program, make_program, register_source, run_program
+from ptc_retry.core.program import compile_program, make_program, register_source, run_program
 
 FILENAME = "<ptc-retry test>"
 

@@ -14,7 +14,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Kernel, spawn
+
+from .helpers import Kernel, spawn
 
 HEADER = {"msg_id": str, "msg_type": str, "username": str, "session": str, "version": str}
 

@@ -8,9 +8,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from conftest import Kernel
+from ptc_retry.core.notice import parse_notice
 
-from ptc_retry.notice import parse_notice
+from .helpers import Kernel
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 

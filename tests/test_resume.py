@@ -9,11 +9,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Execution, Kernel
 
-from ptc_retry.notice import parse_notice
-from ptc_retry.program import compile_program, statement_spans
-from ptc_retry.replay import edited_statement
+from ptc_retry.core.notice import parse_notice
+from ptc_retry.core.program import compile_program, statement_spans
+from ptc_retry.kernel.replay import edited_statement
+
+from .helpers import Execution, Kernel
 
 # Four top-level statements (the first is a magic): the third is slow and counts
 # its runs in `slow_runs`, the fourth fails on a misspelt name. Over notice_min_bytes.

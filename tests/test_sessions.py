@@ -7,10 +7,11 @@ import time
 from pathlib import Path
 
 import nbformat
-from conftest import Kernel
 from nbclient import NotebookClient
 
-from ptc_retry.notice import parse_notice
+from ptc_retry.core.notice import parse_notice
+
+from .helpers import Kernel
 
 # Over notice_min_bytes: three readings, and the last line asks for a fourth.
 LONG_FAILURE = """\

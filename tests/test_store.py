@@ -15,9 +15,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ptc_retry import store as store_module
-from ptc_retry.errors import CheckpointError, StoreError
-from ptc_retry.store import CheckpointStore, default_root, sanitize
+from ptc_retry.core import store as store_module
+from ptc_retry.core.errors import CheckpointError, StoreError
+from ptc_retry.core.store import CheckpointStore, default_root, sanitize
 
 OpenStore = Callable[..., CheckpointStore]
 

@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import Execution, Kernel
+
+from .helpers import Execution, Kernel
 
 # Queues three batches, prints, then waits for a worker that never answers: only the
 # time limit ends it. Over notice_min_bytes, so the notice is the full one. Four

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backend import KernelBackend, RunResult
-from ..notice import parse_notice
+from ..core.notice import parse_notice
 from .scenarios import QUICK, SCENARIOS, Scenario, by_name
 from .tokens import Tokenizer, load_tokenizer
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from ..edits import apply_edits
+from ..core.edits import apply_edits
 
 __all__ = ["QUICK", "SCENARIOS", "SIZES", "Parallel", "Scenario", "by_name"]
 

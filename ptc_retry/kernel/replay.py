@@ -29,9 +29,9 @@ import json
 from collections.abc import Generator, Iterable
 from typing import TYPE_CHECKING, Any
 
-from .edits import apply_edits, normalize_edits
-from .errors import CheckpointError, PtcRetryError, ReplayError
-from .program import run_program, statement_spans
+from ..core.edits import apply_edits, normalize_edits
+from ..core.errors import CheckpointError, PtcRetryError, ReplayError
+from ..core.program import run_program, statement_spans
 
 if TYPE_CHECKING:
     from .extension import PtcRetryExtension

@@ -51,7 +51,7 @@ saved, no notice): the stock baseline that ``ptc-retry eval`` compares against.
 
 Remote kernels. ``KernelBackend(gateway_url="http://gateway:8888", token=...)`` does not
 start a kernel: it asks a Jupyter Kernel Gateway (or Jupyter Server, or Enterprise
-Gateway) for one (``ptc_retry.gateway``) and returns the same ``RunResult``s. The kernel's
+Gateway) for one (``ptc_retry.backend.gateway``) and returns the same ``RunResult``s. The kernel's
 checkpoints stay on its host; ``session_dir`` is the path there, learned from the kernel
 in ``start()``, and all the backend says about checkpoints comes from the replies.
 Timeouts interrupt and deaths restart through the gateway's API; an unreachable gateway
@@ -105,10 +105,12 @@ from typing import Any, Callable, Protocol
 
 from jupyter_core.utils import run_sync
 
-from kernel_ext import KERNEL_NAME
-
-from .errors import PtcRetryError
-from .native import (
+from ..core.errors import BackendError, GatewayError, KernelStartError, PtcRetryError
+from ..core.notice import parse_notice, prompt_section, resume_call
+from ..core.protocol import METADATA_KEY, execute_request
+from ..core.store import CheckpointStore, default_root, sanitize, session_in_use
+from ..kernelspec import KERNEL_NAME
+from ..native import (
     EDIT_TOOL,
     EDIT_TOOL_DESCRIPTION,
     EDIT_TOOL_PARAMETERS,
@@ -117,8 +119,6 @@ from .native import (
     ToolResult,
     current_call,
 )
-from .notice import parse_notice, prompt_section, resume_call
-from .store import CheckpointStore, default_root, sanitize, session_in_use
 
 __all__ = [
     "MODES",
@@ -148,18 +148,6 @@ MAX_RAW_OUTPUTS = 1_000
 
 _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _BINARY_TYPES = ("image/", "audio/", "video/", "application/pdf", "application/octet-stream")
-
-
-class BackendError(PtcRetryError):
-    """The backend cannot do what was asked (not started, shut down, restart failed)."""
-
-
-class KernelStartError(BackendError):
-    """The kernel could not be started (unknown kernel name, crash at startup, no reply)."""
-
-
-class GatewayError(BackendError):
-    """The gateway cannot be reached, refused the token, or answered with an error."""
 
 
 @dataclass
@@ -925,7 +913,7 @@ class KernelBackend:
 class KernelConnection(Protocol):
     """How the backend reaches its kernel: everything that is transport, and nothing else.
 
-    ``LocalKernel`` starts a kernel here through jupyter_client; ``ptc_retry.gateway.
+    ``LocalKernel`` starts a kernel here through jupyter_client; ``ptc_retry.backend.gateway.
     GatewayKernel`` reaches one through a gateway's REST API and websocket. What the
     backend does with the messages (capture, text, statuses, time limits) is shared.
     """
@@ -989,7 +977,7 @@ class LocalKernel:
         from jupyter_client.kernelspec import NoSuchKernel
         from jupyter_client.manager import AsyncKernelManager
 
-        from kernel_ext.kernelspec import kernel_spec_manager
+        from ..kernelspec import kernel_spec_manager
 
         specs = kernel_spec_manager()
         manager = AsyncKernelManager(kernel_name=self.kernel_name, kernel_spec_manager=specs)
@@ -1110,21 +1098,14 @@ class _Execution:
     async def run(self) -> RunResult:
         backend = self.backend
         connection = backend._connection()
-        content = {
-            "code": self.code,
-            "silent": False,
-            "store_history": True,
-            "user_expressions": {},
-            "allow_stdin": False,
-            "stop_on_error": False,
-        }
+        content = execute_request(self.code)
         started = time.monotonic()
         limit = None if self.timeout is None else self.timeout + backend.time_limit_margin
         stop_at = None if limit is None else started + limit
         give_up_at: float | None = None
         idle = False
         try:
-            msg_id = await connection.send_execute(content, {"ptc_retry": self.request})
+            msg_id = await connection.send_execute(content, {METADATA_KEY: self.request})
             self.msg_id = msg_id
             while not (idle and self.reply is not None):
                 if backend._closing:
@@ -1228,7 +1209,7 @@ class _Execution:
         reply_content = self.reply["content"] if self.reply is not None else {}
         metadata = None
         if self.reply is not None:
-            found = self.reply.get("metadata", {}).get("ptc_retry")
+            found = self.reply.get("metadata", {}).get(METADATA_KEY)
             metadata = found if isinstance(found, dict) else None
         error = self.error
         if error is None and reply_content.get("status") == "error":

@@ -4,7 +4,7 @@ Plain Python: this module knows nothing of IPython or Jupyter.
 
 Each edit is a pair of exact strings. An ``old`` must occur exactly once in the
 program (or at least once with ``replace_all=True``); anything else raises
-:class:`~ptc_retry.errors.ReplayError` with a short message an LLM can act on:
+:class:`~ptc_retry.core.errors.ReplayError` with a short message an LLM can act on:
 how many matches there were and where, or, when there is none, the program lines
 closest to ``old`` and whether the text is there with different whitespace or quotes.
 """

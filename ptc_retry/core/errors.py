@@ -26,3 +26,15 @@ class ReplayError(PtcRetryError):
 
 class PatchError(PtcRetryError):
     """A native-mode patch cannot apply: bad shape, bad path, or an edit that does not match."""
+
+
+class BackendError(PtcRetryError):
+    """The backend cannot do what was asked (not started, shut down, restart failed)."""
+
+
+class KernelStartError(BackendError):
+    """The kernel could not be started (unknown kernel name, crash at startup, no reply)."""
+
+
+class GatewayError(BackendError):
+    """The gateway cannot be reached, refused the token, or answered with an error."""

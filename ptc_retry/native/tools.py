@@ -25,7 +25,7 @@ one-line notice after its error text. The model then sends, for example::
     editPreviousToolCalling({"call_id": "call_3",
         "patch": [{"path": "content", "old_string": "TODO", "new_string": "done"}]})
 
-which loads the saved arguments of ``call_3``, applies the patch (:mod:`ptc_retry.patch`),
+which loads the saved arguments of ``call_3``, applies the patch (:mod:`ptc_retry.core.patch`),
 saves the patched arguments as the edit call's own checkpoint (so a second fix edits the
 patched arguments) and runs ``write_file`` again through the registry. Its result starts
 with ``replayed call_3 (write_file) with 1 patch entry``.
@@ -36,7 +36,7 @@ n-th call of the message before, also when the edit is not the first call of its
 A loop that never calls ``new_message()`` makes every call a message of its own (as the
 kernel does with cells): ``previous_ordinal`` 1 is then the call just before.
 
-The store and layout are the kernel's (:mod:`ptc_retry.store`). A store failure (disk
+The store and layout are the kernel's (:mod:`ptc_retry.core.store`). A store failure (disk
 full, read-only) never stops a tool: the tool runs and its result says once that the
 arguments were not saved. Plain Python: no IPython, no Jupyter.
 """
@@ -54,10 +54,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar, Union
 
-from .errors import CheckpointError, PatchError, PtcRetryError, StoreError
-from .notice import NATIVE_NOTICE_MIN_BYTES, native_failure_notice, prompt_section
-from .patch import apply_patch, format_path, validate_patch
-from .store import Call, CheckpointStore
+from ..core.errors import CheckpointError, PatchError, PtcRetryError, StoreError
+from ..core.notice import NATIVE_NOTICE_MIN_BYTES, native_failure_notice, prompt_section
+from ..core.patch import apply_patch, format_path, validate_patch
+from ..core.store import Call, CheckpointStore
 
 __all__ = [
     "EDIT_TOOL",

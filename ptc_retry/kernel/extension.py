@@ -117,14 +117,15 @@ from IPython.core.magic import Magics, line_magic, magics_class
 from traitlets import Enum, Float, Integer, List, TraitError, Unicode, validate
 from traitlets.config import Configurable
 
-from .errors import PtcRetryError
-from .guard import GUARD_MODES, RepeatedFailureGuard, failure_key, refusal_message
-from .history import format_history
-from .notice import NOTICE_MIN_BYTES, failure_notice, short_failure_notice
-from .program import statement_spans
+from ..core.errors import PtcRetryError
+from ..core.guard import GUARD_MODES, RepeatedFailureGuard, failure_key, refusal_message
+from ..core.history_table import format_history
+from ..core.notice import NOTICE_MIN_BYTES, failure_notice, short_failure_notice
+from ..core.program import statement_spans
+from ..core.protocol import METADATA_KEY
+from ..core.store import Call, CheckpointStore
+from ..core.time_limit import HANDLER_CODE, TimeLimit, valid_limit
 from .replay import edited_statement
-from .store import Call, CheckpointStore
-from .time_limit import HANDLER_CODE, TimeLimit, valid_limit
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -132,7 +133,6 @@ if TYPE_CHECKING:
     from .replay import Replay
 
 #: The metadata key of execute_requests and execute_replies.
-METADATA_KEY = "ptc_retry"
 
 #: Names this kernel process in history lines, so a resume can tell that the kernel
 #: restarted since a program ran (and its state is gone).
@@ -342,11 +342,15 @@ class _Refuser:
 class PtcRetryExtension:
     """The state of ptc-retry in one shell: its store, hooks and last reply metadata."""
 
-    def __init__(self, shell: InteractiveShell) -> None:
+    def __init__(self, shell: InteractiveShell, api: types.ModuleType) -> None:
         self.shell = shell
+        #: What programs see as ``ptc_retry``: the package's public API.
+        self.api = api
         self.config = PtcRetry(parent=shell)
         self.config.observe(self._reopen, names=["root_dir", "session_id"])
         self.store: CheckpointStore | None = None
+        #: Why the store could not open, the last time it was tried.
+        self.store_problem: str | None = None
         #: The reply metadata of the latest program that ended (any thread).
         self.reply_metadata: dict[str, Any] | None = None
         #: Reply metadata by execute_request msg_id, until the kernel's reply takes it: cells
@@ -402,7 +406,8 @@ class PtcRetryExtension:
                     self.config.root_dir, self.session_name(), owner=kernel_session_name()
                 )
             except (OSError, PtcRetryError) as exc:
-                self.warn_once(f"checkpoints are off: {exc}")
+                self.store_problem = f"checkpoints are off: {exc}"
+                self.warn_once(self.store_problem)
             else:
                 if self.store.warning:  # e.g. the session was another kernel's: said once
                     self.warn_once(self.store.warning)
@@ -871,10 +876,8 @@ class PtcRetryExtension:
         self._replaced_showtraceback = shell._showtraceback
         shell._showtraceback = self.show_traceback
         shell.configurables.append(self.config)
-        import ptc_retry
-
-        shell.user_ns["ptc_retry"] = ptc_retry
-        shell.user_ns_hidden["ptc_retry"] = ptc_retry
+        shell.user_ns["ptc_retry"] = self.api
+        shell.user_ns_hidden["ptc_retry"] = self.api
         self._magics = PtcRetryMagics(shell, extension=self)
         shell.register_magics(self._magics)
         # The store opens at the first program, so that a problem with it is
@@ -906,9 +909,7 @@ class PtcRetryExtension:
                 shell.configurables.remove(configurable)
         if shell.magics_manager.registry.get(type(self._magics).__name__) is self._magics:
             del shell.magics_manager.registry[type(self._magics).__name__]
-        import ptc_retry
-
-        if shell.user_ns.get("ptc_retry") is ptc_retry:
+        if shell.user_ns.get("ptc_retry") is self.api:
             del shell.user_ns["ptc_retry"]
         shell.user_ns_hidden.pop("ptc_retry", None)
         for kind, names in MAGIC_NAMES.items():
@@ -1058,11 +1059,12 @@ class PtcRetryMagics(Magics):
             print("usage: %ptc_guard [reset]", file=sys.stderr)
 
 
-def load_ipython_extension(shell: InteractiveShell) -> None:
-    """``%load_ext ptc_retry``: loading twice in one shell is a no-op."""
+def load_ipython_extension(shell: InteractiveShell, api: types.ModuleType) -> None:
+    """``%load_ext ptc_retry``, which gives ``api`` (the ``ptc_retry`` package) to put in
+    the namespace: loading twice in one shell is a no-op."""
     if id(shell) in _active:
         return
-    extension = PtcRetryExtension(shell)
+    extension = PtcRetryExtension(shell, api)
     _active[id(shell)] = extension
     extension.register()
 

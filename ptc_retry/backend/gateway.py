@@ -39,7 +39,9 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from .backend import BackendError, GatewayError, KernelStartError
+from ..core.errors import BackendError, GatewayError, KernelStartError
+from ..core.protocol import execute_request
+from ..core.version import __version__
 
 __all__ = ["GatewayError", "GatewayKernel"]
 
@@ -52,11 +54,8 @@ MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 
 _CLOSED = object()  # queued when the websocket closes
 
-# The kernel's session directory, as a string ('' when its checkpoint store cannot open).
-_SESSION_DIR_EXPRESSION = (
-    "str(getattr(__import__('ptc_retry.extension', fromlist=['active_extension'])"
-    ".active_extension().open_store(), 'session_dir', ''))"
-)
+#: The protocol this backend speaks with the remote kernel's ptc_retry.kernel.remote.connect.
+REMOTE_API = 1
 
 
 def gateway_base_url(url: str) -> str:
@@ -448,15 +447,7 @@ class GatewayKernel:
         self, code: str, timeout: float, **content: Any
     ) -> tuple[dict[str, Any], str]:
         """Run ``code`` silently (no checkpoint, no history): its reply and what it printed."""
-        request = {
-            "code": code,
-            "silent": True,
-            "store_history": False,
-            "user_expressions": {},
-            "allow_stdin": False,
-            "stop_on_error": False,
-            **content,
-        }
+        request = execute_request(code, silent=True, **content)
         msg_id = await self._send("execute_request", request)
         return await self._reply(msg_id, timeout)
 
@@ -473,36 +464,51 @@ class GatewayKernel:
                     f"not answer within {self.startup_timeout:g} s"
                 )
         self._lifecycle = None
-        lines = ["get_ipython().extension_manager.load_extension('ptc_retry')"]
-        settings = [f"PtcRetry.session_id = {self.session_id!r}"]
-        if self.root is not None:
-            settings.append(f"PtcRetry.root_dir = {self.root!r}")
-        lines += [f"get_ipython().run_line_magic('config', {line!r})" for line in settings]
+        arguments = f"{REMOTE_API}, session_id={self.session_id!r}, root_dir={self.root!r}"
+        expression = (
+            f"__import__('ptc_retry.kernel.remote', fromlist=['connect']).connect({arguments})"
+        )
         try:
             reply, printed = await self._silent(
-                "\n".join(lines),
-                max(1.0, deadline - time.monotonic()),
-                user_expressions={"session_dir": _SESSION_DIR_EXPRESSION},
+                "", max(1.0, deadline - time.monotonic()), user_expressions={"remote": expression}
             )
         except asyncio.TimeoutError:
             raise KernelStartError(
                 f"the {self.kernel_name!r} kernel behind the gateway at {self.url} did not "
                 "finish setting up its checkpoints in time"
             ) from None
-        content = reply["content"]
-        if content.get("status") != "ok":
+        session_dir = self._session_dir(reply["content"], printed)
+        self.session_dir = session_dir
+
+    def _session_dir(self, content: dict[str, Any], printed: str) -> str:
+        """The session directory the remote kernel's ``connect`` answered, or why not."""
+        found = (content.get("user_expressions") or {}).get("remote") or {}
+        if content.get("status") != "ok" or found.get("status") != "ok":
+            ename = found.get("ename") or content.get("ename")
+            evalue = found.get("evalue") or content.get("evalue")
+            if ename in ("ModuleNotFoundError", "ImportError", "AttributeError"):
+                raise KernelStartError(
+                    f"the {self.kernel_name!r} kernel behind the gateway has no ptc-retry "
+                    f"{__version__} ({ename}: {evalue}); install ptc-retry {__version__} in the "
+                    "kernel's image and start the ptc-retry kernel"
+                )
             raise KernelStartError(
                 f"the {self.kernel_name!r} kernel behind the gateway cannot load ptc_retry "
-                f"({content.get('ename')}: {content.get('evalue')}); install ptc-retry in the "
-                "kernel's image and start the ptc-retry kernel"
+                f"({ename}: {evalue}); install ptc-retry in the kernel's image and start the "
+                "ptc-retry kernel"
             )
-        found = (content.get("user_expressions") or {}).get("session_dir") or {}
         text = (found.get("data") or {}).get("text/plain", "")
-        session_dir = ast.literal_eval(text) if found.get("status") == "ok" else ""
-        if not session_dir:
-            said = printed.strip() or found.get("evalue") or "no session directory"
+        answer = ast.literal_eval(text)
+        if answer.get("version") != __version__ or answer.get("api") != REMOTE_API:
+            raise KernelStartError(
+                f"the kernel behind the gateway runs ptc-retry {answer.get('version')} "
+                f"(protocol {answer.get('api')}) and this backend ptc-retry {__version__} "
+                f"(protocol {REMOTE_API}); install the same ptc-retry version on both sides"
+            )
+        if not answer.get("session_dir"):
+            said = answer.get("problem") or printed.strip() or "no session directory"
             raise KernelStartError(
                 f"the {self.kernel_name!r} kernel behind the gateway cannot keep checkpoints "
                 f"({said})"
             )
-        self.session_dir = session_dir
+        return str(answer["session_dir"])

@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import hashlib
 import itertools
 import json
 import os
@@ -62,24 +61,26 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from .errors import CheckpointError, StoreError
+from .layout import (
+    _AUTO_ID,
+    _LINE_KEYS,
+    _PREVIOUS_NAME,
+    STATUSES,
+    is_name,
+    is_number,
+    is_reference,
+    numbered,
+    reference,
+    reference_number,
+    sanitize,
+    unfinished_line,
+)
 
 try:
     import fcntl
 except ImportError:  # Windows: sessions are not locked there
     fcntl = None  # type: ignore[assignment]
 
-STATUSES = frozenset({"ok", "error", "interrupted", "unfinished", "refused"})
-_LINE_KEYS = frozenset(
-    "id n tool turn step ordinal status time duration bytes code_bytes replay_of sent_id".split()
-)
-_UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
-_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,119}")  # exactly the fixed points of sanitize
-_AUTO_ID = re.compile(r"c([0-9]+)")
-_PREVIOUS_NAME = re.compile(r"([0-9]+)\.json")
-_REFERENCE = re.compile(r"#([0-9]+)")
-_MAX_ID = 120
-_DIGEST = 8  # hex digits of the hash that keeps a changed name apart from every other
-_MAX_NUMBER = 2**31 - 1  # a larger session number in a history line is damage, not a call
 _MAX_LINE = 1 << 20  # a longer history line is skipped unread (the store writes < 1 KiB)
 _CHUNK = 1 << 20
 _MAX_SESSIONS = 100  # <session>, <session>.2, ... <session>.100
@@ -107,35 +108,6 @@ _NO_HARD_LINKS = {
 }
 _HINT = "set PTC_RETRY_ROOT to a directory you own"
 _RESEND = "send the call again in full instead of replaying it"
-
-
-def sanitize(call_id: str) -> str:
-    """Return the file-name stem used for ``call_id`` (a call id or a session name).
-
-    A name that is already safe is kept as it is: only ``[A-Za-z0-9._-]``, not empty, not
-    starting with ``.`` (so never ``.``, ``..``, hidden or a temp name), at most 120
-    characters. Any other name is changed (each other character becomes ``_``, a leading
-    ``_`` is added where needed, a long name is cut) and gets ``-`` and 8 hex digits of a hash
-    of the whole name, so that two different names never share a file: ``"ü"`` and ``"é"``
-    do not both become ``_``. ``sanitize(sanitize(x)) == sanitize(x)``.
-    """
-    if _NAME.fullmatch(call_id):
-        return call_id
-    safe = _UNSAFE.sub("_", call_id)
-    if not safe or safe.startswith("."):
-        safe = "_" + safe
-    digest = hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:_DIGEST]
-    return f"{safe[: _MAX_ID - _DIGEST - 1]}-{digest}"
-
-
-def _is_name(name: object) -> bool:
-    """True when ``name`` is a name the store could have given (a fixed point of sanitize)."""
-    return isinstance(name, str) and _NAME.fullmatch(name) is not None
-
-
-def _numbered(name: str, n: int) -> str:
-    """``<name>.<n>``, cut to stay at most 120 characters: still a fixed point of sanitize."""
-    return f"{name[: _MAX_ID - len(str(n)) - 1]}.{n}"
 
 
 def _uid() -> int | None:
@@ -551,7 +523,7 @@ def _record(line: bytes) -> dict[str, Any] | None:
         record = json.loads(line)
     except (ValueError, RecursionError):
         return None
-    if isinstance(record, dict) and _is_name(record.get("id")):
+    if isinstance(record, dict) and is_name(record.get("id")):
         return record
     return None
 
@@ -585,7 +557,7 @@ def link_target_id(target: str) -> str | None:
     if len(parts) != 3 or parts[:2] != [os.pardir, "by-id"] or not parts[2].endswith(".json"):
         return None
     call_id = parts[2][: -len(".json")]
-    return call_id if _is_name(call_id) else None
+    return call_id if is_name(call_id) else None
 
 
 def read_checkpoint(by_id: _Dir, call_id: str, shown: Path) -> bytes:
@@ -648,7 +620,7 @@ def previous_id(previous: _Dir, by_id: _Dir, n: int, candidates: Iterable[str]) 
     if st.st_nlink > 1:
         seen = set()
         for call_id in chain(candidates, (name[:-5] for name in _json_names(by_id))):
-            if call_id in seen or not _is_name(call_id):
+            if call_id in seen or not is_name(call_id):
                 continue
             seen.add(call_id)
             try:
@@ -666,7 +638,7 @@ def previous_id(previous: _Dir, by_id: _Dir, n: int, candidates: Iterable[str]) 
     finally:
         os.close(fd)
     call_id = ids[n - 1] if 0 < n <= len(ids) else None
-    return call_id if _is_name(call_id) else None
+    return call_id if is_name(call_id) else None
 
 
 def _json_names(directory: _Dir) -> list[str]:
@@ -674,40 +646,6 @@ def _json_names(directory: _Dir) -> list[str]:
         return [n for n in directory.names() if n.endswith(".json") and not n.startswith(".")]
     except OSError:
         return []
-
-
-def reference(n: int) -> str:
-    """The short reference of program number ``n`` of a session: ``"#7"``."""
-    return f"#{n}"
-
-
-def reference_number(ref: str) -> int:
-    """The number n of a reference ``"#n"``; CheckpointError when ``ref`` is not one."""
-    match = _REFERENCE.fullmatch(ref)
-    if match is None:
-        raise CheckpointError(
-            f'{ref!r} is not a reference: write "#" and the program\'s number, like "#7", '
-            "or give the call id."
-        )
-    return int(match.group(1))
-
-
-def is_reference(target: object) -> bool:
-    """True when ``target`` is written like a short reference (``"#7"``)."""
-    return isinstance(target, str) and target.startswith("#")
-
-
-def is_number(n: object) -> bool:
-    """True when ``n`` can be a session number (an int from 1 up; larger ones are damage)."""
-    return isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= _MAX_NUMBER
-
-
-def unfinished_line(call_id: str, st: os.stat_result, n: int | None = None) -> dict[str, Any]:
-    """The history line of a call saved as ``st`` that never finished (its process died)."""
-    line: dict[str, Any] = {"id": call_id, "n": n, "tool": None, "turn": None, "step": None}
-    line.update(ordinal=None, status="unfinished", time=st.st_mtime, duration=None)
-    line["bytes"] = st.st_size
-    return line
 
 
 def _pread(fd: int, size: int, offset: int) -> bytes:
@@ -837,7 +775,7 @@ class CheckpointStore:
     def _claim(self, root: _Dir, requested: str, owner: str | None) -> _Dir:
         """Open and lock the session directory: the free one ``owner`` had (a restart), else
         ``requested``, else the first free numbered one."""
-        names = [requested] + [_numbered(requested, n) for n in range(2, _MAX_SESSIONS + 1)]
+        names = [requested] + [numbered(requested, n) for n in range(2, _MAX_SESSIONS + 1)]
         if owner is not None:
             mine = [name for name in names if _owner_of(root, name) == owner]
             names = mine + [name for name in names if name not in mine]
@@ -872,7 +810,7 @@ class CheckpointStore:
                 )
             return session
         raise StoreError(
-            f"sessions {requested} to {_numbered(requested, _MAX_SESSIONS)} in {self.root} are "
+            f"sessions {requested} to {numbered(requested, _MAX_SESSIONS)} in {self.root} are "
             "all in use by live kernels; give this kernel another session name "
             "(PTC_RETRY_SESSION or PtcRetry.session_id)."
         )
@@ -937,7 +875,7 @@ class CheckpointStore:
                 st: os.stat_result | None = self._by_id.lstat(name)
             except OSError:
                 st = None
-            if st is None or not stat.S_ISREG(st.st_mode) or not _is_name(call_id):
+            if st is None or not stat.S_ISREG(st.st_mode) or not is_name(call_id):
                 skipped.append(name)  # a link (never followed), a directory, a foreign name
             else:
                 orphans.append((st.st_mtime, call_id, st))
@@ -1069,7 +1007,7 @@ class CheckpointStore:
         cid, n = base, 1
         while cid.lower() in self._used:
             n += 1
-            cid = _numbered(base, n)
+            cid = numbered(base, n)
         return cid
 
     def _rebuild_previous(self, ids: list[str]) -> None:

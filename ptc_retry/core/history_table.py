@@ -1,0 +1,121 @@
+"""The history table: one row per history line, as ``%ptc_history`` and ``ptc-retry history``
+show it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from .layout import reference
+
+FAILED = frozenset({"error", "interrupted"})
+RESTART = "kernel restarted"
+
+
+def format_history(
+    lines: Iterable[dict[str, Any]], *, session_dir: str | Path | None = None
+) -> str:
+    """One row per history line, oldest first, in fixed-width plain-text columns (no ANSI).
+
+    Columns: ``ref`` (``#n``, what ``replay`` and ``ptc-retry show`` take; blank on lines of
+    older versions), ``id``, ``status``; ``turn`` when some call has a turn other than 0;
+    ``step`` and ``ordinal`` (the call's position in its step, its ``previous/<n>.json``)
+    only when some call belongs to a backend's step, ``-`` in ``step`` for a call that was a
+    step of its own; ``bytes``, the program's UTF-8 size (``code_bytes``; lines of older
+    versions and unfinished lines only have the size of the saved arguments, ``bytes``);
+    ``ename``, ``replay_of`` and ``when``. A line ``-- kernel restarted ---...`` separates the
+    rows between which the kernel restarted: see ``restarts``.
+    """
+    lines = list(lines)
+    if not lines:
+        return f"no calls yet in {session_dir}" if session_dir else "no calls yet"
+    columns = _columns(lines)
+    rows = [[_cell(line, column) for column in columns] for line in lines]
+    widths = [max(len(column), *(len(row[i]) for row in rows)) for i, column in enumerate(columns)]
+    text = [_row(columns, widths)] + [_row(row, widths) for row in rows]
+    width = max(len(row) for row in text)
+    for index, after in reversed(restarts(lines)):  # row i is text[i + 1], under the header
+        where = f" (somewhere after {after})" if after else ""
+        text.insert(index + 2, f"-- {RESTART}{where} ".ljust(width, "-"))
+    if session_dir:
+        text.insert(0, f"session: {session_dir}")
+    return "\n".join(text)
+
+
+def restarts(lines: Sequence[dict[str, Any]]) -> list[tuple[int, str | None]]:
+    """Where the kernel restarted: ``(i, None)`` means between ``lines[i]`` and ``lines[i + 1]``.
+
+    Two signs, never counted twice for one restart: a run of ``unfinished`` lines (programs
+    during which the kernel died) followed by other lines; and a change of the ``kernel`` token
+    that the extension writes on every line. Lines of older versions carry the token only on
+    failures; when lines without it lie between the two tokens, ``(i, ref)`` says the restart
+    happened somewhere between ``ref`` (the old kernel's last line, by its ``#n``, else its id)
+    and ``lines[i + 1]``, the new kernel's first line.
+    """
+    found: list[tuple[int, str | None]] = []
+    token: str | None = None  # the kernel of the latest line that names one
+    token_at = -1  # index of that line
+    marked = False  # a restart is marked since that line
+    for i, line in enumerate(lines):
+        if i and lines[i - 1].get("status") == "unfinished" and line.get("status") != "unfinished":
+            found.append((i - 1, None))
+            marked = True
+        kernel = line.get("kernel")
+        if not isinstance(kernel, str):
+            continue
+        if token is not None and kernel != token and not marked:
+            exact = token_at == i - 1
+            found.append((i - 1, None if exact else _name(lines[token_at])))
+        token, token_at, marked = kernel, i, False
+    return found
+
+
+def _name(line: dict[str, Any]) -> str:
+    return _reference_of(line) or str(line.get("id"))
+
+
+def _reference_of(line: dict[str, Any]) -> str:
+    n = line.get("n")
+    return reference(n) if _is_int(n) and n >= 1 else ""
+
+
+def _columns(lines: list[dict[str, Any]]) -> list[str]:
+    stepped = any(_is_int(line.get("step")) for line in lines)
+    turns = stepped or any(line.get("turn") not in (None, 0) for line in lines)
+    columns = ["ref", "id", "status"]
+    columns += ["turn"] if turns else []
+    columns += ["step", "ordinal"] if stepped else []
+    return columns + ["bytes", "ename", "replay_of", "when"]
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _row(cells: list[str], widths: list[int]) -> str:
+    return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
+
+
+def _cell(line: dict[str, Any], column: str) -> str:
+    if column == "ref":
+        return _reference_of(line)
+    if column == "when":
+        stamp = line.get("time")
+        try:
+            return time.strftime("%H:%M:%S", time.localtime(stamp)) if _is_real(stamp) else ""
+        except (OverflowError, OSError, ValueError):  # a damaged line: 1e300, nan
+            return ""
+    if column == "bytes":
+        size = line.get("code_bytes")
+        value = size if _is_int(size) else line.get("bytes")
+    elif column == "step" and line.get("step") is None and line.get("turn") is not None:
+        return "-"  # a step of its own (the unfinished lines of a dead kernel know no turn)
+    else:
+        value = line.get(column)
+    return "" if value is None else str(value)

@@ -1,0 +1,171 @@
+"""The words the model reads: the failure notice and the static prompt section.
+
+Both are plain text with no ANSI codes. The notice is short (about 32 tokens of
+cl100k_base, whatever the call ids and the checkpoint root) because it is paid on every
+failure; the prompt section is byte-identical for a session so it never breaks a prompt cache.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+#: Below this many bytes of arguments a failure gets no notice. The evaluation's
+#: break-even (``ptc-retry eval``, docs/eval.md), rounded up: from there on a replay line
+#: (about 19 tokens of fixed text plus the fragments) and the notice (about 32 tokens) cost
+#: less than re-sending the program.
+NOTICE_MIN_BYTES = 200
+
+#: The same threshold for native mode (``ptc_retry.native``): its notice names the call id
+#: and shows a whole ``editPreviousToolCalling`` call, so it costs more and pays later.
+NATIVE_NOTICE_MIN_BYTES = 500
+
+CODE_PROMPT = """\
+Your programs are saved in {session_dir} as JSON {{"code": ...}}: by-id/<call id>.json, \
+previous/1.json (the last), history.jsonl. A failure's notice names its program #n \
+(calls/<n>.json). For a small fix send only:
+await ptc_retry.replay("#n", "<old text>", "<new text>")
+It replaces the one exact match and reruns; several fixes: edits=[(old, new), ...]. Only for a \
+small correction; otherwise write a fresh program. No helper: read the file, json.loads it, \
+replace in "code", run as an async function.
+"""
+
+
+# Native mode (ptc_retry.native). Filled with str.replace, not str.format, so the JSON
+# examples need no doubled braces. Each example line is a valid patch.
+NATIVE_PROMPT = """\
+Tool calls are saved in {session_dir}: by-id/<id>.json, previous/1.json (your last message's \
+first), history.jsonl. Fix a failed call without re-sending it: editPreviousToolCalling with \
+call_id or previous_ordinal and a patch of entries like:
+{"path": "text", "old_string": "teh", "new_string": "the"}
+{"path": "q.since", "old_string": "2023", "new_string": "2024"}
+{"path": "port", "value": 80}
+Only for a small correction; otherwise call the tool again with fresh arguments.
+"""
+
+#: Every notice starts with this, so a reader (or a framework) can find it in a traceback.
+PREFIX = "[ptc-retry] "
+
+
+def _quoted(reference: str) -> str:
+    return json.dumps(reference, ensure_ascii=False)
+
+
+def failure_notice(
+    reference: str,
+    *,
+    interrupted: bool = False,
+    completed: int = 0,
+    time_limit: float | None = None,
+    repeated: int = 0,
+    paused: bool = False,
+) -> str:
+    """The text appended to a stopped program's traceback: one line, two where it must.
+
+    ``reference`` names the saved program (``"#7"``; a call id where no number is known).
+    A failure offers the fix as a template with two literal placeholders,
+    ``await ptc_retry.replay("#7", "<old>", "<new>")``, ending in ``, resume=True`` when
+    ``completed`` statements would not have to run again (the caller passes 0 where
+    skipping them would save too little to be worth it). A program that was
+    stopped (``interrupted``, or by the ``time_limit``) offers going on instead:
+    ``await ptc_retry.resume("#7")``. The guard's sentence follows, on a line of its own,
+    when this is the ``repeated``-th identical failure in a row. Each line stays under
+    about 120 characters, so a notebook does not break it mid-word; the error itself is
+    never repeated, and neither is the word "call id" (some frameworks print their own).
+    """
+    ref = _quoted(reference)
+    if time_limit or interrupted:
+        stopped = f"Stopped by the time limit ({time_limit:g} s)" if time_limit else "Interrupted"
+        lines = [f"{PREFIX}{stopped}; saved as {reference}. To go on: {resume_call(reference)}"]
+    else:
+        # resume=True in the template itself: the model copies it, and it costs 3 tokens
+        # where a sentence explaining it cost 18.
+        resume = ", resume=True" if completed > 0 else ""
+        lines = [
+            f"{PREFIX}Saved as {reference}. Small fix? Send only: "
+            f'await ptc_retry.replay({ref}, "<old>", "<new>"{resume})'
+        ]
+    if repeated:
+        lines.append(PREFIX + guard_sentence(repeated, paused=paused))
+    return "\n".join(lines)
+
+
+def resume_call(reference: str) -> str:
+    """``await ptc_retry.resume("#7")``: the call that goes on with a stopped program."""
+    return f"await ptc_retry.resume({_quoted(reference)})"
+
+
+_NOTICE = re.compile(
+    r"\[ptc-retry\] [^\n]*?await ptc_retry\.(?:replay|resume)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
+)
+
+
+def parse_notice(text: str) -> str | None:
+    """The reference (``"#7"``, or a call id) of the program a notice in ``text`` names.
+
+    For clients that see only the traceback (a kernel that sends no reply metadata).
+    None when ``text`` holds no notice that names a program.
+    """
+    match = _NOTICE.search(text)
+    return json.loads(match.group("ref")) if match else None
+
+
+def short_failure_notice(
+    *, time_limit: float | None = None, repeated: int = 0, paused: bool = False
+) -> str | None:
+    """The notice of a program below ``notice_min_bytes``: only what it must not miss.
+
+    None when there is nothing to say: the time limit that stopped it and the
+    guard's sentence are said even for a one-line program.
+    """
+    parts = []
+    if time_limit:
+        parts.append(f"Stopped by the time limit ({time_limit:g} s).")
+    if repeated:
+        parts.append(guard_sentence(repeated, paused=paused))
+    return f"{PREFIX}{' '.join(parts)}" if parts else None
+
+
+def guard_sentence(repeated: int, *, paused: bool = False) -> str:
+    """The repeated-failure guard's sentence, said once per streak."""
+    if paused:
+        return (
+            f"{repeated} identical failures in a row: programs pause until the user's next "
+            "instruction; tell the user what fails."
+        )
+    return f"{repeated} identical failures in a row: change the program, do not repeat it."
+
+
+def native_failure_notice(call_id: str, *, field: str = "<field>") -> str:
+    """The one sentence appended to a failed direct tool call's result (native mode).
+
+    It says the arguments are saved, names the call id and shows the one
+    ``editPreviousToolCalling`` call that fixes it, in about 50 tokens; it never repeats
+    the error. No path: a tool-calling model addresses saved calls by id, and the prompt
+    section already names the directory. ``field`` is the example's patch path: the
+    caller's best guess of the value to fix.
+    """
+    patch = [{"path": field, "old_string": "<old>", "new_string": "<new>"}]
+    example = json.dumps({"call_id": call_id, "patch": patch}, ensure_ascii=False)
+    return (
+        f'[ptc-retry] Arguments saved as "{call_id}". '
+        f"Small fix? Don't re-send; call editPreviousToolCalling({example})"
+    )
+
+
+def prompt_section(mode: str = "code", session_dir: str | Path | None = None) -> str:
+    """The system-prompt section that teaches the model to replay instead of re-send.
+
+    ``mode="code"`` teaches the ``ptc_retry.replay`` helper, ``mode="native"`` the
+    ``editPreviousToolCalling`` tool (``ptc_retry.native``).
+    ``session_dir`` is the directory the kernel saves this session's programs in
+    (``CheckpointStore.session_dir``); without it the text names the default
+    location pattern. The result depends only on its arguments.
+    """
+    if mode not in ("code", "native"):
+        raise ValueError(f"prompt_section: unknown mode {mode!r}; use mode='code' or mode='native'")
+    where = str(session_dir) if session_dir is not None else "<checkpoint root>/<session>"
+    if mode == "native":
+        return NATIVE_PROMPT.replace("{session_dir}", where)
+    return CODE_PROMPT.format(session_dir=where)

@@ -1,0 +1,53 @@
+"""The stable entry point a backend calls in a kernel it reaches over the network.
+
+A gateway backend cannot import anything in the remote kernel; it evaluates
+``__import__("ptc_retry.kernel.remote", fromlist=["connect"]).connect(API, ...)``
+as a user expression. This module's path and ``connect``'s signature do not
+change; what ``connect`` does for a given ``api`` does not change either. A new
+protocol gets a new ``API`` number, and a backend that asks for one this kernel
+does not know gets a clear error instead of a silent misunderstanding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..core.version import __version__
+
+#: The protocol versions this kernel answers.
+APIS = (1,)
+
+
+def connect(api: int, *, session_id: str, root_dir: str | None = None) -> dict[str, Any]:
+    """Load ptc-retry in this kernel, set its session, and describe what it became.
+
+    Returns ``{"api", "version", "session_dir"}``; ``session_dir`` is ``""`` and
+    ``problem`` says why when the checkpoint store cannot open.
+    """
+    if api not in APIS:
+        return {
+            "api": APIS[-1],
+            "version": __version__,
+            "session_dir": "",
+            "problem": f"this kernel's ptc-retry {__version__} speaks protocol "
+            f"{', '.join(map(str, APIS))}, not {api}",
+        }
+    from IPython import get_ipython
+
+    from .extension import active_extension
+
+    shell = get_ipython()
+    shell.extension_manager.load_extension("ptc_retry")
+    settings = [f"PtcRetry.session_id = {session_id!r}"]
+    if root_dir is not None:
+        settings.append(f"PtcRetry.root_dir = {root_dir!r}")
+    for line in settings:
+        shell.run_line_magic("config", line)
+    extension = active_extension()
+    store = extension.open_store()
+    answer: dict[str, Any] = {"api": api, "version": __version__, "session_dir": ""}
+    if store is None:
+        answer["problem"] = extension.store_problem or "checkpoints are off"
+    else:
+        answer["session_dir"] = str(store.session_dir)
+    return answer

@@ -1,0 +1,31 @@
+"""Native mode: an agent loop's own tools, journaled call by call, and the
+``editPreviousToolCalling`` tool that re-runs a failed call with a small fix.
+
+    from ptc_retry.native import NativeTools
+"""
+
+from __future__ import annotations
+
+from .tools import (
+    EDIT_TOOL,
+    EDIT_TOOL_DESCRIPTION,
+    EDIT_TOOL_PARAMETERS,
+    NativeTools,
+    ToolFailure,
+    ToolJournal,
+    ToolResult,
+    current_call,
+    tool_definitions,
+)
+
+__all__ = [
+    "EDIT_TOOL",
+    "EDIT_TOOL_DESCRIPTION",
+    "EDIT_TOOL_PARAMETERS",
+    "NativeTools",
+    "ToolFailure",
+    "ToolJournal",
+    "ToolResult",
+    "current_call",
+    "tool_definitions",
+]

@@ -1,0 +1,108 @@
+"""The package's imports flow one way: a pure core; the kernel side and the agent side
+on top of it, never importing each other; the CLI, demo and eval on top of all. Every
+import counts, including those inside functions."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import ptc_retry
+
+PACKAGE = Path(ptc_retry.__file__).parent
+
+#: Each room and the rooms it may import (besides itself).
+ALLOWED = {
+    "core": set(),
+    "kernel": {"core"},
+    "native": {"core"},
+    "backend": {"core", "native", "kernelspec"},
+    "kernelspec": set(),
+    "top": {"core", "kernel", "native", "backend", "kernelspec"},
+}
+
+
+def room(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) > 1 and parts[1] in ALLOWED:
+        return parts[1]
+    return "top"  # the package itself, cli, demo, sessions, eval
+
+
+def module_name(path: Path) -> str:
+    relative = path.relative_to(PACKAGE.parent).with_suffix("")
+    parts = list(relative.parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def imports(path: Path) -> set[str]:
+    """The modules of this project that ``path`` imports, anywhere in the file."""
+    name = module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text("utf-8"))):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join(anchor + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    return {m for m in found if m.split(".")[0] in ("ptc_retry", "kernel_ext")}
+
+
+def graph() -> dict[str, set[str]]:
+    modules = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    edges: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        # "from .x import y" names y, which may be a module or a name in x: keep modules
+        edges[name] = {m for m in imports(path) if m in modules and m != name}
+    return edges
+
+
+def test_the_graph_sees_the_imports_it_should() -> None:
+    edges = graph()
+    assert "ptc_retry.core.store" in edges["ptc_retry.backend.facade"]
+    assert "ptc_retry.kernel.extension" in edges["ptc_retry"]  # inside a function
+
+
+def test_no_module_imports_a_room_it_sits_beneath() -> None:
+    wrong = [
+        f"{a} ({room(a)}) imports {b} ({room(b)})"
+        for a, targets in graph().items()
+        for b in targets
+        if room(b) != room(a) and room(b) not in ALLOWED[room(a)]
+    ]
+    assert wrong == []
+
+
+def test_ptc_retry_never_imports_kernel_ext() -> None:
+    for path in PACKAGE.rglob("*.py"):
+        assert not any(m.startswith("kernel_ext") for m in imports(path)), path
+
+
+def test_there_is_no_import_cycle() -> None:
+    edges = graph()
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    path: list[str] = []
+
+    def visit(node: str) -> None:
+        state[node] = 1
+        path.append(node)
+        for target in sorted(edges[node]):
+            if state.get(target) == 1:
+                cycles.append(path[path.index(target) :] + [target])
+            elif target not in state:
+                visit(target)
+        path.pop()
+        state[node] = 2
+
+    for node in sorted(edges):
+        if node not in state:
+            visit(node)
+    assert cycles == []
