@@ -6,7 +6,8 @@ from typing import Any
 
 from ipykernel.ipkernel import IPythonKernel
 
-from ptc_retry.kernel.extension import METADATA_KEY, PtcRetryExtension, active_for
+from ptc_retry.core.protocol import METADATA_KEY
+from ptc_retry.kernel.extension import PtcRetryExtension, active_for
 
 
 class PtcRetryKernel(IPythonKernel):
@@ -14,8 +15,10 @@ class PtcRetryKernel(IPythonKernel):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        shell = self.shell
+        assert shell is not None  # IPythonKernel.__init__ made it
         # Through IPython's extension manager, so that %unload_ext ptc_retry knows it is loaded.
-        self.shell.extension_manager.load_extension("ptc_retry")
+        shell.extension_manager.load_extension("ptc_retry")
 
     @property
     def ptc_retry(self) -> PtcRetryExtension | None:

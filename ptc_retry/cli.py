@@ -1,27 +1,9 @@
-"""The ``ptc-retry`` command.
-
-::
-
-    ptc-retry demo [--save PATH.ipynb]     a scripted agent on a real kernel: fail, notice, replay
-    ptc-retry prompt [--session-dir DIR]   the system-prompt section
-    ptc-retry install-kernel [--user | --sys-prefix | --prefix P]
-    ptc-retry history [--session S] [--last N] [--json]
-    ptc-retry show '#N'|ID|N [--session S]
-    ptc-retry stats [--session S | --all]
-    ptc-retry gc [--older-than AGE] [--dry-run]
+"""The ``ptc-retry`` command: the demo, the prompt section, the kernelspec, the evaluation,
+and reading and cleaning sessions (``history``, ``show``, ``stats``, ``gc``).
 
 ``history``, ``show`` and ``stats`` only read: they never create, change or delete a file, so
 they are safe to run while a kernel writes to the session. ``gc`` deletes whole session
-directories and nothing else. These four take ``--root DIR``; the default is the store's:
-``$PTC_RETRY_ROOT`` when set, else ``<tempdir>/ptc-retry-<uid>``. A root that is a symlink,
-belongs to another user or is a shared sticky directory is refused, by the store's own rules.
-
-Exit codes:
-
-- 0: done.
-- 1: nothing to show or not done: no session yet, an unknown session or call id, or a
-  session directory ``gc`` could not remove.
-- 2: a usage error (unknown option, malformed value), or a root refused as unsafe.
+directories and nothing else.
 """
 
 from __future__ import annotations
@@ -37,9 +19,11 @@ from pathlib import Path
 
 from . import __version__
 from .core.errors import CheckpointError, StoreError
+from .core.fs import default_root
 from .core.history_table import format_history
+from .core.layout import line_text, sanitize
 from .core.notice import prompt_section
-from .core.store import default_root, sanitize, session_in_use
+from .core.session_files import session_in_use
 from .sessions import (
     SessionReader,
     check_root,
@@ -47,7 +31,6 @@ from .sessions import (
     list_sessions,
     session_problem,
     session_stats,
-    to_json_line,
     tree_stats,
 )
 
@@ -63,6 +46,15 @@ class CommandFailed(Exception):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; its exit code.
+
+    0: done. 1: nothing to show or not done (no session yet, an unknown session or call id,
+    a session directory ``gc`` could not remove). 2: a usage error (unknown option,
+    malformed value), or a root refused as unsafe. ``history``, ``show``, ``stats`` and
+    ``gc`` take ``--root DIR``; the default is the store's (``$PTC_RETRY_ROOT`` when set,
+    else ``<tempdir>/ptc-retry-<uid>``), and a root that is a symlink, belongs to another
+    user or is a shared sticky directory is refused, by the store's own rules.
+    """
     parser = build_parser()
     args = parser.parse_args(argv)
     if not hasattr(args, "run"):
@@ -382,7 +374,7 @@ def run_history(args: argparse.Namespace) -> int:
     shown = lines[-args.last :] if args.last else lines
     if args.json:
         for line in shown:
-            print(to_json_line(line))
+            print(line_text(line))
         return EXIT_OK
     print(format_history(shown, session_dir=reader.path))
     if len(shown) < len(lines):

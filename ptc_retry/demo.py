@@ -1,16 +1,8 @@
 """``ptc-retry demo``: a scripted agent fixes a failed program with a one-line replay.
 
-No model, no key, no network: the "model" is a script, the kernel is real. The
-agent gets a data task, writes a program of about forty lines with one wrong
-literal (a misspelled column name), reads the failure with ptc-retry's notice,
-and sends one line instead of the whole program again::
-
-    await ptc_retry.replay("#1", 'row["unit_prcie"]', 'row["unit_price"]')
-
-The transcript shows what the model sent and what it read, then what the retry
-cost against re-sending the corrected program, in cl100k_base tokens where the
-``eval`` extra is installed, else estimated as ``ceil(bytes / 4)``. ``save``
-writes the session as a notebook (nbformat v4) that JupyterLab opens.
+No model, no key, no network: the "model" is a script, the kernel is real. The transcript
+shows what the model sent and read, then what the retry cost against re-sending the
+corrected program; ``save`` writes the session as a notebook that JupyterLab opens.
 """
 
 from __future__ import annotations
@@ -28,6 +20,7 @@ from jupyter_core.utils import run_sync
 from .backend import KernelBackend, KernelStartError, RunResult
 from .core.errors import PtcRetryError
 from .core.notice import parse_notice
+from .core.session_files import read_history
 
 TASK = "Report revenue by region and the best month from this CSV export."
 
@@ -185,14 +178,19 @@ def _last(backend: KernelBackend) -> RunResult:
 
 
 def _summary(retry_raw: str, resend_raw: str, notice: str) -> str:
-    from .eval.tokens import load_tokenizer
+    from .tokens import load_tokenizer
 
     tokenizer = load_tokenizer()
+
+    def count(text: str) -> int:
+        tokens = tokenizer.count(text)
+        return tokens if tokens is not None else estimate_tokens(len(text.encode()))
+
     if tokenizer.available:
-        count, mark = tokenizer.count, ""
+        mark = ""
         how = f"tokens: {tokenizer.name}, of the tool-call arguments as JSON"
     else:
-        count, mark = (lambda text: estimate_tokens(len(text.encode()))), "~"
+        mark = "~"
         how = (
             "tokens: an estimate, ceil(bytes / 4) of the tool-call arguments as JSON "
             "(pip install 'ptc-retry[eval]' counts them with cl100k_base)"
@@ -215,13 +213,9 @@ def _summary(retry_raw: str, resend_raw: str, notice: str) -> str:
 
 
 def _history(backend: KernelBackend) -> str:
-    path = backend.session_dir / "history.jsonl"
+    assert backend.session_dir is not None  # a local kernel's session is known from the start
     rows = []
-    for raw in path.read_text("utf-8").splitlines():
-        try:
-            line = json.loads(raw)
-        except ValueError:
-            continue
+    for line in read_history(backend.session_dir):
         extra = f"  replay of {line['replay_of']}" if line.get("replay_of") else ""
         ename = f"  {line['ename']}" if line.get("ename") else ""
         rows.append(f"{line.get('id')}: {line.get('status')}{ename}{extra}")

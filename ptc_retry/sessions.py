@@ -1,45 +1,30 @@
 """Reading sessions for a person: saved programs, history and per-session figures.
 
 Everything here is read-only: it never creates, writes or deletes a file, so the ``ptc-retry``
-commands can look at a session while its kernel is still writing to it. The parsing rules are
-the store's own (``ptc_retry.core.store``): a torn or garbage history line is skipped (invalid
-UTF-8, JSON nested too deep, a line over 1 MiB, an object whose id the store would never give),
-and a checkpoint in ``by-id/`` that has no history line yet is shown as ``unfinished`` (its
-call is still running, or its process died mid-call), with the line the store would write for
-it when the session is reopened. No link is ever followed: a ``previous/`` or ``calls/``
-symlink is read as the text naming a ``by-id/`` file, and a link in ``by-id/`` is no
-checkpoint.
+commands can look at a session while its kernel is still writing to it. It reads by the
+store's own rules (:mod:`ptc_retry.core.session_files`) and never follows a link.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from .core.errors import CheckpointError
+from .core.fs import Dir, check_ancestors, check_dir, uid
 from .core.history_table import FAILED
-from .core.store import (
-    _PREVIOUS_NAME,
-    _Dir,
-    _uid,
-    check_ancestors,
-    check_dir,
-    is_name,
-    is_number,
-    is_reference,
-    link_target_id,
+from .core.layout import BY_ID, CALLS, HISTORY, PREVIOUS, SessionNumbers, is_reference, sanitize
+from .core.session_files import (
+    checkpoint_files,
+    checkpoint_names,
     previous_id,
     read_checkpoint,
     read_history,
-    reference,
-    reference_number,
-    sanitize,
-    unfinished_line,
+    survey,
 )
 
 # -- finding sessions without touching them ----------------------------------------------------
@@ -73,10 +58,10 @@ def session_problem(path: Path) -> str | None:
         return "a symlink (never followed)"
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
-    uid = _uid()
-    if uid is not None and st.st_uid != uid:
+    user = uid()
+    if user is not None and st.st_uid != user:
         return f"owned by uid {st.st_uid}, not by you"
-    if not (_is(path / "history.jsonl", stat.S_ISREG) or _is(path / "by-id", stat.S_ISDIR)):
+    if not (_is(path / HISTORY, stat.S_ISREG) or _is(path / BY_ID, stat.S_ISDIR)):
         return "not a ptc-retry session (no history.jsonl and no by-id/)"
     return None
 
@@ -131,115 +116,40 @@ def tree_stats(path: Path) -> tuple[float, int]:
 # -- one session, read-only --------------------------------------------------------------------
 
 
-@dataclass
-class _Numbers:
-    """Which call each session number names, read as the store reads them when it reopens."""
-
-    claims: dict[int, list[str]] = field(default_factory=dict)  # n -> the ids carrying it
-    sent_as_references: set[str] = field(default_factory=set)  # ids sent that look like "#n"
-    next: int = 1  # the number the store gives the next call
-
-    def note(self, n: object, call_id: str) -> None:
-        if not is_number(n):  # as the store: ignored
-            return
-        assert isinstance(n, int)
-        ids = self.claims.setdefault(n, [])
-        if call_id not in ids:
-            ids.append(call_id)
-        self.next = max(self.next, n + 1)
-
-    def reference_of(self, call_id: str) -> str | None:
-        for n, ids in self.claims.items():
-            if ids == [call_id]:
-                return reference(n)
-        return None
-
-
 class SessionReader:
     """A read-only view of one session directory, by the store's parsing rules."""
 
     def __init__(self, session_dir: Path) -> None:
         self.path = session_dir
         self.name = session_dir.name
-        self._by_id = _Dir(session_dir / "by-id")
-        self._previous = _Dir(session_dir / "previous")
-        self._calls = session_dir / "calls"
+        self._by_id = Dir(session_dir / BY_ID)
+        self._previous = Dir(session_dir / PREVIOUS)
+        self._calls = Dir(session_dir / CALLS)
 
     def checkpoint_sizes(self) -> dict[str, int]:
         """``{call id: bytes}`` of the checkpoints in ``by-id/``: regular files only, named as
         the store names them (temp and hidden files, links and foreign names skipped)."""
-        return {cid: st.st_size for cid, st in self._checkpoints().items()}
-
-    def _checkpoints(self) -> dict[str, os.stat_result]:
-        found: dict[str, os.stat_result] = {}
-        try:
-            entries = list(os.scandir(self._by_id.path))
-        except OSError:  # missing, not a directory, unreadable: no checkpoints to show
-            return found
-        for entry in entries:
-            if not entry.name.endswith(".json") or not is_name(entry.name[: -len(".json")]):
-                continue  # hidden names are the store's temp files
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:  # finished and replaced meanwhile: the next look will see it
-                continue
-            if stat.S_ISREG(st.st_mode):
-                found[entry.name[: -len(".json")]] = st
-        return found
+        found, _ = checkpoint_files(self._by_id, checkpoint_names(self._by_id))
+        return {cid: st.st_size for cid, st in found.items()}
 
     def history(self) -> list[dict[str, Any]]:
-        """Every parseable history line in file order, then a line for each unfinished call.
-
-        The added lines are the ones the store appends when it reopens the session: status
-        ``unfinished``, the checkpoint's mtime as ``time``, its size as ``bytes``, and the
-        session number ``n`` the store gives it (the one a notice gave it, else the next),
-        oldest first.
-        """
+        """Every parseable history line in file order, then a line for each unfinished call:
+        the one the store appends when it reopens the session (see ``survey``)."""
         return self._read()[0]
 
-    def _read(self) -> tuple[list[dict[str, Any]], _Numbers]:
-        records = read_history(self.path)
-        numbers = _Numbers()
-        for record in records:
-            numbers.note(record.get("n"), record["id"])
-            if is_reference(record.get("sent_id")):
-                numbers.sent_as_references.add(record["sent_id"])
-        for n, call_id in self._linked_numbers():
-            numbers.note(n, call_id)
-        known = {record["id"] for record in records}
-        named = {ids[0]: n for n, ids in numbers.claims.items()}
-        orphans = sorted(
-            (st.st_mtime, cid, st) for cid, st in self._checkpoints().items() if cid not in known
-        )
-        for _, cid, st in orphans:
-            n = named.get(cid)
-            if n is None:
-                n = numbers.next
-                numbers.note(n, cid)
-            records.append(unfinished_line(cid, st, n))
-        return records, numbers
+    def _read(self) -> tuple[list[dict[str, Any]], SessionNumbers]:
+        found = survey(read_history(self.path), self._calls, self._by_id, self._names)
+        return found.records, found.numbers
 
-    def _linked_numbers(self) -> list[tuple[int, str]]:
-        """``(n, id)`` of each ``calls/<n>.json`` symlink: numbers notices gave out.
-
-        Only the link's own text is read (its target's name); it is never followed.
-        """
-        if not _is(self._calls, stat.S_ISDIR):
+    def _names(self, directory: Dir) -> list[str]:
+        """What ``directory`` holds, changing nothing; [] when it cannot be read. ``calls/`` is
+        read only when it is a real directory: its links' texts name numbers."""
+        if directory is self._calls and not _is(directory.path, stat.S_ISDIR):
             return []
         try:
-            names = os.listdir(self._calls)
+            return directory.names()
         except OSError:
             return []
-        found = []
-        for name in names:
-            match = _PREVIOUS_NAME.fullmatch(name)  # calls/<n>.json
-            try:
-                call_id = link_target_id(os.readlink(self._calls / name)) if match else None
-            except OSError:  # a copy (no symlinks here) or gone: the history has its number
-                continue
-            if match and call_id is not None:
-                found.append((int(match.group(1)), call_id))
-        return found
 
     def latest_ids(self, n: int = 5) -> list[str]:
         """The ``n`` most recently recorded ids, newest first, like ``CheckpointStore``'s."""
@@ -262,8 +172,8 @@ class SessionReader:
         return call_id, path, read_checkpoint(self._by_id, call_id, path)
 
     def _resolve(self, target: str | int) -> tuple[str, Path]:
-        if is_reference(target):
-            call_id = self._id_for_reference(target)  # type: ignore[arg-type]
+        if isinstance(target, str) and is_reference(target):
+            call_id = self._id_for_reference(target)
             path = self._by_id.path / f"{call_id}.json"
             if self._is_checkpoint(call_id):
                 return call_id, path
@@ -300,9 +210,8 @@ class SessionReader:
 
     def _id_for_reference(self, ref: str) -> str:
         """The call id ``ref`` names, by ``CheckpointStore.id_for_reference``'s rules."""
-        n = reference_number(ref)
         numbers = self._read()[1]
-        ids = numbers.claims.get(n, [])
+        ids = numbers.ids(ref)
         if not ids:
             last = numbers.next - 1
             known = (
@@ -316,7 +225,7 @@ class SessionReader:
                 "the session whose notice gave it",
                 session=False,
             )
-        if len(ids) > 1 or ref in numbers.sent_as_references:
+        if numbers.is_ambiguous(ref):
             which = (
                 f"two calls carry it ({', '.join(ids)})"
                 if len(ids) > 1
@@ -330,13 +239,9 @@ class SessionReader:
 
     def _missing(self, what: str, *, session: bool = True) -> CheckpointError:
         history, numbers = self._read()
-        recent = []
-        for call_id in _latest(history)[:5]:
-            ref = numbers.reference_of(call_id)
-            recent.append(f"{ref} ({call_id})" if ref else call_id)
         where = f" in session {self.name}" if session else ""
         return CheckpointError(
-            f"{what}{where}; the most recent are: {', '.join(recent) or 'none yet'}. "
+            f"{what}{where}; the most recent are: {numbers.described(_latest(history)[:5])}. "
             f"`ptc-retry history --session {self.name}` lists every call."
         )
 
@@ -422,15 +327,10 @@ def format_stats(rows: list[SessionStats], *, total: bool = False) -> str:
     header = [title for _, title in STATS_COLUMNS]
     widths = [max(len(cell) for cell in column) for column in zip(header, *table)]
     lines = []
-    for row in [header, *table]:
-        cells = [row[0].ljust(widths[0])]
-        cells += [cell.rjust(width) for cell, width in zip(row[1:], widths[1:])]
+    for texts in [header, *table]:
+        cells = [texts[0].ljust(widths[0])]
+        cells += [cell.rjust(width) for cell, width in zip(texts[1:], widths[1:])]
         lines.append("  ".join(cells))
     if total:
         lines.insert(len(lines) - 1, "-" * len(lines[0]))
     return "\n".join(lines)
-
-
-def to_json_line(record: dict[str, Any]) -> str:
-    """One history record as the store writes it: compact JSON, UTF-8 kept as is."""
-    return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str)

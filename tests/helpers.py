@@ -36,6 +36,35 @@ print('finished', total * 2)
 """
 
 
+# A realistic agent program of about 700 bytes (over notice_min_bytes) with one wrong literal:
+# the "region" key is spelled "regoin" in the lookup, so it fails with KeyError: 'regoin'.
+ORDERS = """\
+import statistics
+
+orders = [
+    {"id": 1, "region": "north", "amount": 120.5, "items": 3},
+    {"id": 2, "region": "south", "amount": 80.0, "items": 1},
+    {"id": 3, "region": "north", "amount": 42.25, "items": 2},
+    {"id": 4, "region": "east", "amount": 310.0, "items": 7},
+    {"id": 5, "region": "south", "amount": 15.75, "items": 1},
+]
+
+def by_region(rows):
+    totals = {}
+    for row in rows:
+        totals.setdefault(row["regoin"], []).append(row["amount"])
+    return {name: round(sum(values), 2) for name, values in totals.items()}
+
+summary = by_region(orders)
+mean_amount = statistics.mean(row["amount"] for row in orders)
+print("regions:", sorted(summary))
+print(f"mean order: {mean_amount:.2f}")
+summary
+"""
+#: The replacement that fixes ``ORDERS``: (old, new).
+ORDERS_FIX = ('row["regoin"]', 'row["region"]')
+
+
 def raw(code: str) -> str:
     """A run_code tool call's arguments as a model writes them."""
     return json.dumps({"code": code}, ensure_ascii=False)

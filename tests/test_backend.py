@@ -1,4 +1,5 @@
-"""KernelBackend end to end: real kernels, started by the backend itself.
+"""KernelBackend end to end on local kernels, started by the backend itself. What the local
+and the gateway transport share is tested over both in ``test_backend_transports.py``.
 
 Tests that leave the kernel usable share one backend (``backend``) and use distinct
 call ids; tests that kill or restart a kernel share another (``fragile``).
@@ -21,36 +22,17 @@ import pytest
 from ptc_retry.backend import (
     MAX_RAW_OUTPUT_CHARS,
     BackendError,
+    GatewayKernel,
     KernelBackend,
     KernelStartError,
+    LocalKernel,
 )
 from ptc_retry.core.notice import parse_notice
 
-from .helpers import DYING, Run, history, line_of, raw
+from .helpers import ORDERS, Run, history, line_of, raw
 
-# Over notice_min_bytes (about 630 bytes), one wrong literal: the "region" key is spelled
-# "regoin" in the lookup.
-PROGRAM = """\
-import statistics
-
-orders = [
-    {"id": 1, "region": "north", "amount": 120.5, "items": 3},
-    {"id": 2, "region": "south", "amount": 80.0, "items": 1},
-    {"id": 3, "region": "north", "amount": 42.25, "items": 2},
-    {"id": 4, "region": "east", "amount": 310.0, "items": 7},
-]
-
-def by_region(rows):
-    totals = {}
-    for row in rows:
-        totals.setdefault(row["regoin"], []).append(row["amount"])
-    return {name: round(sum(values), 2) for name, values in totals.items()}
-
-summary = by_region(orders)
-print("regions:", sorted(summary))
-print(f"mean order: {statistics.mean(row['amount'] for row in orders):.2f}")
-summary
-"""
+PROGRAM = ORDERS  # over notice_min_bytes, one wrong literal: "regoin" for "region"
+SUMMARY = "{'north': 162.75, 'south': 95.75, 'east': 310.0}"
 
 
 @pytest.fixture(scope="module")
@@ -80,28 +62,6 @@ def fragile(run: Run[Any], options: dict[str, Any]) -> Iterator[KernelBackend]:
 
 
 # -- the agent loop -------------------------------------------------------------------------
-
-
-def test_scripted_agent_fails_reads_the_notice_replays_and_succeeds(
-    backend: KernelBackend, run: Run[Any]
-) -> None:
-    first = run(backend.handle_tool_call("run_code", raw(PROGRAM), "call_a1"))
-
-    assert "KeyError: 'regoin'" in first
-    notice = first.splitlines()[-1]
-    assert notice.startswith("[ptc-retry]") and "\x1b[" not in first
-    target = parse_notice(notice)
-    assert target == backend.last_result.reference and target.startswith("#")
-    line = f"await ptc_retry.replay({target!r}, 'row[\"regoin\"]', 'row[\"region\"]')"
-    second = run(backend.handle_tool_call("run_code", raw(line), "call_a2"))
-
-    assert second.startswith("regions: ['east', 'north', 'south']\nmean order: 138.19")
-    assert second.endswith("{'north': 162.75, 'south': 80.0, 'east': 310.0}")
-    assert line_of(backend.session_dir, "call_a1")["status"] == "error"
-    assert line_of(backend.session_dir, "call_a2")["status"] == "ok"
-    assert line_of(backend.session_dir, "call_a2")["replay_of"] == "call_a1"
-    saved = backend.session_dir / "by-id" / "call_a1.json"
-    assert saved.read_bytes() == raw(PROGRAM).encode()
 
 
 def test_run_result_carries_the_kernels_facts(backend: KernelBackend, run: Run[Any]) -> None:
@@ -290,7 +250,7 @@ def test_a_failing_program_with_a_stray_key_gets_the_notice_and_replays(
 
     line = f"await ptc_retry.replay({reference!r}, 'row[\"regoin\"]', 'row[\"region\"]')"
     fixed = run(backend.handle_tool_call("run_code", raw(line), "call_k2"))
-    assert fixed.endswith("{'north': 162.75, 'south': 80.0, 'east': 310.0}")
+    assert fixed.endswith(SUMMARY)
 
 
 def test_decoded_arguments_are_accepted(backend: KernelBackend, run: Run[Any]) -> None:
@@ -304,70 +264,16 @@ def test_decoded_arguments_are_accepted(backend: KernelBackend, run: Run[Any]) -
 # -- time limits ------------------------------------------------------------------------------
 
 
-def test_timeout_keeps_printed_lines_and_the_kernels_state(
-    backend: KernelBackend, run: Run[Any]
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf")])
+def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(
+    backend: KernelBackend, run: Run[Any], timeout: float
 ) -> None:
-    run(backend.run_code("kept = 'still here'", call_id="call_s1"))
-    code = "import time\nprint('line 1')\nprint('line 2', flush=True)\ntime.sleep(60)"
-
-    result = run(backend.run_code(code, call_id="call_s2", timeout=1))
-
-    assert result.status == "timeout" and not result.restarted
-    assert result.text.startswith("line 1\nline 2\n")
-    assert "KeyboardInterrupt" in result.text
-    assert "time limit" in result.text.splitlines()[-1]  # the kernel's or the backend's words
-    after = run(backend.run_code("print(kept)", call_id="call_s3"))
-    assert (after.status, after.text) == ("ok", "still here")
-
-
-def test_cancelling_a_call_interrupts_the_program(backend: KernelBackend, run: Run[Any]) -> None:
-    with pytest.raises(asyncio.TimeoutError):
-        run(asyncio.wait_for(backend.run_code("import time\ntime.sleep(60)"), 1))
-    started = time.monotonic()
-    after = run(backend.run_code("'free'", call_id="call_c1", timeout=30))
-    assert after.value == "'free'" and time.monotonic() - started < 10
-
-
-def test_program_deaf_to_interrupts_gets_the_kernel_restarted(
-    fragile: KernelBackend, run: Run[Any]
-) -> None:
-    run(fragile.run_code("lost = 1", call_id="call_r0"))
-    code = (
-        "import signal, time\n"
-        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-        "print('ignoring interrupts', flush=True)\n"
-        "time.sleep(60)"
-    )
-    result = run(fragile.run_code(code, call_id="call_r1", timeout=1))
-
-    assert result.status == "timeout" and result.restarted
-    assert result.text.startswith("ignoring interrupts\n")
-    assert "the kernel was restarted" in result.text
-    assert result.text.endswith('Saved as call_r1. To go on: await ptc_retry.resume("call_r1")')
-    assert parse_notice(result.text) == "call_r1"
-    after = run(fragile.run_code("'lost' in globals()", call_id="call_r2"))
-    assert after.value == "False"
+    with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+        run(backend.run_code("1", call_id="call_bad_timeout", timeout=timeout))
+    assert "call_bad_timeout" not in {h["id"] for h in history(backend.session_dir)}
 
 
 # -- kernel death -----------------------------------------------------------------------------
-
-
-def test_os_exit_is_reported_as_died_and_the_program_replays(
-    fragile: KernelBackend, run: Run[Any]
-) -> None:
-    result = run(fragile.run_code(DYING, call_id="call_x1", arguments=raw(DYING), timeout=120))
-
-    assert result.status == "died" and result.restarted
-    assert result.duration < 15
-    assert result.text.startswith("partial 12\n")
-    assert "(exit code 1)" in result.text and "all variables" in result.text
-    assert parse_notice(result.text) == "call_x1"  # the kernel that numbered it is gone
-    assert Path(result.checkpoint).read_bytes() == raw(DYING).encode()
-    replayed = run(
-        fragile.run_code("await ptc_retry.replay('call_x1', 'os._exit(1)', 'pass')", timeout=60)
-    )
-    assert (replayed.status, replayed.text) == ("ok", "partial 12\nfinished 24")
-    assert line_of(fragile.session_dir, "call_x1")["status"] == "unfinished"
 
 
 def test_sigkill_from_outside_is_reported_as_died(fragile: KernelBackend, run: Run[Any]) -> None:
@@ -384,19 +290,6 @@ def test_sigkill_from_outside_is_reported_as_died(fragile: KernelBackend, run: R
     assert result.status == "died" and result.duration < 15
     assert result.text.startswith("waiting\n") and "SIGKILL" in result.text
     assert run(fragile.run_code("6 * 7", call_id="call_k2")).value == "42"
-
-
-def test_death_between_calls_is_noticed_by_the_next_call(
-    fragile: KernelBackend, run: Run[Any]
-) -> None:
-    os.kill(fragile.kernel_manager.provisioner.pid, signal.SIGKILL)
-    time.sleep(0.2)
-
-    result = run(fragile.run_code("print('fresh')", call_id="call_k3"))
-
-    assert result.status == "ok" and result.restarted
-    assert result.text.startswith("[ptc-retry] The kernel had died since the last call")
-    assert result.text.endswith("\nfresh")
 
 
 # -- prompt, tools, lifecycle -----------------------------------------------------------------
@@ -422,6 +315,30 @@ def test_tool_schema_in_the_openai_and_anthropic_shapes() -> None:
     assert kb.tool_schemas("anthropic") == [anthropic]
     with pytest.raises(ValueError, match="openai"):
         kb.tool_schema("gemini")
+
+
+def test_a_backend_runs_on_the_transport_it_is_given(
+    run: Run[Any], options: dict[str, Any]
+) -> None:
+    transport = LocalKernel(env=options["env"])
+
+    async def session() -> tuple[KernelBackend, Any]:
+        async with KernelBackend(transport=transport, root=options["root"]) as kb:
+            assert kb.connection is transport and kb.kernel_manager is transport.manager
+            return kb, await kb.run_code("6 * 7", call_id="call_tr1")
+
+    kb, result = run(session())
+    assert result.value == "42" and kb.transport is transport and kb.connection is None
+
+
+def test_a_transport_and_kernel_keywords_are_not_given_together() -> None:
+    with pytest.raises(ValueError, match="give transport= or kernel_name, cwd, not both"):
+        KernelBackend(transport=LocalKernel(), kernel_name="python3", cwd="/tmp")
+    with pytest.raises(ValueError, match="mode='native' does not work through a gateway"):
+        KernelBackend(mode="native", transport=GatewayKernel("http://127.0.0.1:1"))
+    with pytest.raises(ValueError, match="always loads ptc-retry.*extension=False"):
+        KernelBackend(extension=False)
+    assert KernelBackend(kernel_name="python3", extension=False).extension is False
 
 
 def test_unknown_kernel_name_is_a_clear_error(run: Run[Any], options: dict[str, Any]) -> None:

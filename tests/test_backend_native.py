@@ -16,7 +16,12 @@ from typing import Any
 
 import pytest
 
-from ptc_retry.backend import NATIVE_RUN_CODE_DESCRIPTION, BackendError, KernelBackend
+from ptc_retry.backend import (
+    NATIVE_RUN_CODE_DESCRIPTION,
+    BackendError,
+    KernelBackend,
+    KernelSetup,
+)
 from ptc_retry.core.notice import native_failure_notice, prompt_section
 from ptc_retry.native import EDIT_TOOL
 
@@ -345,3 +350,59 @@ def test_native_mode_through_a_gateway_is_refused() -> None:
         KernelBackend(mode="native", gateway_url="http://127.0.0.1:1")
     with pytest.raises(ValueError, match="unknown mode 'tools'"):
         KernelBackend(mode="tools")
+
+
+class DeadKernel:
+    """A transport whose kernel is dead and cannot be restarted (no process is started)."""
+
+    kernel_name = "ptc-retry"
+    extension = True
+    url = None
+
+    async def start(self, setup: KernelSetup) -> Path:
+        assert setup.root is not None
+        return setup.root / setup.session_id
+
+    async def send_execute(self, content: dict[str, Any], metadata: dict[str, Any]) -> str:
+        raise AssertionError("nothing may be sent to a dead kernel")
+
+    async def receive(self, msg_id: str, timeout: float) -> dict[str, Any] | None:
+        return None
+
+    async def interrupt(self) -> None:
+        pass
+
+    async def restart(self) -> None:
+        raise RuntimeError("no such process")
+
+    async def is_alive(self) -> bool:
+        return False
+
+    async def exit_description(self) -> str:
+        return "exit code 1"
+
+    async def shutdown(self, remove: str | None) -> None:
+        pass
+
+
+def test_a_kernel_that_cannot_restart_is_journaled_and_raised_to_the_caller(
+    tmp_path: Path,
+) -> None:
+    async def session() -> tuple[Any, dict[str, Any]]:
+        kb = KernelBackend(mode="native", transport=DeadKernel(), root=tmp_path)
+        await kb.start()
+        try:
+            with pytest.raises(ValueError, match="timeout must be a positive number"):
+                await kb.handle_tool_call("run_code", raw("1"), "call_t0", timeout=0)
+            with pytest.raises(BackendError, match="could not be restarted .no such process"):
+                await kb.handle_tool_call("run_code", raw("1"), "call_dead")
+            assert "call_t0" not in {h["id"] for h in history(kb.session_dir)}  # never journaled
+            return kb.last_tool_result, line_of(kb.session_dir, "call_dead")
+        finally:
+            await kb.shutdown()
+
+    result, line = asyncio.run(session())
+
+    assert (result.status, result.ename) == ("error", "BackendError")
+    assert result.text.startswith("Error: the 'ptc-retry' kernel could not be restarted")
+    assert (line["status"], line["ename"]) == ("error", "BackendError")

@@ -13,7 +13,7 @@ import nbformat
 import pytest
 
 from ptc_retry import demo
-from ptc_retry.eval.tokens import load_tokenizer
+from ptc_retry.tokens import load_tokenizer
 
 
 @pytest.fixture(scope="module")

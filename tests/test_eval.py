@@ -20,19 +20,20 @@ import pytest
 
 from ptc_retry.core.notice import NOTICE_MIN_BYTES, failure_notice
 from ptc_retry.eval.chart import Canvas, savings_chart
-from ptc_retry.eval.report import TARGETS, analyse, render_markdown
-from ptc_retry.eval.runner import (
+from ptc_retry.eval.figures import TARGETS, analyse
+from ptc_retry.eval.outcomes import (
     ID_SHAPES,
     ArmOutcome,
-    Call,
+    ModelCall,
     Outcome,
     ShapeRun,
     literal,
     replay_line,
     same_value,
 )
+from ptc_retry.eval.report import render_markdown
 from ptc_retry.eval.scenarios import QUICK, SCENARIOS, SIZES, by_name
-from ptc_retry.eval.tokens import Tokenizer, load_tokenizer
+from ptc_retry.tokens import Tokenizer, load_tokenizer
 
 LONG = ("5 KB", "20 KB")
 SHAPES = [shape.name for shape in ID_SHAPES]
@@ -195,9 +196,9 @@ def test_the_canvas_draws_text_inside_its_box() -> None:
 
 def _call(
     code: str, status: str, value: str | None, notice: str | None = None, role: str = "failed"
-) -> Call:
+) -> ModelCall:
     arguments = json.dumps({"code": code})
-    return Call(
+    return ModelCall(
         arguments=arguments,
         bytes=len(arguments.encode()),
         tokens=None,

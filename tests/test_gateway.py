@@ -1,19 +1,16 @@
 """KernelBackend through a real Jupyter Kernel Gateway, on 127.0.0.1 with a token.
 
-Each gateway is a ``python -m kernel_gateway`` subprocess that sees the ptc-retry
-kernelspec (``jupyter_path``) and gives its kernels ``PTC_RETRY_ROOT``; the backend
-only talks to it over REST and the websocket. The tests read checkpoint files only to
-check what the kernel wrote: the backend never does.
+Each gateway is a ``python -m kernel_gateway`` subprocess (``gateway_server.Gateway``); the
+backend only talks to it over REST and the websocket. The tests read checkpoint files only
+to check what the kernel wrote: the backend never does. What the gateway and the local
+transport share is tested over both in ``test_backend_transports.py``; the reading of the
+remote kernel's answer is tested here without a gateway.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import os
-import socket
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,119 +18,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.websocket import websocket_connect
 
-kernel_gateway = pytest.importorskip(
-    "kernel_gateway", reason="jupyter-kernel-gateway is a test extra"
-)
-if int(kernel_gateway.__version__.split(".")[0]) < 3:
-    # 2.x serves kernels through the classic notebook server, whose websocket handler
-    # never completes the handshake under tornado >= 6.5.
-    pytest.skip("these tests need jupyter-kernel-gateway >= 3", allow_module_level=True)
-
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest  # noqa: E402
-from tornado.websocket import websocket_connect  # noqa: E402
-
-from ptc_retry.backend import (  # noqa: E402
+from ptc_retry.backend import (
     BackendError,
     GatewayError,
+    GatewayKernel,
     KernelBackend,
+    KernelSetup,
     KernelStartError,
     RunResult,
 )
-from ptc_retry.core.notice import parse_notice  # noqa: E402
+from ptc_retry.backend.remote import REMOTE_API, remote_session_dir
+from ptc_retry.core.notice import parse_notice
+from ptc_retry.core.version import __version__
 
-from .helpers import DYING, Run, raw  # noqa: E402
+from .gateway_server import TOKEN, Gateway, require_kernel_gateway
+from .helpers import ORDERS, Run, raw
 
-TOKEN = "test-token-" + uuid.uuid4().hex[:8]
-# Over notice_min_bytes: one wrong key ("regoin") in a lookup.
-PROGRAM = """\
-orders = [
-    {"id": 1, "region": "north", "amount": 120.5, "items": 3},
-    {"id": 2, "region": "south", "amount": 80.0, "items": 1},
-    {"id": 3, "region": "north", "amount": 42.25, "items": 2},
-    {"id": 4, "region": "south", "amount": 15.75, "items": 1},
-]
-
-
-def add_order(totals, row):
-    entry = totals.setdefault(row["regoin"], {"amount": 0.0, "items": 0})
-    entry["amount"] += row["amount"]
-    entry["items"] += row["items"]
-    return totals
-
-
-totals = {}
-for row in orders:
-    add_order(totals, row)
-busiest = max(totals, key=lambda name: totals[name]["items"])
-print(sorted(totals))
-"""
-FIX = "await ptc_retry.replay({target!r}, 'row[\"regoin\"]', 'row[\"region\"]')"
-
-
-class Gateway:
-    """A ``jupyter kernelgateway`` on a free loopback port, stopped by ``stop()``."""
-
-    def __init__(
-        self, root: Path, workdir: Path, *args: str, env: dict[str, str] | None = None
-    ) -> None:
-        self.root = root
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            self.port = probe.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        environ = dict(os.environ)  # JUPYTER_PATH from the jupyter_path fixture
-        environ.update(
-            PTC_RETRY_ROOT=str(root),
-            JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
-            IPYTHONDIR=str(workdir / "ipython"),
-            **(env or {}),
-        )
-        environ.pop("PTC_RETRY_SESSION", None)
-        self.log = workdir / "gateway.log"
-        command = [
-            sys.executable,
-            "-m",
-            "kernel_gateway",
-            "--KernelGatewayApp.ip=127.0.0.1",
-            f"--KernelGatewayApp.port={self.port}",
-            "--KernelGatewayApp.port_retries=0",
-            f"--KernelGatewayApp.auth_token={TOKEN}",
-            *args,
-        ]
-        with open(self.log, "w") as log:
-            self.process = subprocess.Popen(
-                command, env=environ, cwd=workdir, stdout=log, stderr=subprocess.STDOUT
-            )
-        self._wait_until_it_answers()
-
-    def _wait_until_it_answers(self, timeout: float = 30) -> None:
-        import urllib.error
-        import urllib.request
-
-        request = urllib.request.Request(
-            f"{self.url}/api", headers={"Authorization": f"token {TOKEN}"}
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.process.poll() is not None:
-                break
-            try:
-                with urllib.request.urlopen(request, timeout=1):
-                    return
-            except (OSError, urllib.error.URLError):
-                time.sleep(0.1)
-        self.stop()
-        pytest.fail(f"the gateway did not answer:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+PROGRAM = ORDERS  # over notice_min_bytes, one wrong literal: "regoin" for "region"
 
 
 @pytest.fixture(scope="module")
@@ -145,6 +49,7 @@ def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def gateway(
     jupyter_path: Path, root: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
+    require_kernel_gateway()
     gateway = Gateway(root, tmp_path_factory.mktemp("gateway"))
     yield gateway
     gateway.stop()
@@ -158,60 +63,7 @@ def backend(run: Run[Any], gateway: Gateway) -> Iterator[KernelBackend]:
     run(kb.shutdown())
 
 
-@pytest.fixture(scope="module")
-def fragile(run: Run[Any], gateway: Gateway) -> Iterator[KernelBackend]:
-    """A backend whose kernel the tests kill and restart."""
-    kb = KernelBackend(gateway_url=gateway.url, token=TOKEN, startup_timeout=30, interrupt_grace=1)
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
-
-
 # -- the agent loop, through the gateway ----------------------------------------------------
-
-
-def test_fail_notice_one_line_replay_success(
-    backend: KernelBackend, gateway: Gateway, run: Run[Any]
-) -> None:
-    failed = run(backend.run_code(PROGRAM, call_id="call_g1", arguments=raw(PROGRAM)))
-
-    assert (failed.status, failed.ename) == ("error", "KeyError")
-    assert failed.metadata["call_id"] == "call_g1"  # the request's metadata passed through
-    assert failed.notice == failed.text.splitlines()[-1]
-    assert parse_notice(failed.notice) == failed.reference == failed.metadata["reference"]
-    assert backend.session_dir == gateway.root / backend.session_id  # as the kernel said
-    assert failed.checkpoint == str(backend.session_dir / "by-id" / "call_g1.json")
-    assert Path(failed.checkpoint).read_bytes() == raw(PROGRAM).encode()
-    assert str(backend.session_dir) in backend.system_prompt()
-
-    text = run(backend.handle_tool_call("run_code", raw(FIX.format(target="call_g1")), "call_g2"))
-
-    assert text == "['north', 'south']"
-    assert backend.last_result.metadata["status"] == "ok"
-
-
-def test_timeout_keeps_partial_output(backend: KernelBackend, run: Run[Any]) -> None:
-    run(backend.run_code("kept = 'still here'", call_id="call_t0"))
-    code = "import time\nprint('line 1')\nprint('line 2', flush=True)\ntime.sleep(60)"
-
-    result = run(backend.run_code(code, call_id="call_t1", timeout=1))
-
-    assert result.status == "timeout" and not result.restarted
-    assert result.text.startswith("line 1\nline 2\n") and "KeyboardInterrupt" in result.text
-    assert result.duration < 10
-    assert run(backend.run_code("kept", call_id="call_t2")).value == "'still here'"
-
-
-def test_cancelled_call_interrupts_through_the_gateway(
-    backend: KernelBackend, run: Run[Any]
-) -> None:
-    with pytest.raises(asyncio.TimeoutError):
-        run(asyncio.wait_for(backend.run_code("import time\ntime.sleep(60)"), 1))
-    started = time.monotonic()
-
-    after = run(backend.run_code("'free'", call_id="call_c1", timeout=30))
-
-    assert after.value == "'free'" and time.monotonic() - started < 10
 
 
 def test_guard_refuses_after_three_identical_failures(
@@ -233,68 +85,6 @@ def test_guard_refuses_after_three_identical_failures(
     backend.new_turn()  # a person's new instruction lifts the pause
     run(backend.run_code('%config PtcRetry.guard_mode = "observe"', call_id="call_q5"))
     assert run(backend.run_code("print('runs again')", call_id="call_q6")).text == "runs again"
-
-
-# -- deaths and restarts, through the gateway's API -----------------------------------------
-
-
-def test_kernel_death_is_detected_restarted_and_the_program_replays(
-    fragile: KernelBackend, run: Run[Any]
-) -> None:
-    result = run(fragile.run_code(DYING, call_id="call_x1", arguments=raw(DYING), timeout=120))
-
-    assert result.status == "died" and result.restarted and result.duration < 20
-    assert result.text.startswith("partial 12\n")
-    assert "all variables" in result.text
-    assert parse_notice(result.text) == "call_x1"
-    assert result.checkpoint == str(fragile.session_dir / "by-id" / "call_x1.json")
-    fix = "await ptc_retry.replay('call_x1', 'os._exit(1)', 'pass')"
-    replayed = run(fragile.run_code(fix, call_id="call_x2", timeout=60))
-    assert (replayed.status, replayed.text) == ("ok", "partial 12\nfinished 24")
-    assert replayed.metadata["checkpoint"].startswith(str(fragile.session_dir))  # same session
-
-
-def test_program_deaf_to_interrupts_gets_the_kernel_restarted(
-    fragile: KernelBackend, run: Run[Any]
-) -> None:
-    run(fragile.run_code("lost = 1", call_id="call_r0"))
-    code = (
-        "import signal, time\n"
-        "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-        "print('ignoring interrupts', flush=True)\n"
-        "time.sleep(60)"
-    )
-
-    result = run(fragile.run_code(code, call_id="call_r1", timeout=1))
-
-    assert result.status == "timeout" and result.restarted
-    assert result.text.startswith("ignoring interrupts\n")
-    assert "the kernel was restarted" in result.text
-    assert run(fragile.run_code("'lost' in globals()", call_id="call_r2")).value == "False"
-
-
-def test_kernel_deleted_behind_the_backends_back_is_replaced(
-    fragile: KernelBackend, gateway: Gateway, run: Run[Any]
-) -> None:
-    """A culled kernel: the next call gets a new one, in the same session directory."""
-    run(fragile.run_code("gone = 1", call_id="call_d0"))
-    old_id = fragile.connection.kernel_id
-
-    async def delete() -> None:
-        http = AsyncHTTPClient(force_instance=True)
-        headers = {"Authorization": f"token {TOKEN}"}
-        await http.fetch(f"{gateway.url}/api/kernels/{old_id}", method="DELETE", headers=headers)
-        http.close()
-
-    run(delete())
-
-    result = run(fragile.run_code("print('gone' in globals())", call_id="call_d1"))
-
-    assert result.status == "ok" and result.restarted
-    assert result.text.startswith("[ptc-retry] The kernel had died since the last call")
-    assert result.text.endswith("\nFalse")
-    assert fragile.connection.kernel_id != old_id
-    assert result.metadata["checkpoint"] == str(fragile.session_dir / "by-id" / "call_d1.json")
 
 
 # -- several clients, other clients ---------------------------------------------------------
@@ -357,6 +147,7 @@ async def plain_client_run(
 def test_forced_kernel_gives_a_python3_client_checkpoints_and_notices(
     jupyter_path: Path, run: Run[Any], tmp_path: Path
 ) -> None:
+    require_kernel_gateway()
     root = tmp_path / "checkpoints"
     # As docs/gateway.md says: a client that sends its own env replaces the kernel's
     # environment, so the operator whitelists PTC_RETRY_ROOT from the gateway's.
@@ -397,6 +188,7 @@ def test_unknown_kernel_name_names_the_gateways_kernels(gateway: Gateway, run: R
 def test_gateway_that_goes_away_is_a_clear_error_within_seconds(
     jupyter_path: Path, run: Run[Any], tmp_path: Path
 ) -> None:
+    require_kernel_gateway()
     doomed = Gateway(tmp_path / "checkpoints", tmp_path)
     kb = KernelBackend(gateway_url=doomed.url, token=TOKEN)
 
@@ -434,3 +226,58 @@ def test_gateway_options_are_checked_when_the_backend_is_made() -> None:
     assert kb.session_dir is None  # the kernel's host decides, in start()
     with pytest.raises(BackendError, match="call start"):
         kb.system_prompt()
+
+
+# -- the remote kernel's answer, read without a gateway -------------------------------------
+
+
+def answer(text: str, status: str = "ok", **error: str) -> dict[str, Any]:
+    """The content of an execute_reply whose user expression ``remote`` gave ``text``."""
+    remote: dict[str, Any] = {"status": status, "data": {"text/plain": text}, **error}
+    return {"status": "ok", "user_expressions": {"remote": remote}}
+
+
+def test_the_remote_kernels_session_directory_is_read_from_its_answer() -> None:
+    said = {"api": REMOTE_API, "version": __version__, "session_dir": "/srv/ptc/s1"}
+    assert remote_session_dir(answer(repr(said)), "", "ptc-retry") == "/srv/ptc/s1"
+
+
+@pytest.mark.parametrize(("version", "api"), [("0.0.1", REMOTE_API), (__version__, REMOTE_API + 1)])
+def test_a_remote_kernel_of_another_version_or_protocol_is_refused_clearly(
+    version: str, api: int
+) -> None:
+    said = {"api": api, "version": version, "session_dir": "/srv/ptc/s1"}
+    expected = (
+        f"the kernel behind the gateway runs ptc-retry {version} (protocol {api}) and this "
+        f"backend ptc-retry {__version__} (protocol {REMOTE_API}); install the same ptc-retry "
+        "version on both sides"
+    )
+    with pytest.raises(KernelStartError) as caught:
+        remote_session_dir(answer(repr(said)), "", "ptc-retry")
+    assert str(caught.value) == expected
+
+
+def test_an_answer_this_backend_cannot_read_is_a_version_mismatch() -> None:
+    with pytest.raises(KernelStartError, match="runs ptc-retry None .*same ptc-retry version"):
+        remote_session_dir(answer("<ptc_retry.Answer object at 0x7f>"), "", "ptc-retry")
+
+
+def test_a_remote_kernel_without_ptc_retry_is_told_what_to_install() -> None:
+    missing = answer("", "error", ename="ModuleNotFoundError", evalue="No module named 'x'")
+    with pytest.raises(
+        KernelStartError, match=f"'python3' kernel .* has no ptc-retry {__version__}"
+    ):
+        remote_session_dir(missing, "", "python3")
+
+
+def test_a_remote_kernel_that_cannot_keep_checkpoints_says_why() -> None:
+    said = {"api": REMOTE_API, "version": __version__, "session_dir": "", "problem": "read-only"}
+    with pytest.raises(KernelStartError, match=r"cannot keep checkpoints \(read-only\)"):
+        remote_session_dir(answer(repr(said)), "", "ptc-retry")
+
+
+def test_a_gateway_kernel_refuses_command_line_options() -> None:
+    kernel = GatewayKernel("http://127.0.0.1:1", token=TOKEN)
+    setup = KernelSetup("s1", None, ("--PtcRetry.notice_min_bytes=1",))
+    with pytest.raises(ValueError, match="kernelspec there"):
+        asyncio.run(kernel.start(setup))

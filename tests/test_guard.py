@@ -17,7 +17,7 @@ from traitlets import TraitError
 
 from ptc_retry.core.guard import RepeatedFailureGuard, canonical_arguments, failure_key
 from ptc_retry.core.notice import parse_notice
-from ptc_retry.kernel.extension import PtcRetry
+from ptc_retry.kernel.config import PtcRetry
 
 from .helpers import Execution, Kernel
 

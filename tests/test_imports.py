@@ -66,7 +66,7 @@ def graph() -> dict[str, set[str]]:
 
 def test_the_graph_sees_the_imports_it_should() -> None:
     edges = graph()
-    assert "ptc_retry.core.store" in edges["ptc_retry.backend.facade"]
+    assert "ptc_retry.core.fs" in edges["ptc_retry.backend.facade"]
     assert "ptc_retry.kernel.extension" in edges["ptc_retry"]  # inside a function
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import re
 from pathlib import Path
@@ -9,36 +10,12 @@ from pathlib import Path
 import pytest
 
 from ptc_retry.core.notice import NOTICE_MIN_BYTES, parse_notice
+from ptc_retry.core.version import __version__
+from ptc_retry.kernel.remote import APIS, connect
 
-from .helpers import Kernel
+from .helpers import ORDERS, ORDERS_FIX, Kernel
 
-# A realistic agent program of about 600 bytes with one wrong literal: the
-# "region" key is spelled "regoin" in the lookup.
-PROGRAM = """\
-import statistics
-
-orders = [
-    {"id": 1, "region": "north", "amount": 120.5, "items": 3},
-    {"id": 2, "region": "south", "amount": 80.0, "items": 1},
-    {"id": 3, "region": "north", "amount": 42.25, "items": 2},
-    {"id": 4, "region": "east", "amount": 310.0, "items": 7},
-    {"id": 5, "region": "south", "amount": 15.75, "items": 1},
-]
-
-def by_region(rows):
-    totals = {}
-    for row in rows:
-        totals.setdefault(row["regoin"], []).append(row["amount"])
-    return {name: round(sum(values), 2) for name, values in totals.items()}
-
-summary = by_region(orders)
-mean_amount = statistics.mean(row["amount"] for row in orders)
-print("regions:", sorted(summary))
-print(f"mean order: {mean_amount:.2f}")
-summary
-"""
-
-FIX = ('row["regoin"]', 'row["region"]')
+PROGRAM, FIX = ORDERS, ORDERS_FIX  # a realistic program of about 700 bytes, one wrong literal
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
@@ -301,3 +278,23 @@ def test_previous_one_is_the_last_program(kernel: Kernel) -> None:
     run = kernel.execute(f"await ptc_retry.replay(1, {FIX[0]!r}, {FIX[1]!r})")
     assert run.status == "ok", run.error
     assert run.ptc["call_id"] == "c2"
+
+
+def test_remote_connect_makes_the_kernel_a_session_and_says_where(
+    kernel: Kernel, tmp_path: Path
+) -> None:
+    run = kernel.execute(
+        "from ptc_retry.kernel.remote import connect\n"
+        f"connect(1, session_id='remote', root_dir={str(tmp_path)!r})"
+    )
+    assert run.status == "ok", run.error
+    answer = ast.literal_eval(run.result or "")
+    assert answer == {"api": 1, "version": __version__, "session_dir": str(tmp_path / "remote")}
+    assert (tmp_path / "remote").is_dir()
+
+
+def test_remote_connect_to_an_unknown_protocol_names_the_ones_it_speaks() -> None:
+    answer = connect(99, session_id="remote")
+    assert answer["api"] == APIS[-1] and answer["version"] == __version__
+    assert answer["session_dir"] == ""
+    assert "protocol 1, not 99" in answer["problem"]

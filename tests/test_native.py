@@ -21,14 +21,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ptc_retry.core.errors import StoreError
+from ptc_retry.core.fs import default_root
 from ptc_retry.core.notice import native_failure_notice, prompt_section
 from ptc_retry.core.patch import apply_patch, validate_patch
-from ptc_retry.core.store import CheckpointStore, default_root
+from ptc_retry.core.store import CheckpointStore
 from ptc_retry.native import (
     EDIT_TOOL,
     EDIT_TOOL_DESCRIPTION,
     EDIT_TOOL_PARAMETERS,
     NativeTools,
+    Position,
     ToolFailure,
     ToolJournal,
     current_call,
@@ -644,6 +646,43 @@ def test_empty_arguments_mean_no_arguments(tmp_path: Path) -> None:
     tools.register(lambda: "pong", name="ping")
 
     assert tools.call_sync("ping", "", "call_1") == "pong"
+
+
+def test_call_sync_works_inside_a_running_event_loop(tmp_path: Path) -> None:
+    tools = NativeTools(root=tmp_path, session="s")
+    tools.register(lambda: "pong", name="ping")
+
+    async def inside_a_loop() -> str:
+        return tools.call_sync("ping", "{}", "call_1")
+
+    assert asyncio.run(inside_a_loop()) == "pong"
+
+
+def test_a_call_given_its_position_is_recorded_there(ws: Workspace) -> None:
+    ws.journal.new_message(turn=1)
+    asyncio.run(ws.tools.invoke("lookup", '{"key": "owner"}', "call_p1", position=Position(4, 9)))
+    asyncio.run(ws.tools.invoke("lookup", '{"key": "owner"}', "call_p2"))
+
+    assert (ws.line("call_p1")["turn"], ws.line("call_p1")["step"]) == (4, 9)
+    assert (ws.line("call_p2")["turn"], ws.line("call_p2")["step"]) == (1, ws.journal.step)
+
+
+def test_functions_given_to_a_call_run_instead_of_the_registered_ones(ws: Workspace) -> None:
+    def other_lookup(key: str) -> str:
+        return f"other {key}"
+
+    [failed] = ws.send(("lookup", {"key": "missing"}))
+    direct = asyncio.run(
+        ws.tools.invoke("lookup", '{"key": "owner"}', functions={"lookup": other_lookup})
+    )
+    edit_call = edit("call_1", {"path": "key", "value": "region"})
+    edited = asyncio.run(ws.tools.invoke(*edit_call, functions={"lookup": other_lookup}))
+
+    assert failed.startswith("KeyError")
+    assert direct.text == "other owner"
+    assert edited.text == "replayed call_1 (lookup) with 1 patch entry: other region"
+    assert ws.runs == ["lookup"]  # the registered function ran only for the first call
+    assert ws.tools.definitions("openai")[2]["function"]["name"] == "lookup"
 
 
 def test_sync_and_async_tools_and_their_results_as_text(tmp_path: Path) -> None:

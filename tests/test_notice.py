@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ptc_retry.backend import KernelBackend
+from ptc_retry.core.fs import default_root
 from ptc_retry.core.notice import failure_notice, parse_notice, prompt_section, resume_call
-from ptc_retry.core.store import default_root
-from ptc_retry.eval.tokens import load_tokenizer
+from ptc_retry.tokens import load_tokenizer
 
 from .helpers import Run, raw
 

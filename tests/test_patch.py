@@ -13,13 +13,8 @@ from hypothesis import event, given
 from hypothesis import strategies as st
 
 from ptc_retry.core.errors import PatchError, PtcRetryError
-from ptc_retry.core.patch import (
-    PathSegment,
-    apply_patch,
-    format_path,
-    parse_path,
-    validate_patch,
-)
+from ptc_retry.core.patch import apply_patch, validate_patch
+from ptc_retry.core.patch_path import PathSegment, format_path, parse_path
 
 ARGS: dict[str, Any] = {
     "code": "x = 1\nprint(x)\n",

@@ -12,7 +12,7 @@ import pytest
 
 from ptc_retry.core.notice import parse_notice
 from ptc_retry.core.program import compile_program, statement_spans
-from ptc_retry.kernel.replay import edited_statement
+from ptc_retry.kernel.resume import edited_statement
 
 from .helpers import Execution, Kernel
 

@@ -15,9 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ptc_retry.core import store as store_module
 from ptc_retry.core.errors import CheckpointError, StoreError
-from ptc_retry.core.store import CheckpointStore, default_root, sanitize
+from ptc_retry.core.fs import default_root
+from ptc_retry.core.layout import sanitize
+from ptc_retry.core.store import CheckpointStore
 
 OpenStore = Callable[..., CheckpointStore]
 
@@ -337,7 +338,7 @@ def test_history_append_does_not_reopen_the_file(
         opened.append(os.fspath(path))
         return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(store_module.os, "open", counting_open)
+    monkeypatch.setattr(os, "open", counting_open)
     monkeypatch.setattr(Path, "read_bytes", lambda self: pytest.fail(f"read {self}"))
     for call in calls:
         store.finish(call, "ok")
@@ -376,7 +377,8 @@ def test_reopen_continues_counter_and_marks_orphans_unfinished(open_store: OpenS
     crashed = store.begin('{"code": "import os; os._exit(1)"}')  # no finish: the kernel died
     store.close()
     store = open_store()
-    assert store.unfinished() == ["c2"]
+    latest = {line["id"]: line["status"] for line in store.history()}
+    assert [cid for cid, status in latest.items() if status == "unfinished"] == ["c2"]
     assert store.history()[-1]["status"] == "unfinished"
     assert store.history()[-1]["bytes"] == crashed.bytes
     assert store.begin("{}").id == "c3"
@@ -469,7 +471,7 @@ def refuse(*args: Any, **kwargs: Any) -> None:
 def test_hard_link_refused_falls_back_to_symlinks(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module.os, "link", refuse)
+    monkeypatch.setattr(os, "link", refuse)
     store = open_store()
     run(store, "a = 1", turn=1, step=1)
     store.begin("{}", turn=1, step=2)
@@ -482,8 +484,8 @@ def test_hard_link_refused_falls_back_to_symlinks(
 def test_symlink_refused_falls_back_to_copies(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module.os, "link", refuse)
-    monkeypatch.setattr(store_module.os, "symlink", refuse)
+    monkeypatch.setattr(os, "link", refuse)
+    monkeypatch.setattr(os, "symlink", refuse)
     store = open_store()
     run(store, "a = 1", turn=1, step=1)
     run(store, "b = 2", turn=1, step=1)
@@ -499,8 +501,8 @@ def test_symlink_refused_falls_back_to_copies(
 def test_copied_previous_entry_follows_replace_arguments(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module.os, "link", refuse)
-    monkeypatch.setattr(store_module.os, "symlink", refuse)
+    monkeypatch.setattr(os, "link", refuse)
+    monkeypatch.setattr(os, "symlink", refuse)
     store = open_store()
     call = run(store, "old")
     store.begin("{}")
@@ -699,7 +701,7 @@ def test_link_number_makes_calls_n_point_at_the_checkpoint(
 
     assert path == store.session_dir / "calls" / "1.json" and path.is_symlink()
     assert json.loads(path.read_text()) == {"code": "y = 2"}
-    monkeypatch.setattr(store_module.os, "symlink", refuse)
+    monkeypatch.setattr(os, "symlink", refuse)
     copied = store.link_number(run(store, "z = 3"))
     assert not copied.is_symlink() and json.loads(copied.read_text()) == {"code": "z = 3"}
 

@@ -1,49 +1,37 @@
-"""A kernel behind a Jupyter Kernel Gateway: the backend's transport over REST and a websocket.
+"""A kernel behind a Jupyter Kernel Gateway (or Jupyter Server, or Enterprise Gateway, which
+serve the same API): the backend's transport over REST and the JSON websocket protocol.
 
-``KernelBackend(gateway_url="http://gateway:8888", token="...")`` uses this instead of
-starting a kernel of its own. It starts a kernel with ``POST /api/kernels`` (the
-``ptc-retry`` kernel by default), talks to it over ``/api/kernels/<id>/channels`` with
-Jupyter's JSON websocket protocol (each message names its ``channel``; the request's
-``metadata["ptc_retry"]`` passes through unchanged), interrupts it with ``POST
-.../interrupt``, restarts it with ``POST .../restart`` and deletes it on shutdown. It works
-the same against Jupyter Server and Enterprise Gateway, which serve the same API.
-
-The kernel runs on the gateway's host, or in a pod or container of its own, so its
-checkpoints live there too. After every (re)start the backend sends one silent request
-(no checkpoint, no history) that loads ``ptc_retry`` if the kernel has not, sets
-``PtcRetry.session_id`` (and ``PtcRetry.root_dir`` when ``root`` is given), and asks
-the kernel for its session directory; everything else the backend reports about
-checkpoints comes from the replies. A kernel that cannot load ``ptc_retry`` or open
-its checkpoint store fails ``start()`` with KernelStartError.
-
-Death: the gateway notices a kernel process that ended (within about three seconds)
-and restarts it itself, telling connected clients with an iopub status ``restarting``
-(``dead`` when it gives up and forgets the kernel). Either, a closed websocket, or a
-failing ``GET /api/kernels/<id>`` makes ``is_alive()`` false or raises GatewayError.
-
-The HTTP and websocket client is tornado's (``AsyncHTTPClient`` and
-``websocket_connect``): tornado is already a dependency of jupyter_client and ipykernel,
-it is what Jupyter Server itself uses for the other end, and it runs on the asyncio
-loop the backend already uses. No new dependency.
+The kernel and its checkpoints live on the gateway's host. After every (re)start one silent
+request calls the kernel's versioned entry point, ``ptc_retry.kernel.remote.connect``, which
+loads ptc-retry, sets the session and answers with the session directory. The gateway
+notices a dead kernel process itself and restarts it, telling clients with an iopub status
+``restarting`` (``dead`` when it gives up). The HTTP and websocket client is tornado's,
+already a dependency of jupyter_client and ipykernel.
 """
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import contextlib
 import json
+import logging
 import time
 import uuid
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from pathlib import Path
+from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
 from ..core.errors import BackendError, GatewayError, KernelStartError
 from ..core.protocol import execute_request
-from ..core.version import __version__
+from ..kernelspec import KERNEL_NAME
+from .remote import connect_expression, remote_session_dir
+from .transport import KernelSetup
 
-__all__ = ["GatewayError", "GatewayKernel"]
+__all__ = ["GatewayKernel", "gateway_base_url"]
+
+log = logging.getLogger(__name__)
 
 #: Seconds a REST call other than a (re)start may take before the gateway counts as gone.
 REQUEST_TIMEOUT = 10.0
@@ -53,9 +41,7 @@ ALIVE_CHECK_INTERVAL = 3.0
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 
 _CLOSED = object()  # queued when the websocket closes
-
-#: The protocol this backend speaks with the remote kernel's ptc_retry.kernel.remote.connect.
-REMOTE_API = 1
+_Error = TypeVar("_Error", bound=BackendError)
 
 
 def gateway_base_url(url: str) -> str:
@@ -69,34 +55,36 @@ def gateway_base_url(url: str) -> str:
 class GatewayKernel:
     """One kernel reached through a gateway's REST API and websocket.
 
-    ``url``: the gateway's base URL (``http://host:8888``, with a base path if it has one).
-    ``token``: its auth token (``KG_AUTH_TOKEN``), sent as ``Authorization: token ...``.
-    ``kernel_name``: the kernelspec to start. ``session_id``/``root``: applied in the
-    kernel with ``%config`` after every start. ``env``: sent as the start request's
-    ``env``; the gateway passes on only ``KERNEL_*`` names and its ``env_whitelist``.
+    ``url``: the gateway's base URL (``http://host:8888``, with a base path if it has one);
+    ValueError unless it is an http(s) URL. ``token``: its auth token (``KG_AUTH_TOKEN``),
+    sent as ``Authorization: token ...``. ``kernel_name``: the kernelspec to start; another
+    IPython kernel gets ptc-retry loaded by the entry point. ``env``: sent as the start
+    request's ``env``; the gateway passes on only ``KERNEL_*`` names and its
+    ``env_whitelist``. ``startup_timeout``: seconds a (re)start may take. The kernelspec on
+    the gateway decides the kernel's command line and working directory.
     """
+
+    #: A kernel behind a gateway always runs ptc-retry: the entry point loads it.
+    extension = True
 
     def __init__(
         self,
         url: str,
         *,
-        token: str | None,
-        kernel_name: str,
-        session_id: str,
-        root: str | None = None,
-        env: dict[str, str] | None = None,
+        token: str | None = None,
+        kernel_name: str = KERNEL_NAME,
+        env: Mapping[str, str] | None = None,
         startup_timeout: float = 60,
     ) -> None:
-        self.url = gateway_base_url(url)
+        self.url: str = gateway_base_url(url)
         self.token = token
         self.kernel_name = kernel_name
-        self.session_id = session_id
-        self.root = root
-        self.env = env
+        self.env = dict(env or {})
         self.startup_timeout = startup_timeout
         self.kernel_id: str | None = None
         #: The kernel's session directory, as the kernel sees it; known after ``start()``.
         self.session_dir: str | None = None
+        self._setup: KernelSetup | None = None
         self._client_session = uuid.uuid4().hex  # the websocket's session, for its buffer
         self._http: Any = None
         self._ws: Any = None
@@ -110,9 +98,15 @@ class GatewayKernel:
 
     # -- lifecycle ------------------------------------------------------------------------------
 
-    async def start(self) -> None:
+    async def start(self, setup: KernelSetup) -> Path:
         from tornado.httpclient import AsyncHTTPClient
 
+        if setup.options:
+            raise ValueError(
+                "a kernel behind a gateway takes its command line from the kernelspec there; "
+                f"set {' '.join(setup.options)} in that kernelspec instead"
+            )
+        self._setup = setup
         self._http = AsyncHTTPClient(force_instance=True)
         try:
             await self._new_kernel()
@@ -121,6 +115,7 @@ class GatewayKernel:
         except BaseException:
             await self.shutdown(None)
             raise
+        return Path(self.session_dir or "")
 
     async def _new_kernel(self) -> None:
         body: dict[str, Any] = {"name": self.kernel_name}
@@ -273,13 +268,18 @@ class GatewayKernel:
         except HTTPClientError as exc:
             if exc.code == 404 and missing is not ...:
                 return missing
-            raise self._http_error(method, path, exc) from None
+            raise _logged(self._http_error(method, path, exc)) from None
         except OSError as exc:
-            raise GatewayError(
-                f"cannot reach the gateway at {self.url} ({exc}); is it running, and is the "
-                "URL right?"
+            raise _logged(
+                GatewayError(
+                    f"cannot reach the gateway at {self.url} ({exc}); is it running, and is the "
+                    "URL right?"
+                )
             ) from None
         return json.loads(response.body) if response.body else None
+
+    def _lost(self) -> GatewayError:
+        return _logged(GatewayError(f"lost the websocket to the kernel at {self.url}"))
 
     def _http_error(self, method: str, path: str, exc: Any) -> BackendError:
         code = exc.code
@@ -341,12 +341,12 @@ class GatewayKernel:
                 ping_interval=15,
             )
         except HTTPClientError as exc:
-            raise self._http_error("GET", self._path("/channels"), exc) from None
+            raise _logged(self._http_error("GET", self._path("/channels"), exc)) from None
         except OSError as exc:
-            raise GatewayError(f"cannot reach the gateway at {self.url} ({exc})") from None
+            raise _logged(GatewayError(f"cannot reach the gateway at {self.url} ({exc})")) from None
         except Exception as exc:  # e.g. tornado's WebSocketError: not a websocket answer
-            raise GatewayError(
-                f"could not open the kernel's websocket at {self.url} ({exc})"
+            raise _logged(
+                GatewayError(f"could not open the kernel's websocket at {self.url} ({exc})")
             ) from None
 
     @staticmethod
@@ -376,7 +376,7 @@ class GatewayKernel:
         from tornado.websocket import WebSocketClosedError
 
         if self._ws is None:
-            raise GatewayError(f"lost the websocket to the kernel at {self.url}")
+            raise self._lost()
         msg_id = uuid.uuid4().hex
         header = {
             "msg_id": msg_id,
@@ -400,7 +400,7 @@ class GatewayKernel:
             await self._ws.write_message(json.dumps(message))
         except WebSocketClosedError:
             self._ws = None
-            raise GatewayError(f"lost the websocket to the kernel at {self.url}") from None
+            raise self._lost() from None
         return msg_id
 
     async def _reply(self, msg_id: str, timeout: float) -> tuple[dict[str, Any], str]:
@@ -414,7 +414,7 @@ class GatewayKernel:
             message = await self.receive(msg_id, min(left, 0.5))
             if message is None:
                 if self._ws is None:
-                    raise GatewayError(f"lost the websocket to the kernel at {self.url}")
+                    raise self._lost()
                 continue
             if message["msg_type"] == "stream":
                 printed.append(message["content"].get("text", ""))
@@ -436,7 +436,7 @@ class GatewayKernel:
             message = await self.receive(msg_id, min(left, 0.5))
             if message is None:
                 if self._ws is None:
-                    raise GatewayError(f"lost the websocket to the kernel at {self.url}")
+                    raise self._lost()
             elif message.get("channel") == "iopub":
                 iopub = True
             elif message["msg_type"].endswith("_reply"):
@@ -464,10 +464,9 @@ class GatewayKernel:
                     f"not answer within {self.startup_timeout:g} s"
                 )
         self._lifecycle = None
-        arguments = f"{REMOTE_API}, session_id={self.session_id!r}, root_dir={self.root!r}"
-        expression = (
-            f"__import__('ptc_retry.kernel.remote', fromlist=['connect']).connect({arguments})"
-        )
+        assert self._setup is not None  # start() keeps it
+        root = None if self._setup.root is None else str(self._setup.root)
+        expression = connect_expression(self._setup.session_id, root)
         try:
             reply, printed = await self._silent(
                 "", max(1.0, deadline - time.monotonic()), user_expressions={"remote": expression}
@@ -477,38 +476,10 @@ class GatewayKernel:
                 f"the {self.kernel_name!r} kernel behind the gateway at {self.url} did not "
                 "finish setting up its checkpoints in time"
             ) from None
-        session_dir = self._session_dir(reply["content"], printed)
-        self.session_dir = session_dir
+        self.session_dir = remote_session_dir(reply["content"], printed, self.kernel_name)
 
-    def _session_dir(self, content: dict[str, Any], printed: str) -> str:
-        """The session directory the remote kernel's ``connect`` answered, or why not."""
-        found = (content.get("user_expressions") or {}).get("remote") or {}
-        if content.get("status") != "ok" or found.get("status") != "ok":
-            ename = found.get("ename") or content.get("ename")
-            evalue = found.get("evalue") or content.get("evalue")
-            if ename in ("ModuleNotFoundError", "ImportError", "AttributeError"):
-                raise KernelStartError(
-                    f"the {self.kernel_name!r} kernel behind the gateway has no ptc-retry "
-                    f"{__version__} ({ename}: {evalue}); install ptc-retry {__version__} in the "
-                    "kernel's image and start the ptc-retry kernel"
-                )
-            raise KernelStartError(
-                f"the {self.kernel_name!r} kernel behind the gateway cannot load ptc_retry "
-                f"({ename}: {evalue}); install ptc-retry in the kernel's image and start the "
-                "ptc-retry kernel"
-            )
-        text = (found.get("data") or {}).get("text/plain", "")
-        answer = ast.literal_eval(text)
-        if answer.get("version") != __version__ or answer.get("api") != REMOTE_API:
-            raise KernelStartError(
-                f"the kernel behind the gateway runs ptc-retry {answer.get('version')} "
-                f"(protocol {answer.get('api')}) and this backend ptc-retry {__version__} "
-                f"(protocol {REMOTE_API}); install the same ptc-retry version on both sides"
-            )
-        if not answer.get("session_dir"):
-            said = answer.get("problem") or printed.strip() or "no session directory"
-            raise KernelStartError(
-                f"the {self.kernel_name!r} kernel behind the gateway cannot keep checkpoints "
-                f"({said})"
-            )
-        return str(answer["session_dir"])
+
+def _logged(error: _Error) -> _Error:
+    """``error``, logged for an operator as it is raised."""
+    log.warning("%s", error)
+    return error

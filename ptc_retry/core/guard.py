@@ -1,23 +1,8 @@
-"""The repeated-failure guard: notice when an agent sends the same failing program again and again.
+"""The repeated-failure guard: notice when an agent sends the same failing program again and
+again. The rules live here, in ``failure_key`` and ``RepeatedFailureGuard``.
 
 Plain Python: this module knows nothing of IPython or Jupyter; the extension
 feeds it every finished call and asks it whether to refuse the next one.
-
-Two failures are *the same* when their keys are equal. A key is made of the tool
-name, the call's arguments as canonical JSON (keys sorted at every level, arrays
-kept in order, no whitespace between tokens; whitespace inside the program text
-counts), the exception's class name, and the first line of its message with
-object addresses (``0x7f3a...``) masked. The guard counts consecutive failures
-with one key within one turn: a success, a failure with another key, a call of an
-excluded tool, or a call of another turn ends the streak. What a program prints
-to stderr is not a failure.
-
-When a streak reaches the limit, the caller is told once (``record`` returns the
-report with ``reached=True``); in ``pause`` mode the guard then stays paused, and
-the caller refuses every program, until :meth:`RepeatedFailureGuard.reset`.
-
-Reports hold only metadata (tool, exception name, counts, ids, times), never
-program text, error text or values, so they are safe to log and to show.
 """
 
 from __future__ import annotations
@@ -66,7 +51,14 @@ def error_summary(error: BaseException) -> str:
 
 
 def failure_key(tool: str, arguments: str, error: BaseException) -> str:
-    """The key that makes two failures the same (a digest, so no program text is kept)."""
+    """The key that makes two failures the same (a digest, so no program text is kept).
+
+    Two failures are *the same* when their keys are equal. A key is made of the tool
+    name, the call's arguments as canonical JSON (keys sorted at every level, arrays
+    kept in order, no whitespace between tokens; whitespace inside the program text
+    counts), the exception's class name, and the first line of its message with
+    object addresses (``0x7f3a...``) masked.
+    """
     digest = hashlib.sha256()
     for part in (tool, canonical_arguments(arguments), type(error).__name__, error_summary(error)):
         digest.update(part.encode("utf-8", "surrogatepass"))
@@ -92,7 +84,17 @@ class Streak:
 class RepeatedFailureGuard:
     """Counts identical failures in a row and, in ``pause`` mode, pauses after ``limit``.
 
-    State lives in memory only: one guard per kernel session, fresh after a restart.
+    The guard counts consecutive failures with one key (``failure_key``) within one turn:
+    a success, a failure with another key, a call of an excluded tool, or a call of
+    another turn ends the streak. What a program prints to stderr is not a failure.
+
+    When a streak reaches the limit, the caller is told once (``record`` returns the
+    report with ``reached=True``); in ``pause`` mode the guard then stays paused, and
+    the caller refuses every program, until :meth:`reset`.
+
+    Reports hold only metadata (tool, exception name, counts, ids, times), never
+    program text, error text or values, so they are safe to log and to show. State
+    lives in memory only: one guard per kernel session, fresh after a restart.
     """
 
     def __init__(

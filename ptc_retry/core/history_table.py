@@ -78,7 +78,7 @@ def _name(line: dict[str, Any]) -> str:
 
 def _reference_of(line: dict[str, Any]) -> str:
     n = line.get("n")
-    return reference(n) if _is_int(n) and n >= 1 else ""
+    return reference(n) if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else ""
 
 
 def _columns(lines: list[dict[str, Any]]) -> list[str]:

@@ -1,6 +1,7 @@
-"""The session directory's layout: its file names, the names calls get, references
-(``#n``), and what a history line may hold. One home for these facts; the store
-writes by them and every reader (CLI, backend, native journal) reads by them.
+"""The session directory's layout: its paths, the names calls get, references (``#n``) and
+what a history line holds and how it is parsed. One home for these facts: the store writes
+by them, and every reader (:mod:`.session_files`, the CLI, the backend, the native journal)
+reads by them.
 
     <root>/<session>/
     ├── history.jsonl              one JSON object a line, appended, never rewritten
@@ -13,8 +14,10 @@ writes by them and every reader (CLI, backend, native journal) reads by them.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,20 +28,31 @@ BY_ID = "by-id"
 PREVIOUS = "previous"
 CALLS = "calls"
 OWNER = ".owner"
+#: In ``previous/`` where the filesystem refuses links: the id of each copy, a line each.
+IDS = ".ids"
 
 #: The statuses a history line may have.
-STATUSES = frozenset({"ok", "error", "interrupted", "unfinished", "refused"})
-_LINE_KEYS = frozenset(
+HISTORY_STATUSES = frozenset({"ok", "error", "interrupted", "unfinished", "refused"})
+#: The keys the store writes on every history line (extra keys may not override them).
+LINE_KEYS = frozenset(
     "id n tool turn step ordinal status time duration bytes code_bytes replay_of sent_id".split()
 )
+#: How a message about an unusable checkpoint ends: what the model does instead.
+RESEND = "send the call again in full instead of replaying it"
+
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]")
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,119}")  # exactly the fixed points of sanitize
 _AUTO_ID = re.compile(r"c([0-9]+)")
-_PREVIOUS_NAME = re.compile(r"([0-9]+)\.json")
+_NUMBERED_ENTRY = re.compile(r"([0-9]+)\.json")
 _REFERENCE = re.compile(r"#([0-9]+)")
 _MAX_ID = 120
 _DIGEST = 8  # hex digits of the hash that keeps a changed name apart from every other
 _MAX_NUMBER = 2**31 - 1  # a larger session number in a history line is damage, not a call
+_MAX_LINE = 1 << 20  # a longer history line is skipped unread (the store writes < 1 KiB)
+_CHUNK = 1 << 20
+
+
+# -- names and paths ----------------------------------------------------------------------------
 
 
 def checkpoint_path(session_dir: str | os.PathLike[str], call_id: str) -> Path:
@@ -49,6 +63,21 @@ def checkpoint_path(session_dir: str | os.PathLike[str], call_id: str) -> Path:
 def history_path(session_dir: str | os.PathLike[str]) -> Path:
     """The history file of ``session_dir``."""
     return Path(session_dir) / HISTORY
+
+
+def calls_path(session_dir: str | os.PathLike[str], n: int) -> Path:
+    """Where program number ``n`` of ``session_dir`` is linked once a notice names it."""
+    return Path(session_dir) / CALLS / f"{n}.json"
+
+
+def previous_count(session_dir: str | os.PathLike[str]) -> int:
+    """How many calls ``previous/`` holds (``1.json`` up to the first gap): the calls of the
+    step before the latest one."""
+    previous = Path(session_dir) / PREVIOUS
+    count = 0
+    while os.path.lexists(previous / f"{count + 1}.json"):
+        count += 1
+    return count
 
 
 def sanitize(call_id: str) -> str:
@@ -80,6 +109,44 @@ def numbered(name: str, n: int) -> str:
     return f"{name[: _MAX_ID - len(str(n)) - 1]}.{n}"
 
 
+def auto_id(n: int) -> str:
+    """The id a call gets without one: ``c<n>``."""
+    return f"c{n}"
+
+
+def auto_number(call_id: str) -> int | None:
+    """The n of an automatic id ``c<n>``, else None."""
+    match = _AUTO_ID.fullmatch(call_id)
+    return int(match.group(1)) if match else None
+
+
+def entry_number(name: str) -> int | None:
+    """The n of a ``previous/`` or ``calls/`` entry named ``<n>.json``, else None."""
+    match = _NUMBERED_ENTRY.fullmatch(name)
+    return int(match.group(1)) if match else None
+
+
+def link_text(call_id: str) -> str:
+    """What a ``previous/`` or ``calls/`` symlink to ``by-id/<call_id>.json`` reads."""
+    return os.path.join(os.pardir, BY_ID, f"{call_id}.json")
+
+
+def link_target_id(target: str) -> str | None:
+    """The call id a ``previous/`` or ``calls/`` symlink's text names, if it is one of ours.
+
+    Ours read ``../by-id/<id>.json``; any other text (an absolute path, another directory,
+    a name the store never gives) is None: such a link is never followed.
+    """
+    parts = re.split(r"[\\/]", target)
+    if len(parts) != 3 or parts[:2] != [os.pardir, BY_ID] or not parts[2].endswith(".json"):
+        return None
+    call_id = parts[2][: -len(".json")]
+    return call_id if is_name(call_id) else None
+
+
+# -- references ---------------------------------------------------------------------------------
+
+
 def reference(n: int) -> str:
     """The short reference of program number ``n`` of a session: ``"#7"``."""
     return f"#{n}"
@@ -104,6 +171,112 @@ def is_reference(target: object) -> bool:
 def is_number(n: object) -> bool:
     """True when ``n`` can be a session number (an int from 1 up; larger ones are damage)."""
     return isinstance(n, int) and not isinstance(n, bool) and 1 <= n <= _MAX_NUMBER
+
+
+class SessionNumbers:
+    """Which call each session number names: what a reference ``#n`` resolves to.
+
+    A number carried by two calls (a damaged history), or a reference that is also the id a
+    caller sent for a call, is ambiguous: refused, never guessed.
+    """
+
+    def __init__(self) -> None:
+        self.claims: dict[int, list[str]] = {}  # n -> the ids carrying it, first first
+        self.sent_as_references: set[str] = set()  # ids sent that look like "#n"
+        self.next = 1  # the number the next call gets
+
+    def note(self, n: object, call_id: str) -> None:
+        """Record that ``call_id`` carries ``n``; a value that is no session number is ignored."""
+        if not is_number(n):
+            return
+        assert isinstance(n, int)
+        ids = self.claims.setdefault(n, [])
+        if call_id not in ids:
+            ids.append(call_id)
+        self.next = max(self.next, n + 1)
+
+    def note_sent(self, sent_id: object) -> None:
+        """Record the id a caller sent, when it looks like a reference."""
+        if is_reference(sent_id):
+            assert isinstance(sent_id, str)
+            self.sent_as_references.add(sent_id)
+
+    def ids(self, ref: str) -> list[str]:
+        """The ids carrying the number of ``ref``; CheckpointError when it is malformed."""
+        return self.claims.get(reference_number(ref), [])
+
+    def is_ambiguous(self, ref: str) -> bool:
+        return len(self.ids(ref)) > 1 or ref in self.sent_as_references
+
+    def reference_of(self, call_id: str) -> str | None:
+        """The reference ``"#n"`` of ``call_id``; None when it has none or shares it."""
+        for n, ids in self.claims.items():
+            if ids == [call_id]:
+                return reference(n)
+        return None
+
+    def described(self, ids: Iterable[str]) -> str:
+        """``ids`` with their references, for a message: ``"#3 (call_a), c2"``."""
+        pairs = []
+        for call_id in ids:
+            ref = self.reference_of(call_id)
+            pairs.append(f"{ref} ({call_id})" if ref else call_id)
+        return ", ".join(pairs) or "none yet"
+
+    def by_id(self) -> dict[str, int]:
+        """``{id: n}`` of the first id carrying each number (a later number wins)."""
+        return {ids[0]: n for n, ids in self.claims.items()}
+
+
+# -- history lines ------------------------------------------------------------------------------
+
+
+def line_text(record: dict[str, Any]) -> str:
+    """A history record as the store writes it: compact JSON, UTF-8 kept as is."""
+    return json.dumps(record, separators=(",", ":"), ensure_ascii=False, default=str)
+
+
+def split_lines(read: Callable[[int], bytes]) -> Iterator[bytes]:
+    """The lines of a file read in chunks by ``read(size)`` (b"" at the end).
+
+    A line longer than ``_MAX_LINE`` is skipped without ever being held whole.
+    """
+    rest, skipping = b"", False
+    while True:
+        chunk = read(_CHUNK)
+        if not chunk:
+            break
+        parts = (rest + chunk).split(b"\n")
+        rest = parts.pop()
+        for part in parts:
+            if skipping:  # the end of a line too long to keep
+                skipping = False
+            elif len(part) <= _MAX_LINE:
+                yield part
+        if len(rest) > _MAX_LINE:
+            rest, skipping = b"", True
+    if rest and not skipping:
+        yield rest
+
+
+def parse_record(line: bytes) -> dict[str, Any] | None:
+    """The history record on ``line``, or None for a line the store could not have written.
+
+    Skipped, never raised: torn or garbage lines, invalid UTF-8, JSON nested too deep to
+    parse, JSON that is not an object, and objects whose ``id`` is not a name the store gives
+    (such an id could lead a path out of ``by-id/``).
+    """
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(record, dict) and is_name(record.get("id")):
+        return record
+    return None
+
+
+def parse_records(lines: Iterable[bytes]) -> list[dict[str, Any]]:
+    return [record for record in map(parse_record, lines) if record is not None]
 
 
 def unfinished_line(call_id: str, st: os.stat_result, n: int | None = None) -> dict[str, Any]:

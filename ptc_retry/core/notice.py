@@ -1,8 +1,8 @@
 """The words the model reads: the failure notice and the static prompt section.
 
-Both are plain text with no ANSI codes. The notice is short (about 32 tokens of
-cl100k_base, whatever the call ids and the checkpoint root) because it is paid on every
-failure; the prompt section is byte-identical for a session so it never breaks a prompt cache.
+Both are plain text with no ANSI codes. The notice is short, whatever the call ids and the
+checkpoint root, because it is paid on every failure; the prompt section is byte-identical
+for a session so it never breaks a prompt cache.
 """
 
 from __future__ import annotations
@@ -13,8 +13,7 @@ from pathlib import Path
 
 #: Below this many bytes of arguments a failure gets no notice. The evaluation's
 #: break-even (``ptc-retry eval``, docs/eval.md), rounded up: from there on a replay line
-#: (about 19 tokens of fixed text plus the fragments) and the notice (about 32 tokens) cost
-#: less than re-sending the program.
+#: and the notice cost less than re-sending the program.
 NOTICE_MIN_BYTES = 200
 
 #: The same threshold for native mode (``ptc_retry.native``): its notice names the call id
@@ -79,8 +78,8 @@ def failure_notice(
         stopped = f"Stopped by the time limit ({time_limit:g} s)" if time_limit else "Interrupted"
         lines = [f"{PREFIX}{stopped}; saved as {reference}. To go on: {resume_call(reference)}"]
     else:
-        # resume=True in the template itself: the model copies it, and it costs 3 tokens
-        # where a sentence explaining it cost 18.
+        # resume=True in the template itself: the model copies it, and it costs far less
+        # than a sentence explaining it.
         resume = ", resume=True" if completed > 0 else ""
         lines = [
             f"{PREFIX}Saved as {reference}. Small fix? Send only: "
@@ -141,7 +140,7 @@ def native_failure_notice(call_id: str, *, field: str = "<field>") -> str:
     """The one sentence appended to a failed direct tool call's result (native mode).
 
     It says the arguments are saved, names the call id and shows the one
-    ``editPreviousToolCalling`` call that fixes it, in about 50 tokens; it never repeats
+    ``editPreviousToolCalling`` call that fixes it; it never repeats
     the error. No path: a tool-calling model addresses saved calls by id, and the prompt
     section already names the directory. ``field`` is the example's patch path: the
     caller's best guess of the value to fix.

@@ -1,40 +1,7 @@
 """Run a program as a coroutine in a namespace, so that it behaves like a notebook cell.
 
-Plain Python: this module knows nothing of IPython or Jupyter. A replay calls
-:func:`run_program` with the corrected text and the kernel's user namespace::
-
-    result = await run_program(code, "<ptc-retry c7>", shell.user_ns,
-                               transformed=shell.transform_cell(code))
-
-What a program may rely on, as in an IPython cell:
-
-- top-level ``await``, ``async for`` and ``async with`` work;
-- a top-level ``return`` ends the program with that value; otherwise the value
-  of a last top-level expression is the result; otherwise ``None``;
-- every name the program binds at top level lands in ``namespace`` (the
-  program's globals); comprehension variables stay in their comprehension;
-  nothing else is added (except ``__builtins__`` when missing, as ``exec`` does);
-- tracebacks and syntax errors name ``filename`` and the program's own line
-  numbers, and ``linecache`` holds ``source`` so tracebacks show its lines;
-- the whole program is compiled before any of it runs;
-- ``start=k`` skips the first ``k`` top-level statements (a resume): the others
-  keep their line numbers, and ``from __future__`` imports still apply.
-
-How: the top-level statements run in order, in three kinds of steps. Runs of
-statements without a top-level ``return`` are compiled as module code with
-top-level await allowed (IPython's own mechanism, so module semantics hold
-exactly). A statement that holds a top-level ``return`` (``if bad: return x``)
-becomes the body of ``async def <module>():`` headed by ``global`` for every
-name it binds, built with ``types.FunctionType(code, namespace)``. A last
-expression is compiled in ``eval`` mode for its value.
-
-One function for the whole program would be simpler, but CPython compiles a
-function body in time quadratic in (nested scopes x names): for a program of
-small functions, 2.7 s against 0.9 s as module code at 1 MB, 23 s against 3 s at 2 MB.
-
-Inside a statement that holds a top-level ``return``, and there only:
-``from x import *`` is refused, annotations of names (``x: int = 1``) are not
-stored in ``__annotations__``, and ``locals()`` is the block's own.
+Plain Python: this module knows nothing of IPython or Jupyter. A replay runs the corrected
+program with :func:`run_program` in the kernel's user namespace.
 """
 
 from __future__ import annotations
@@ -86,8 +53,18 @@ _MATCH_MAPPING = getattr(ast, "MatchMapping", None)
 class CompiledProgram:
     """A compiled program: its steps, run in order by :meth:`run`.
 
-    Each step is ``(kind, code)`` with ``kind`` one of ``"module"``, ``"block"``,
-    ``"expression"`` (see the module doc). A program can run any number of times.
+    Each step is ``(kind, code)``. Runs of statements without a top-level ``return`` are
+    ``"module"`` code with top-level await allowed (IPython's own mechanism, so module
+    semantics hold exactly). A statement that holds a top-level ``return`` (``if bad:
+    return x``) is a ``"block"``: the body of ``async def <module>():`` headed by ``global``
+    for every name it binds, built with ``types.FunctionType(code, namespace)``. A last
+    expression is an ``"expression"``, compiled in ``eval`` mode for its value.
+
+    One function for the whole program would be simpler, but CPython compiles a function
+    body in time quadratic in (nested scopes x names): for a program of small functions,
+    2.7 s against 0.9 s as module code at 1 MB, 23 s against 3 s at 2 MB.
+
+    A program can run any number of times.
     """
 
     filename: str
@@ -127,7 +104,26 @@ def register_source(filename: str, source: str) -> None:
 def compile_program(
     source: str, filename: str, *, transformed: str | None = None, start: int = 0
 ) -> CompiledProgram:
-    """Compile a program to run like a notebook cell (see the module doc).
+    """Compile a program to run like a notebook cell.
+
+    What a program may rely on, as in an IPython cell:
+
+    - top-level ``await``, ``async for`` and ``async with`` work;
+    - a top-level ``return`` ends the program with that value; otherwise the value
+      of a last top-level expression is the result; otherwise ``None``;
+    - every name the program binds at top level lands in the namespace (the
+      program's globals); comprehension variables stay in their comprehension;
+      nothing else is added (except ``__builtins__`` when missing, as ``exec`` does);
+    - tracebacks and syntax errors name ``filename`` and the program's own line
+      numbers (``register_source`` puts the source into ``linecache``);
+    - the whole program is compiled before any of it runs;
+    - ``start=k`` skips the first ``k`` top-level statements (a resume): the others
+      keep their line numbers, and ``from __future__`` imports still apply.
+
+    Inside a statement that holds a top-level ``return``, and there only (see
+    ``CompiledProgram``): ``from x import *`` is refused, annotations of names
+    (``x: int = 1``) are not stored in ``__annotations__``, and ``locals()`` is the
+    block's own.
 
     ``transformed`` (default ``source``) is the text compiled, e.g. IPython's
     ``transform_cell(source)``, which keeps the line structure; ``source`` is what
@@ -146,7 +142,9 @@ def compile_program(
     compiler.flags |= _future_flags(body, compiler)
     if start > 0:
         body = body[start:]
-    last = body.pop() if body and isinstance(body[-1], ast.Expr) else None
+    last = body[-1] if body and isinstance(body[-1], ast.Expr) else None
+    if last is not None:
+        body = body[:-1]
     may_return = "return" in text
     steps: list[tuple[str, types.CodeType]] = []
     run: list[ast.stmt] = []
@@ -197,7 +195,7 @@ def make_program(
     """Register ``source`` in linecache, compile it, and return it as an async function.
 
     Each call returns a coroutine that runs the program with ``namespace`` as its
-    globals and gives its result (see the module doc).
+    globals and gives its result (see ``compile_program``).
     """
     __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
     register_source(filename, source)
@@ -222,19 +220,15 @@ async def run_program(
     transformed: str | None = None,
     start: int = 0,
 ) -> object:
-    """Run a program in ``namespace`` like a notebook cell and return its result.
+    """Run a program in ``namespace`` like a notebook cell (see ``compile_program``) and
+    return its result.
 
     The result is the value of a top-level ``return``, else of a last top-level
     expression, else ``None``. The program's exceptions propagate unchanged.
     ``start=k`` runs only from the k-th top-level statement (0-based).
     """
     __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
-    try:
-        program = make_program(source, filename, namespace, transformed=transformed, start=start)
-    except SyntaxError as error:
-        # IPython prints every frame of a SyntaxError raised by running code, hidden
-        # or not: cut the compiler's frames from the traceback.
-        raise error.with_traceback(None) from None
+    program = make_program(source, filename, namespace, transformed=transformed, start=start)
     return await program()
 
 
@@ -278,7 +272,7 @@ class _Compiler:
             return None
         return self.source_lines[lineno - 1]
 
-    def _compile(self, tree: ast.AST, mode: str) -> types.CodeType:
+    def _compile(self, tree: ast.Module | ast.Expression, mode: str) -> types.CodeType:
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
         try:
             return compile(tree, self.filename, mode, flags=self.flags, dont_inherit=True)
@@ -358,11 +352,11 @@ class _BlockScope:
             if node.name:
                 self.names.add(node.name)
         elif isinstance(node, _CAPTURE_PATTERNS):
-            if node.name:  # type: ignore[attr-defined]
-                self.names.add(node.name)  # type: ignore[attr-defined]
+            if node.name:
+                self.names.add(node.name)
         elif _MATCH_MAPPING is not None and isinstance(node, _MATCH_MAPPING):
-            if node.rest:  # type: ignore[attr-defined]
-                self.names.add(node.rest)  # type: ignore[attr-defined]
+            if node.rest:
+                self.names.add(node.rest)
         for field in node._fields:
             value = getattr(node, field, None)
             if isinstance(value, list):
@@ -419,15 +413,14 @@ def _future_flags(body: list[ast.stmt], compiler: _Compiler) -> int:
     flags = 0
     leading = True
     for index, stmt in enumerate(body):
-        is_future = isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__"
-        if is_future and leading:
+        if isinstance(stmt, ast.ImportFrom) and stmt.module == "__future__":
+            if not leading:
+                raise compiler.error(
+                    "from __future__ imports must occur at the beginning of the file", stmt
+                )
             for alias in stmt.names:
                 feature = getattr(__future__, alias.name, None)
                 flags |= getattr(feature, "compiler_flag", 0)
-        elif is_future:
-            raise compiler.error(
-                "from __future__ imports must occur at the beginning of the file", stmt
-            )
         elif not (index == 0 and _is_docstring(stmt)):
             leading = False
     return flags

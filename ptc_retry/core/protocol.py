@@ -3,6 +3,7 @@ metadata key its requests and replies carry."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 #: The key of ptc-retry's part of an execute_request's and an execute_reply's metadata.
@@ -25,3 +26,56 @@ def execute_request(code: str, *, silent: bool = False, **fields: Any) -> dict[s
         "stop_on_error": False,
         **fields,
     }
+
+
+# -- host tools: a program's calls of the agent's tools -------------------------------------
+#
+# While a program runs, the kernel does not read further shell messages, but it can ask its
+# client for input on the stdin channel (input_request / input_reply, as input() does), also
+# through a gateway's websocket. A program's tool calls travel that way: the kernel sends one
+# input_request whose prompt is TOOL_PROMPT followed by a JSON batch of calls, and the client
+# answers with one input_reply whose value is the JSON list of their results. The backend
+# sends allow_stdin=True, and the catalog of its tools as metadata["ptc_retry"]["tools"], with
+# every execute_request while it has tools.
+
+#: The start of an input_request prompt that carries tool calls (never a person's prompt).
+TOOL_PROMPT = "\x00ptc-retry tools v1 "
+
+
+def tool_request(calls: list[dict[str, Any]]) -> str:
+    """The prompt of an input_request that asks the client to make ``calls``.
+
+    Each call is ``{"id": int, "tool": str, "arguments": {...}}``; ids are unique within
+    the batch.
+    """
+    return TOOL_PROMPT + json.dumps({"calls": calls}, ensure_ascii=False)
+
+
+def parse_tool_request(prompt: str) -> list[dict[str, Any]] | None:
+    """The calls of a tool request's prompt; None when ``prompt`` is not one (a person's
+    ``input()``). ValueError when it is one but malformed."""
+    if not prompt.startswith(TOOL_PROMPT):
+        return None
+    batch = json.loads(prompt[len(TOOL_PROMPT) :])
+    calls = batch.get("calls") if isinstance(batch, dict) else None
+    if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
+        raise ValueError("a tool request holds a list of calls")
+    return calls
+
+
+def tool_reply(results: list[dict[str, Any]]) -> str:
+    """The value of the input_reply that answers a tool request.
+
+    Each result is ``{"id": int, "ok": True, "result": <JSON>}`` or ``{"id": int, "ok":
+    False, "error": str}`` (``error`` is what the program's ``ToolError`` says), one per call.
+    """
+    return json.dumps({"results": results}, ensure_ascii=False)
+
+
+def parse_tool_reply(value: str) -> list[dict[str, Any]]:
+    """The results of a tool request's input_reply; ValueError when it holds none."""
+    reply = json.loads(value)
+    results = reply.get("results") if isinstance(reply, dict) else None
+    if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
+        raise ValueError("a tool reply holds a list of results")
+    return results

@@ -1,41 +1,6 @@
-"""The in-kernel time limit: the kernel stops its own program when the limit passes.
-
-A client that times out loses everything the program printed, and some never
-interrupt the kernel. With a limit, the program ends itself, keeps its output,
-and the kernel is free for the next call at once.
-
-How: a timer thread, started only for a program that has a limit, sends SIGINT
-to the main thread when the limit passes (``signal.pthread_kill``, so a blocking
-``time.sleep`` or socket read is woken too; ``_thread.interrupt_main`` where that
-does not exist). For the length of the program our own SIGINT handler is
-installed; it tells our signal from a person's interrupt (which goes to the
-handler that was there before, unchanged) and stops the program the one way
-that is safe where the main thread stands:
-
-- running the program's code (sync or ``await``-ing code that computes): it
-  raises ``KeyboardInterrupt("time limit of N s reached")`` there;
-- idle in the event loop while the program awaits (an ``await`` of I/O or
-  sleep): it cancels the program's task, from the loop and only if the task
-  still awaits inside the program, so the program ends with ``CancelledError``
-  carrying the same message; raising in the event loop itself would break the
-  kernel;
-- anywhere else (IPython's own code between statements): it does nothing and
-  the timer tries again a moment later.
-
-A person's interrupt (or a client's, after its own timeout) goes to the handler
-that was there before, except while the program's own code runs: then it raises
-``KeyboardInterrupt`` there, at once. That is what a plain cell gets from Python's
-default handler; a cell that awaits (every replay does: ``await ptc_retry.replay``)
-would otherwise get ipykernel's handler, which only cancels the cell's task at its
-next ``await``, so a replayed ``time.sleep`` or busy loop would run on. A
-``TimeLimit`` with no seconds does only this, for every program.
-
-The timer keeps trying (every second) while a program catches the interrupt and
-goes on. When the program ends, :meth:`TimeLimit.stop` stops the timer and
-swallows a signal still on its way, so no interrupt leaks into the next program.
-Only the main thread can handle signals: elsewhere (an ipykernel subshell) the
-limit is not enforced and :meth:`TimeLimit.start` returns False.
-"""
+"""The in-kernel time limit: the kernel stops its own program when the limit passes, so
+the program keeps its output and the kernel is free for the next call at once (a
+client's own timeout loses both)."""
 
 from __future__ import annotations
 
@@ -75,6 +40,22 @@ class TimeLimit:
     ``run_code`` is the code object of the function that runs a program's
     top-level code (IPython's ``InteractiveShell.run_code``): a frame called by it
     whose code is ``<module>`` is the program's own.
+
+    A timer thread sends SIGINT to the main thread when the limit passes
+    (``signal.pthread_kill``, which also wakes a blocking ``time.sleep`` or socket
+    read), and again every second while the program catches it and goes on. Our
+    handler, installed for the length of the program, stops the program the one way
+    that is safe where the main thread stands: in the program's code it raises
+    ``KeyboardInterrupt("time limit of N s reached")``; idle in the event loop while
+    the program awaits, it cancels the program's task from the loop (raising in the
+    loop itself would break the kernel); anywhere else (IPython's code between
+    statements) it does nothing and the timer tries again a moment later.
+
+    A person's interrupt goes to the handler that was there before, except while the
+    program's own code runs: then it raises ``KeyboardInterrupt`` there at once, as
+    Python's default handler does in a plain cell, where ipykernel's handler would only
+    cancel an awaiting cell at its next ``await``. Only the main thread handles signals:
+    elsewhere (an ipykernel subshell) :meth:`start` returns False.
     """
 
     def __init__(self, seconds: float | None, run_code: types.CodeType) -> None:

@@ -16,3 +16,7 @@ class WarnOnce:
         if message != self._last:
             self._last = message
             self._emit(message)
+
+    def reset(self) -> None:
+        """Forget the last message: the problem went away, so its return is news."""
+        self._last = None

@@ -1,21 +1,9 @@
 """The evaluation corpus: agent programs, the mistake a model makes in each, and the fix.
 
-Every :class:`Scenario` is one failed model message and its correction, as a code-mode
-agent lives it: a program of about 150 B, 1 KB, 5 KB or 20 KB (the JSON arguments
-of the ``run_code`` call) with one realistic mistake (a wrong literal, key, type or
-function name, a syntax or indentation slip, a stale fragment in a file edit, a
-fix needed in two places, a slow step before a failing last statement, a time
-limit, a program below the notice threshold, a failure that needs a rewrite).
-Some add what happens around a failure in a real agent loop: the model first runs a
-small program to look at the data, two programs of one message fail together, the
-kernel restarts before the fix, or the call carries a stray key beside ``"code"``.
-Each names the fix as the ``(old, new)`` fragments a model would send, and the
-value the corrected program must end with, so both arms of the evaluation are
-checked to reach the same, known result.
-
-The big programs are generated, but as an agent writes them: data pipelines with
-many helpers and the data pasted in, a long report template, configuration
-blobs, API responses. The generators are seeded, so the corpus is the same on every run.
+Every :class:`Scenario` is one failed model message of a code-mode agent (a program of
+about 150 B, 1 KB, 5 KB or 20 KB with one realistic mistake) and its correction. The big
+programs are generated as agents write them, from fixed seeds, so the corpus is the same
+on every run.
 """
 
 from __future__ import annotations
@@ -48,6 +36,12 @@ class Parallel:
 @dataclass(frozen=True)
 class Scenario:
     """One failed program and its fix.
+
+    The mistakes are the ones models make: a wrong literal, key, type or function name, a
+    syntax or indentation slip, a stale fragment in a file edit, a fix needed in two
+    places, a slow step before a failing last statement, a time limit, a program below
+    the notice threshold, a failure that needs a rewrite. The value the corrected program
+    must end with is known, so both arms of the evaluation are checked to reach it.
 
     ``edits``: the ``(old, new)`` pairs the model sends (one pair: the helper's
     ``old, new``; several: ``edits=[...]``). ``rewrite``: the corrected program when

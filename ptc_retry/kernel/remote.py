@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..core.version import __version__
+from .host import current_host
 
 #: The protocol versions this kernel answers.
 APIS = (1,)
@@ -34,8 +35,6 @@ def connect(api: int, *, session_id: str, root_dir: str | None = None) -> dict[s
         }
     from IPython import get_ipython
 
-    from .extension import active_extension
-
     shell = get_ipython()
     shell.extension_manager.load_extension("ptc_retry")
     settings = [f"PtcRetry.session_id = {session_id!r}"]
@@ -43,11 +42,11 @@ def connect(api: int, *, session_id: str, root_dir: str | None = None) -> dict[s
         settings.append(f"PtcRetry.root_dir = {root_dir!r}")
     for line in settings:
         shell.run_line_magic("config", line)
-    extension = active_extension()
-    store = extension.open_store()
+    checkpoints = current_host().checkpoints
+    store = checkpoints.open()
     answer: dict[str, Any] = {"api": api, "version": __version__, "session_dir": ""}
     if store is None:
-        answer["problem"] = extension.store_problem or "checkpoints are off"
+        answer["problem"] = checkpoints.problem or "checkpoints are off"
     else:
         answer["session_dir"] = str(store.session_dir)
     return answer

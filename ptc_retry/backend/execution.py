@@ -1,0 +1,296 @@
+"""One execute_request: send it, collect its outputs and reply, watch its time limit and the
+kernel's life (restarting a dead or deaf kernel), and make the ``RunResult``."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..core.errors import BackendError
+from ..core.layout import checkpoint_path, sanitize
+from ..core.notice import parse_notice, resume_call
+from ..core.protocol import METADATA_KEY, execute_request
+from .capture import Capture, strip_ansi
+from .results import RunResult, join_notes
+from .transport import Transport
+
+__all__ = ["POLL_INTERVAL", "Execution", "ExecutionSettings"]
+
+log = logging.getLogger(__name__)
+
+#: How often (seconds) a waiting call checks that the kernel still runs and that the
+#: backend is not shutting down: a local kernel's death, or a shutdown, ends a running call
+#: within about this long. Behind a gateway, the gateway's own notice of a death decides.
+POLL_INTERVAL = 0.5
+
+
+@dataclass(frozen=True)
+class ExecutionSettings:
+    """What an execution needs to know of its backend."""
+
+    max_output_chars: int
+    time_limit_margin: float  # the backend interrupts this much later than the kernel's limit
+    interrupt_grace: float  # seconds an interrupted program gets before the kernel restarts
+    checkpoints: Path | None  # the kernel's session directory, as it sees it (None: unknown)
+    resume_hint: bool  # after a restart, say how to go on with ``ptc_retry.resume``
+
+
+class Execution:
+    """``code`` on ``kernel``, sent with ``metadata["ptc_retry"] = request``; ``timeout`` in
+    seconds. ``restart`` restarts the kernel (BackendError when it cannot); ``closing``
+    tells whether the backend began to shut down. Run it once."""
+
+    def __init__(
+        self,
+        kernel: Transport,
+        code: str,
+        request: dict[str, Any],
+        timeout: float | None,
+        settings: ExecutionSettings,
+        *,
+        restart: Callable[[], Awaitable[None]],
+        closing: Callable[[], bool],
+    ) -> None:
+        self.kernel = kernel
+        self.code = code
+        self.request = request
+        self.timeout = timeout
+        self.settings = settings
+        self.restart = restart
+        self.closing = closing
+        self.capture = Capture(settings.max_output_chars)
+        self.reply: dict[str, Any] | None = None
+        self.error: dict[str, Any] | None = None
+        self.value: str | None = None
+        self.interrupted = False
+        self.notes: list[str] = []
+        self.status: str | None = None  # set when the backend decides it (timeout, died)
+        self.restarted = False
+        self.msg_id: str | None = None
+
+    async def run(self) -> RunResult:
+        prelude = await self._revive()
+        result = await self._execute()
+        if prelude is not None:
+            result.text = join_notes([prelude, result.text])
+            result.restarted = True
+        return result
+
+    async def _revive(self) -> str | None:
+        """Restart a kernel that died since the last call; the note that says so, or None."""
+        if await self.kernel.is_alive():
+            return None
+        how = await self.kernel.exit_description()
+        log.warning("the %r kernel had died (%s): restarting it", self.kernel.kernel_name, how)
+        await self.restart()
+        return (
+            f"[ptc-retry] The kernel had died since the last call ({how}) and was restarted "
+            "before this program ran: earlier variables, imports and definitions are lost."
+        )
+
+    async def _execute(self) -> RunResult:
+        kernel, settings = self.kernel, self.settings
+        started = time.monotonic()
+        limit = None if self.timeout is None else self.timeout + settings.time_limit_margin
+        stop_at = None if limit is None else started + limit
+        give_up_at: float | None = None
+        idle = False
+        try:
+            self.msg_id = await kernel.send_execute(
+                execute_request(self.code), {METADATA_KEY: self.request}
+            )
+            while not (idle and self.reply is not None):
+                if self.closing():
+                    raise BackendError("the backend was shut down while this program ran")
+                now = time.monotonic()
+                if stop_at is not None and now >= stop_at and not self.interrupted:
+                    self.interrupted = True
+                    give_up_at = now + settings.interrupt_grace
+                    await self._interrupt(f"ran past its time limit of {self.timeout:g} s")
+                if give_up_at is not None and now >= give_up_at:
+                    await self._restart_after_timeout()
+                    break
+                deadlines = [d for d in (stop_at, give_up_at) if d is not None and d > now]
+                wait = min([POLL_INTERVAL, *(d - now for d in deadlines)])
+                message = await kernel.receive(self.msg_id, wait)
+                if message is None:
+                    if self.reply is not None:
+                        break  # the reply is in and its idle status was lost: it is enough
+                    if not await kernel.is_alive():
+                        await self._restart_after_death()
+                        break
+                    continue
+                msg_type = message["msg_type"]
+                if msg_type == "execute_reply":
+                    self.reply = message
+                elif msg_type == "status":
+                    idle = idle or message["content"].get("execution_state") == "idle"
+                elif msg_type != "execute_input":
+                    self._output(msg_type, message["content"])
+        except asyncio.CancelledError:
+            # The caller gave up: stop the program too, so the kernel is free for the next call.
+            await self._interrupt("was cancelled by its caller")
+            raise
+        return self._result(time.monotonic() - started)
+
+    async def _interrupt(self, why: str) -> None:
+        log.info("call %s %s: interrupting the kernel", self.request.get("call_id"), why)
+        with contextlib.suppress(Exception):
+            await self.kernel.interrupt()
+
+    def _output(self, msg_type: str, content: dict[str, Any]) -> None:
+        if msg_type == "error":
+            self.error = content
+        elif msg_type == "execute_result":
+            plain = content.get("data", {}).get("text/plain")
+            self.value = plain if isinstance(plain, str) else None
+        self.capture.add(msg_type, content)
+
+    async def _restart_after_death(self) -> None:
+        await self._drain()
+        how = await self.kernel.exit_description()
+        call_id = self.request.get("call_id")
+        await self._restart_as(
+            "died",
+            f"the kernel died while running call {call_id} ({how})",
+            f"[ptc-retry] The kernel died while running this program ({how}) and was restarted",
+        )
+
+    async def _restart_after_timeout(self) -> None:
+        await self._drain()
+        grace, call_id = self.settings.interrupt_grace, self.request.get("call_id")
+        await self._restart_as(
+            "timeout",
+            f"call {call_id} did not stop within {grace:g} s of the interrupt",
+            f"[ptc-retry] Stopped after {self.timeout:g} s (the time limit of this call). It "
+            f"did not stop within {grace:g} s of the interrupt, so the kernel was restarted",
+        )
+
+    async def _restart_as(self, status: str, why: str, said: str) -> None:
+        """Restart the kernel, which ends this call with ``status``; ``said`` tells the model."""
+        log.warning("%s: restarting it", why)
+        await self.restart()
+        self.status, self.restarted = status, True
+        lost = "all variables, imports and definitions are lost."
+        self.notes.append(f"{said}: {lost}{self._saved()}")
+
+    def _saved(self) -> str:
+        """`` Saved as ... resume(...)``: how to go on with a program no reply came for.
+
+        The kernel that numbered the program is gone, so the call id names it. Empty
+        without ``resume_hint`` (native mode: the journal's own notice follows there).
+        """
+        if not self.settings.resume_hint:
+            return ""
+        call_id, _ = self._checkpoint()
+        return f" Saved as {call_id}. To go on: {resume_call(call_id)}"
+
+    async def _drain(self) -> None:
+        """Outputs that arrived before the kernel died or was restarted: keep them."""
+        while self.msg_id is not None:
+            message = await self.kernel.receive(self.msg_id, 0.05)
+            if message is None:
+                return
+            if message["msg_type"] == "execute_reply":
+                self.reply = message
+            elif message["msg_type"] not in ("status", "execute_input"):
+                self._output(message["msg_type"], message["content"])
+
+    def _checkpoint(self) -> tuple[str, str]:
+        """The id and path the kernel saved this program under, as far as the backend knows
+        (a path relative to the session directory when the kernel never said where)."""
+        call_id = sanitize(self.request["call_id"])
+        return call_id, str(checkpoint_path(self.settings.checkpoints or "", call_id))
+
+    def _result(self, duration: float) -> RunResult:
+        reply_content = self.reply["content"] if self.reply is not None else {}
+        metadata = None
+        if self.reply is not None:
+            found = self.reply.get("metadata", {}).get(METADATA_KEY)
+            metadata = found if isinstance(found, dict) else None
+        error = self.error
+        if error is None and reply_content.get("status") == "error":
+            error = reply_content
+        notice, call_id, checkpoint, reference = self._facts(metadata, error)
+        status = self.status or self._status(reply_content, metadata, error, duration)
+        said = notice is not None and "time limit" in notice  # the kernel stopped it and said so
+        if status == "timeout" and not self.restarted and not said:
+            self.notes.append(
+                f"[ptc-retry] Stopped after {self.timeout:g} s (the time limit of this call). "
+                "The output above is what it printed until then; the kernel kept its variables."
+            )
+        if reply_content.get("status") == "aborted":
+            self.notes.append("[ptc-retry] The kernel aborted this program before it ran.")
+        body = self.capture.text()
+        return RunResult(
+            status=status,
+            text=join_notes([body, *self.notes]) or "[no output]",
+            value=self.value,
+            call_id=call_id,
+            checkpoint=checkpoint,
+            reference=reference,
+            notice=notice,
+            metadata=metadata,
+            outputs=self.capture.outputs,
+            ename=error.get("ename") if error else None,
+            evalue=error.get("evalue") if error else None,
+            execution_count=reply_content.get("execution_count"),
+            duration=duration,
+            output_chars=self.capture.total,
+            truncated=self.capture.truncated,
+            restarted=self.restarted,
+        )
+
+    def _facts(
+        self, metadata: dict[str, Any] | None, error: dict[str, Any] | None
+    ) -> tuple[str | None, str, str, str | None]:
+        """(notice, call id, checkpoint, reference): from the reply metadata, else derived."""
+        call_id, checkpoint = self._checkpoint()
+        if metadata is not None:
+            notice = metadata.get("notice")
+            reference = metadata.get("reference")
+            return (
+                notice if isinstance(notice, str) else None,
+                metadata.get("call_id") or call_id,
+                metadata.get("checkpoint") or checkpoint,
+                reference if isinstance(reference, str) else None,
+            )
+        # A kernel without ptc-retry's reply metadata: the notice is the traceback's last item.
+        lines = (error or {}).get("traceback") or []
+        last = strip_ansi(lines[-1]) if lines else ""
+        reference = parse_notice(last)
+        if reference is None:
+            return None, call_id, checkpoint, None
+        return last, call_id, checkpoint, reference
+
+    def _status(
+        self,
+        reply: dict[str, Any],
+        metadata: dict[str, Any] | None,
+        error: dict[str, Any] | None,
+        duration: float,
+    ) -> str:
+        kernel_status = (metadata or {}).get("status")
+        ename = (error or {}).get("ename")
+        if kernel_status == "refused" or ename == "RetryGuardPaused":
+            return "refused"
+        if reply.get("status") == "ok":
+            return "ok"
+        if self.interrupted:
+            return "timeout"
+        limit = self.request.get("time_limit")
+        stopped_by = (metadata or {}).get("time_limit")
+        # The kernel's own time limit ended it: the reply says so (time_limit: the seconds
+        # that stopped it), or the program was interrupted after running for the limit.
+        if limit is not None and (
+            isinstance(stopped_by, (int, float))
+            or (kernel_status == "interrupted" and duration >= limit)
+        ):
+            return "timeout"
+        return "error"

@@ -1,0 +1,130 @@
+"""Native mode's glue between ``KernelBackend`` and ``NativeTools``: the journal a native-mode
+backend opens in its session directory, and the backend's ``run_code`` as a native tool."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from ..core.errors import BackendError
+from ..native import NativeTools, Position, ToolFailure, ToolResult, current_call
+from .results import (
+    NATIVE_RUN_CODE_DESCRIPTION,
+    RUN_CODE,
+    RUN_CODE_PARAMETERS,
+    CallOptions,
+    RunResult,
+    run_code_problem,
+)
+
+__all__ = ["KERNEL_OPTIONS", "NativeRunCode", "NativeSession"]
+
+#: The kernel's command line in native mode: ``notice_min_bytes`` out of reach, so the model
+#: never reads the code-mode ``ptc_retry.replay`` notice; the kernel's sentences that do not
+#: depend on size (a time limit's stop, the repeated-failure guard) still come.
+KERNEL_OPTIONS = (f"--PtcRetry.notice_min_bytes={2**62}",)
+
+
+class RunCode(Protocol):
+    """``KernelBackend.run_code``, as native mode calls it."""
+
+    def __call__(
+        self,
+        code: str,
+        *,
+        call_id: str | None = None,
+        turn: int | None = None,
+        step: int | None = None,
+        timeout: float | None = None,
+    ) -> Awaitable[RunResult]: ...
+
+
+class NativeRunCode:
+    """``run_code`` as a native tool, with one call's options (default: the backend's).
+
+    A failed program raises ToolFailure with the text the model reads. A BackendError
+    (the kernel is gone and cannot restart: nothing the model can fix) also fails the
+    call, and is kept in ``error`` for the backend to raise to its caller.
+    """
+
+    def __init__(self, run_code: RunCode, options: CallOptions | None = None) -> None:
+        self.run_code = run_code
+        self.options = options if options is not None else CallOptions()
+        self.error: BackendError | None = None
+
+    async def __call__(self, **arguments: Any) -> str:
+        problem = run_code_problem(arguments)
+        if problem is not None:
+            raise ToolFailure(f"Error: {problem} Nothing ran.", ename="ValueError")
+        call = current_call()  # for a replay: the edit call, whose checkpoint is the patch
+        options = self.options
+        try:
+            result = await self.run_code(
+                arguments["code"],
+                call_id=call.id if call is not None else None,
+                turn=options.turn,
+                step=options.step,
+                timeout=options.timeout,
+            )
+        except BackendError as exc:
+            self.error = exc
+            raise ToolFailure(f"Error: {exc}. Nothing ran.", ename=type(exc).__name__) from exc
+        if not result.ok:
+            raise ToolFailure(result.text, ename=result.ename or result.status)
+        return result.text
+
+
+class NativeSession:
+    """A native-mode backend's ``NativeTools`` (``tools``), in its session directory, with the
+    backend's ``run_code`` registered.
+
+    Calls made with one ``step=`` are one model message of the journal, so
+    ``previous_ordinal`` numbers them; a call without ``step=`` is a message of its own.
+    BackendError when another process holds the session (the store would have moved on to
+    another directory, apart from the kernel's).
+    """
+
+    def __init__(self, root: Path, session_id: str, session_dir: Path, run: RunCode) -> None:
+        tools = NativeTools(root=root, session=session_id)
+        if tools.journal.session_dir != session_dir:
+            held = tools.journal.session_dir
+            tools.journal.close()
+            raise BackendError(
+                f"the session {session_id!r} in {root} is in use by another process (this one "
+                f"would have used {held}); pass another session_id, or none for a fresh one"
+            )
+        tools.register(
+            NativeRunCode(run),
+            name=RUN_CODE,
+            description=NATIVE_RUN_CODE_DESCRIPTION,
+            parameters=RUN_CODE_PARAMETERS,
+        )
+        self.tools = tools
+        self.run = run
+        self._message: tuple[int, int] | None = None  # (caller's step, journal's step)
+
+    async def invoke(
+        self,
+        name: str,
+        raw_arguments: str | Mapping[str, Any],
+        call_id: str | None,
+        *,
+        turn: int,
+        options: CallOptions,
+    ) -> tuple[ToolResult, BackendError | None]:
+        """Journal and run one call; its result, and the BackendError that stopped its
+        program (the kernel is gone and cannot restart), if one did."""
+        position = Position(turn, self._journal_step(options.step))
+        run_code = NativeRunCode(self.run, options)
+        result = await self.tools.invoke(
+            name, raw_arguments, call_id, position=position, functions={RUN_CODE: run_code}
+        )
+        return result, run_code.error
+
+    def _journal_step(self, step: int | None) -> int | None:
+        if step is None:
+            return None
+        if self._message is None or self._message[0] != step:
+            self._message = (step, self.tools.journal.next_step())
+        return self._message[1]

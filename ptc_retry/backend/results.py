@@ -1,0 +1,193 @@
+"""What the backend offers a model and what it gives back: the ``run_code`` tool (its
+definition and texts, the checks of its arguments) and ``RunResult``."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from ..core.schema import tool_schema
+from ..core.time_limit import valid_limit
+from ..native import EDIT_TOOL
+
+__all__ = [
+    "NATIVE_RUN_CODE_DESCRIPTION",
+    "RESULT_STATUSES",
+    "RUN_CODE",
+    "RUN_CODE_DESCRIPTION",
+    "RUN_CODE_PARAMETERS",
+    "CallOptions",
+    "RunResult",
+    "Tool",
+]
+
+#: The statuses of a ``RunResult``.
+RESULT_STATUSES = ("ok", "error", "timeout", "died", "refused")
+
+RUN_CODE = "run_code"
+RUN_CODE_DESCRIPTION = (
+    "Run a Python program in a persistent Jupyter kernel: variables, imports and "
+    "definitions stay for later calls, and top-level await works. Returns what the program "
+    "printed, the value of its last expression, or the error with its traceback. A failed "
+    "program is saved; its notice names it (#n) so a small fix can be sent as one line with "
+    "ptc_retry.replay."
+)
+RUN_CODE_PARAMETERS: dict[str, Any] = {
+    "type": "object",
+    "properties": {"code": {"type": "string", "description": "The Python program to run."}},
+    "required": ["code"],
+    "additionalProperties": False,
+}
+#: ``run_code`` in native mode: the fix goes through the edit tool, never ``ptc_retry.replay``.
+NATIVE_RUN_CODE_DESCRIPTION = (
+    "Run a Python program in a persistent Jupyter kernel: variables, imports and "
+    "definitions stay for later calls, and top-level await works. Returns what the program "
+    "printed, the value of its last expression, or the error with its traceback. A failed "
+    f'call is saved: fix a small mistake with {EDIT_TOOL} (path "code") instead of '
+    "re-sending the program."
+)
+
+
+@dataclass
+class RunResult:
+    """What one ``run_code`` gave back. ``text`` is what the model should read.
+
+    A kernel without ptc-retry's reply metadata (another IPython kernel given the extension
+    through its argv) leaves ``metadata`` None; ``call_id``, ``checkpoint``, ``reference``
+    and ``notice`` are then derived from the id the backend sent and the traceback's notice.
+    """
+
+    status: str  # one of RESULT_STATUSES
+    text: str
+    value: str | None = None  # text/plain of the execute_result
+    call_id: str | None = None  # the checkpoint id the kernel used
+    checkpoint: str | None = None  # path of by-id/<call_id>.json, as the kernel sees it
+    reference: str | None = None  # the short reference ("#7") the notice names the program by
+    notice: str | None = None  # the kernel's failure notice (also the traceback's last line)
+    metadata: dict[str, Any] | None = None  # the reply's metadata["ptc_retry"]
+    outputs: list[dict[str, Any]] = field(default_factory=list)  # nbformat v4 outputs, bounded
+    ename: str | None = None
+    evalue: str | None = None
+    execution_count: int | None = None
+    duration: float = 0.0  # seconds, from sending the request to the result
+    output_chars: int = 0  # characters the outputs came to, before truncation
+    truncated: bool = False  # text (or outputs) lost their middle to the size limits
+    restarted: bool = False  # the kernel was restarted during this call: its state is gone
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+
+@dataclass(frozen=True)
+class CallOptions:
+    """A tool call's own options, as ``handle_tool_call`` takes them (None: the default)."""
+
+    turn: int | None = None
+    step: int | None = None
+    timeout: float | None = None
+
+
+class ToolHandler(Protocol):
+    """Runs a tool call: decoded arguments, the raw string, the call id -> text for the model."""
+
+    def __call__(
+        self, arguments: dict[str, Any], raw: str, call_id: str | None, options: CallOptions
+    ) -> Awaitable[str]: ...
+
+
+@dataclass
+class Tool:
+    """A tool the backend offers the model: its definition and what runs it."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON schema of the arguments object
+    handler: ToolHandler
+
+    def schema(self, format: str = "openai") -> dict[str, Any]:
+        """The definition in a function-calling format: ``"openai"`` or ``"anthropic"``."""
+        return tool_schema(self.name, self.description, self.parameters, format)
+
+
+def decode_arguments(
+    name: str, raw_arguments: str | Mapping[str, Any]
+) -> tuple[dict[str, Any], str]:
+    """``(arguments, raw)`` of a code-mode tool call: the decoded object and its JSON text.
+
+    ValueError holds the text the model reads when they are not a JSON object.
+    """
+    if isinstance(raw_arguments, Mapping):
+        arguments = dict(raw_arguments)
+        return arguments, json.dumps(arguments, ensure_ascii=False)
+    try:
+        arguments = json.loads(raw_arguments)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(
+            f"Error: the arguments of {name} are not valid JSON ({exc}). Send a JSON "
+            f'object such as {{"code": "print(1)"}}. Nothing ran.'
+        ) from None
+    if not isinstance(arguments, dict):
+        raise ValueError(
+            f"Error: the arguments of {name} must be a JSON object such as "
+            f'{{"code": "print(1)"}}, not {json_kind(arguments)}. Nothing ran.'
+        )
+    return arguments, raw_arguments
+
+
+def run_code_problem(arguments: dict[str, Any]) -> str | None:
+    """What is wrong with run_code's decoded arguments, or None."""
+    extra = sorted(set(arguments) - {"code"})
+    if "code" not in arguments:
+        got = f"; it got {', '.join(map(repr, extra))}" if extra else ""
+        return f'run_code needs "code": a string holding the Python program{got}.'
+    code = arguments["code"]
+    if not isinstance(code, str):
+        return f'"code" must be a string holding the Python program, not {json_kind(code)}.'
+    try:
+        code.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        return f'"code" holds a lone surrogate ({exc.reason} at index {exc.start}); fix the escape.'
+    return None
+
+
+def ignored_keys_line(arguments: dict[str, Any]) -> str | None:
+    """The line that names the keys beside ``"code"`` run_code ignored, or None."""
+    ignored = sorted(set(arguments) - {"code"})
+    if not ignored:
+        return None
+    keys = ", ".join(json.dumps(key, ensure_ascii=False) for key in ignored)
+    return f'[ptc-retry] Ignored {keys}: run_code takes only "code".'
+
+
+def json_kind(value: Any) -> str:
+    """What a decoded JSON value is, in JSON's words."""
+    kinds = {bool: "a boolean", dict: "an object", list: "an array", str: "a string"}
+    for kind, word in kinds.items():
+        if isinstance(value, kind):
+            return word
+    return "null" if value is None else "a number"
+
+
+def join_notes(parts: list[str]) -> str:
+    """The non-blank ``parts``, a line each, without their trailing newlines."""
+    return "\n".join(part.rstrip("\n") for part in parts if part.strip())
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    """``timeout`` itself; ValueError unless it is None or a finite number of seconds > 0."""
+    if timeout is not None and valid_limit(timeout) is None:
+        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
+    return timeout
+
+
+def require_utf8(text: str, what: str) -> None:
+    """ValueError when ``text`` cannot be encoded (a lone surrogate): it cannot be sent."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} cannot be sent to the kernel: {exc.reason} at index {exc.start}"
+        ) from None

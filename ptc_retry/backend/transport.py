@@ -1,0 +1,72 @@
+"""How the backend reaches its kernel: the ``Transport`` interface, which ``LocalKernel``
+(a kernel started here) and ``GatewayKernel`` (a kernel behind a gateway) implement.
+
+Everything that is transport lives behind it; what the backend does with the messages
+(capture, text, statuses, time limits) is shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+__all__ = ["KernelSetup", "Transport"]
+
+
+@dataclass(frozen=True)
+class KernelSetup:
+    """What the backend asks of the kernel a transport starts: where it keeps checkpoints."""
+
+    session_id: str
+    #: The checkpoint root as the kernel sees it; None: the kernel's own default.
+    root: Path | None
+    #: ``--PtcRetry...`` options for the kernel's command line (native mode's notice switch).
+    options: tuple[str, ...] = ()
+
+
+class Transport(Protocol):
+    """One kernel, started and reached one way; each instance serves one backend."""
+
+    @property
+    def kernel_name(self) -> str:
+        """The kernelspec the kernel runs."""
+
+    @property
+    def extension(self) -> bool:
+        """False: the kernel runs without ptc-retry (a stock kernel, for comparisons)."""
+
+    @property
+    def url(self) -> str | None:
+        """The gateway the kernel is reached through; None for a kernel started on this
+        machine, whose checkpoints the backend can read."""
+
+    async def start(self, setup: KernelSetup) -> Path:
+        """Start the kernel and wait until it answers; return its session directory as the
+        kernel sees it. KernelStartError if it cannot start, GatewayError if the gateway
+        cannot be reached."""
+
+    async def send_execute(self, content: dict[str, Any], metadata: dict[str, Any]) -> str:
+        """Send an execute_request with this content and metadata; return its msg_id."""
+
+    async def receive(self, msg_id: str, timeout: float) -> dict[str, Any] | None:
+        """The next iopub or shell message whose parent is ``msg_id``, in the order that
+        ends a request (outputs, then the idle status and the reply), or None when none
+        came within ``timeout`` seconds; then ``is_alive()`` tells whether to wait on."""
+
+    async def interrupt(self) -> None:
+        """Interrupt the running program (SIGINT or an interrupt_request, as the kernel says)."""
+
+    async def restart(self) -> None:
+        """Restart the kernel and wait until it answers again, set up as after ``start``."""
+
+    async def is_alive(self) -> bool:
+        """Whether the kernel still runs; BackendError when that cannot be known."""
+
+    async def exit_description(self) -> str:
+        """How a kernel that is not alive ended, for the model: ``exit code 1``, ..."""
+
+    async def shutdown(self, remove: str | None) -> None:
+        """Stop the kernel (if it was started) and delete ``remove`` (this session's
+        checkpoint directory, where the kernel keeps it) when given. Never raises for a
+        kernel, or a gateway, that is already gone."""

@@ -1,0 +1,151 @@
+"""The checkpoint store as a kernel uses it: opened at the first program, reopened when
+``root_dir`` or ``session_id`` change, and never allowed to stop a program: a failure is
+said once in the program's output and logged for the operator."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from ..core.errors import PtcRetryError
+from ..core.store import Call, CheckpointStore
+from ..core.warn import WarnOnce
+
+if TYPE_CHECKING:
+    from .config import PtcRetry
+    from .requests import Request
+
+# Records are INFO: with no logging configured, Python prints WARNING records on
+# sys.stderr, which in a kernel is the program's output, where the model already reads
+# the problem once. An operator who configures the "ptc_retry" logger gets them all.
+logger = logging.getLogger(__name__)
+
+_STORE_ERRORS = (OSError, PtcRetryError)
+
+
+def _print_warning(message: str) -> None:
+    sentence = message.rstrip(".")
+    print(f"ptc-retry: {sentence}. Programs still run as usual.", file=sys.stderr)
+
+
+def kernel_session_name() -> str | None:
+    """A session name derived from the kernel's connection file, or None outside a kernel.
+
+    A restarted kernel keeps its connection file, so it continues its session.
+    """
+    app_module = sys.modules.get("ipykernel.kernelapp")
+    if app_module is None or not app_module.IPKernelApp.initialized():
+        return None
+    app = app_module.IPKernelApp.instance()
+    path = getattr(app, "abs_connection_file", None) or app.connection_file
+    if not path:
+        return None
+    digest = hashlib.sha256(os.path.abspath(path).encode()).hexdigest()
+    return "k" + digest[:10]
+
+
+class Checkpoints:
+    """The kernel's store, and the one channel of its warnings."""
+
+    def __init__(self, config: PtcRetry) -> None:
+        self._config = config
+        self.store: CheckpointStore | None = None
+        #: Why the store could not open, the last time it was tried.
+        self.problem: str | None = None
+        self._warn_once = WarnOnce(_print_warning)
+        config.observe(self._reopen, names=["root_dir", "session_id"])
+
+    def warn(self, message: str) -> None:
+        """``ptc-retry: <message>. Programs still run as usual.`` on stderr, unless it was
+        the last warning (an agent pays for every line it reads)."""
+        self._warn_once(message)
+
+    def open(self) -> CheckpointStore | None:
+        """The store, opened if it is not open; on failure warn once and return None."""
+        if self.store is None:
+            try:
+                self.store = CheckpointStore(
+                    self._config.root_dir, self.session_name(), owner=kernel_session_name()
+                )
+            except _STORE_ERRORS as exc:
+                self.problem = f"checkpoints are off: {exc}"
+                logger.info("%s", self.problem)
+                self.warn(self.problem)
+            else:
+                if self.store.warning:  # e.g. the session was another kernel's: said once
+                    self.warn(self.store.warning)
+        return self.store
+
+    def session_name(self) -> str | None:
+        if self._config.session_id:
+            return self._config.session_id
+        if os.environ.get("PTC_RETRY_SESSION"):
+            return os.environ["PTC_RETRY_SESSION"]
+        return kernel_session_name()
+
+    def _reopen(self, change: object = None) -> None:
+        self.close()
+        self._warn_once.reset()
+
+    def close(self) -> None:
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+
+    def begin(self, source: str, arguments: str, request: Request) -> Call | None:
+        """Save the program before it runs; None (and a warning, once) when it cannot be."""
+        store = self.open()
+        if store is None:
+            return None
+        fields = request.fields
+        try:
+            call = store.begin(
+                arguments,
+                call_id=fields.get("call_id"),
+                tool=request.tool,
+                turn=request.turn,
+                step=fields.get("step"),
+                code_bytes=len(source.encode("utf-8", "surrogatepass")),
+            )
+        except _STORE_ERRORS as exc:
+            self._failed("could not save this program", exc)
+            return None
+        self._warn_once.reset()
+        return call
+
+    def finish(self, call: Call, status: str, **extra: object) -> None:
+        """Write ``call``'s history line."""
+        if self.store is not None:
+            try:
+                self.store.finish(call, status, **extra)
+            except _STORE_ERRORS as exc:
+                self._failed("could not write the history", exc)
+
+    def link_number(self, call: Call) -> None:
+        """``calls/<n>.json``, for a model that reads the file without the helper."""
+        if self.store is not None:
+            try:
+                self.store.link_number(call)
+            except _STORE_ERRORS as exc:
+                self._failed(f"could not save calls/{call.n}.json", exc)
+
+    def save_corrected(self, call: Call, corrected: str, *, replay_of: str) -> None:
+        """``call``'s checkpoint becomes ``corrected``, the program its replay runs."""
+        if self.store is not None:
+            try:
+                self.store.replace_arguments(
+                    call,
+                    json.dumps({"code": corrected}, ensure_ascii=False),
+                    replay_of=replay_of,
+                    code_bytes=len(corrected.encode("utf-8")),
+                )
+            except _STORE_ERRORS as exc:
+                self._failed("could not save the corrected program", exc)
+
+    def _failed(self, what: str, exc: BaseException) -> None:
+        logger.info("%s: %s", what, exc)
+        self.warn(f"{what} ({exc})")

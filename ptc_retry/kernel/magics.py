@@ -1,0 +1,105 @@
+"""The magics for a person at the notebook: ``%ptc_history``, ``%ptc_show``, ``%ptc_guard``,
+and which cells are not an agent's calls because of them."""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import TYPE_CHECKING
+
+from IPython.core.magic import Magics, line_magic, magics_class
+
+from ..core.errors import PtcRetryError
+from ..core.history_table import format_history
+from .host import Host
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+MAGIC_NAMES = {"line": ["ptc_history", "ptc_show", "ptc_guard"]}
+
+# A cell that only runs our own magics (and blank or comment lines) is not a call.
+_OWN_MAGICS_ONLY = re.compile(
+    rf"(?:[ \t]*(?:%(?:{'|'.join(MAGIC_NAMES['line'])})\b[^\n]*|#[^\n]*)?\n)*"
+)
+_PERSON_RESET = re.compile(r"\s*%ptc_guard[ \t]+reset\s*")
+
+
+def only_own_magics(source: str) -> bool:
+    """Whether a cell runs nothing but these magics: it takes no number or id."""
+    return _OWN_MAGICS_ONLY.fullmatch(source + "\n") is not None
+
+
+def is_person_reset(source: str, *, from_backend: bool) -> bool:
+    """Whether a cell is a person's ``%ptc_guard reset``, which lifts a guard's pause.
+
+    It is exactly that one line, and its request carries no ``metadata["ptc_retry"]``.
+    The rule rests on what a model cannot choose: it writes a cell's text, not the
+    request's metadata. So the line inside a larger program, run from Python, or sent
+    by a backend with our metadata, resets nothing. A client that sends no metadata
+    cannot be told from a person.
+    """
+    return not from_backend and _PERSON_RESET.fullmatch(source) is not None
+
+
+@magics_class
+class PtcRetryMagics(Magics):
+    """Magics for a person at the notebook."""
+
+    def __init__(self, shell: InteractiveShell, extension: Host) -> None:
+        super().__init__(shell)
+        self.extension = extension
+
+    @line_magic
+    def ptc_history(self, line: str) -> None:
+        """%ptc_history [N]: the last N calls of this session (default 20)."""
+        store = self.extension.checkpoints.open()
+        if store is None:
+            return
+        count = int(line) if line.strip().isdigit() else 20
+        print(format_history(store.history()[-count:], session_dir=store.session_dir))
+
+    @line_magic
+    def ptc_show(self, line: str) -> None:
+        """%ptc_show #N|ID|N: the program saved as #N, for a call id, or as previous/N.json."""
+        store = self.extension.checkpoints.open()
+        if store is None:
+            return
+        text = line.strip()
+        if not text:
+            print("usage: %ptc_show #N (program N), <call id>, or a number N for previous/N.json")
+            return
+        target: str | int = int(text) if text.isdigit() else text
+        try:
+            call_id, code = store.load_code(target)
+        except PtcRetryError as exc:
+            print(exc, file=sys.stderr)
+            return
+        ref = store.reference_of(call_id)
+        name = f"{ref} ({call_id})" if ref else call_id
+        print(f"# {name}: {store.path_for(target)}\n{code}")
+
+    @line_magic
+    def ptc_guard(self, line: str) -> None:
+        """%ptc_guard: the repeated-failure guard's state. %ptc_guard reset: start it fresh.
+
+        A reset lifts a pause; it works only as a person's cell of its own (see
+        :func:`is_person_reset`), so a model's program cannot lift a pause.
+        """
+        extension = self.extension
+        word = line.strip()
+        if word in ("", "status"):
+            print(extension.guard.status())
+        elif word == "reset":
+            running = extension.programs.outermost()
+            if running is None or not running.person_reset:
+                print(
+                    "ptc-retry: nothing was reset. %ptc_guard reset works only as a cell of "
+                    "its own, run by a person at the notebook.",
+                    file=sys.stderr,
+                )
+                return
+            extension.guard.reset()
+            print("ptc-retry: the guard starts fresh; programs run again.")
+        else:
+            print("usage: %ptc_guard [reset]", file=sys.stderr)

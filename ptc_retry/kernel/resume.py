@@ -1,0 +1,122 @@
+"""Where a resume starts: the statement that failed or the first one an edit touched, or
+the whole program (with one line on stderr saying why), within a budget per turn."""
+
+from __future__ import annotations
+
+import io
+import os
+import secrets
+import sys
+from typing import TYPE_CHECKING, Any
+
+from ..core.program import statement_spans
+
+if TYPE_CHECKING:
+    from ..core.store import CheckpointStore
+    from .config import PtcRetry
+
+#: Names this kernel process in history lines, so a resume can tell that the kernel
+#: restarted since a program ran (and its state is gone).
+KERNEL_TOKEN = f"{os.getpid()}-{secrets.token_hex(4)}"
+
+
+class ResumePolicy:
+    """Decides where each resume starts, and counts the resumes of the current turn
+    (``PtcRetry.max_resumes_per_turn``) so a loop of resumes cannot go on forever."""
+
+    def __init__(self, config: PtcRetry) -> None:
+        self._config = config
+        self._turn: int | None = None
+        self._used = 0
+
+    def begin_program(self, turn: int, *, new_instruction: bool) -> None:
+        """An agent's program starts: a new instruction or a new turn renews the budget."""
+        if new_instruction:
+            self._used = 0
+        if turn != self._turn:
+            self._turn, self._used = turn, 0
+
+    def renew(self) -> None:
+        """A program succeeded: the budget is whole again."""
+        self._used = 0
+
+    def start(
+        self, store: CheckpointStore, call_id: str, code: str, corrected: str, transformed: str
+    ) -> int:
+        """The top-level statement a resume of ``call_id`` starts at (0-based).
+
+        ``code`` is the program ``call_id`` ran, ``corrected`` the program to run now
+        and ``transformed`` that as compiled. The start is the earlier of the statement
+        that failed and the first statement an edit touched. 0 when the whole program
+        must run: then one line on stderr says why, unless nothing had run anyway
+        (e.g. a syntax error).
+        """
+        line = _history_line(store, call_id) or {}
+        status = line.get("status")
+        restarted = f"the kernel restarted after {call_id} ran, so what it computed is gone"
+        if status == "unfinished":  # the kernel died while it ran
+            return _run_whole(restarted)
+        if status not in ("error", "interrupted"):
+            return _run_whole(f"{call_id} did not fail, so there is nothing to skip")
+        failed = line.get("failed_statement")
+        index = failed.get("index") if isinstance(failed, dict) else None
+        if not isinstance(index, int):
+            return 0  # no statement ran (a syntax error): the whole program it is
+        if line.get("kernel") != KERNEL_TOKEN:
+            return _run_whole(restarted)
+        if index == 0:
+            return 0
+        touched = edited_statement(code, corrected, transformed)
+        start = index if touched is None else min(index, touched)
+        if start == 0:
+            return 0
+        budget = self._config.max_resumes_per_turn
+        if self._used >= budget:
+            return _run_whole(
+                f"this turn has used its {budget} resumes (PtcRetry.max_resumes_per_turn)"
+            )
+        self._used += 1
+        return start
+
+
+def _history_line(store: CheckpointStore, call_id: str) -> dict[str, Any] | None:
+    for line in reversed(store.history()):
+        if line.get("id") == call_id:
+            return line
+    return None
+
+
+def _run_whole(reason: str) -> int:
+    print(f"ptc-retry: {reason}: running the whole program.", file=sys.stderr)
+    return 0
+
+
+def edited_statement(code: str, corrected: str, transformed: str) -> int | None:
+    """Index of the first top-level statement of ``corrected`` that an edit touched.
+
+    ``transformed`` is ``corrected`` as it is compiled (IPython keeps the lines).
+    Work is by line, so a statement sharing a line with an edit counts as touched.
+    None when the texts are equal or the edits touch no statement (a comment at
+    the end); 0 when ``transformed`` does not parse (the whole program then fails
+    to compile anyway).
+    """
+    if code == corrected:
+        return None
+    # The length of the common prefix, by bisection: each comparison runs in C.
+    low, high = 0, min(len(code), len(corrected))
+    while low < high:
+        middle = (low + high + 1) // 2
+        if code[:middle] == corrected[:middle]:
+            low = middle
+        else:
+            high = middle - 1
+    # Line ends as the compiler counts them: "\r\n", "\r" or "\n".
+    line = len(io.StringIO(corrected[:low] + "x", newline=None).readlines())
+    try:
+        spans = statement_spans(transformed)
+    except SyntaxError:
+        return 0
+    for index, (_, last) in enumerate(spans):
+        if last >= line:
+            return index
+    return None

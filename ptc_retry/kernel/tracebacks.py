@@ -1,0 +1,111 @@
+"""Reading and trimming a failed program's traceback: which top-level statement was
+running, and the traceback without ptc-retry's own frames where they would show."""
+
+from __future__ import annotations
+
+import types
+from typing import TYPE_CHECKING, Any
+
+from ..core.guard import failure_key
+from ..core.program import statement_spans
+from ..core.time_limit import HANDLER_CODE
+from .running import Failure, Running
+
+if TYPE_CHECKING:
+    from IPython.core.interactiveshell import InteractiveShell
+
+# The file name of the program a replay runs: what its frames and syntax errors show.
+_REPLAY_PREFIX = "<ptc-retry "
+
+
+def replay_filename(call_id: str) -> str:
+    """The file name the program that ``call_id`` runs as a replay compiles under."""
+    return f"{_REPLAY_PREFIX}{call_id}>"
+
+
+def cell_text(shell: InteractiveShell, info: Any) -> str | None:
+    """The cell as IPython compiled it (magics turned into calls; same lines)."""
+    transformed = getattr(info, "transformed_cell", None)  # IPython >= 9
+    if isinstance(transformed, str):
+        return transformed
+    try:
+        return shell.transform_cell(info.raw_cell)
+    except Exception:
+        return None
+
+
+def failure_of(
+    shell: InteractiveShell, running: Running, error: BaseException, run_code: types.CodeType
+) -> Failure:
+    """The failure of ``error`` in ``running``, computed once (the notice and the
+    history both ask). ``run_code`` is the code of IPython's ``run_code``."""
+    failure = running.failure
+    if failure is None or failure.error is not error:
+        key = failure_key(running.tool, running.arguments, error)
+        statement = _failed_statement(shell, running, error, run_code)
+        failure = running.failure = Failure(error, key, statement)
+    return failure
+
+
+def _failed_statement(
+    shell: InteractiveShell, running: Running, error: BaseException, run_code: types.CodeType
+) -> dict[str, Any] | None:
+    """The top-level statement that was running when ``error`` ended the program.
+
+    Read from the traceback: in a replay, the outermost frame of the replayed
+    program's file; otherwise the frame that IPython's ``run_code`` called, the
+    cell's own code. None when no statement ran (e.g. a syntax error).
+    """
+    tb = error.__traceback__
+    line = None
+    text: str | None = None
+    if running.program is not None:
+        filename, text = running.program
+        while tb is not None and line is None:
+            if tb.tb_frame.f_code.co_filename == filename:
+                line = tb.tb_lineno
+            tb = tb.tb_next
+    else:
+        while tb is not None and line is None:
+            if tb.tb_frame.f_code is run_code and tb.tb_next is not None:
+                line = tb.tb_next.tb_lineno
+            tb = tb.tb_next
+        if line is not None:
+            text = cell_text(shell, running.info)
+    if not isinstance(line, int) or text is None:
+        return None
+    try:
+        spans = statement_spans(text)
+    except SyntaxError:
+        return None
+    for index, (first, last) in enumerate(spans):
+        if first <= line <= last:
+            return {"index": index, "lines": [first, last]}
+    return None
+
+
+def own_lines_only(
+    shell: InteractiveShell, etype: type, evalue: BaseException, stb: list[str]
+) -> list[str]:
+    """The traceback without ptc-retry's own frames where they would show.
+
+    A replayed program that does not compile is a syntax error in that program: shown
+    as IPython shows one in a cell (the line and the caret), not through the frames of
+    the replay that compiled it. An interrupt raised by our SIGINT handler would end in
+    the handler's frame; the reader needs it to end in the program's line.
+    """
+    filename = getattr(evalue, "filename", None)
+    if isinstance(evalue, SyntaxError) and str(filename).startswith(_REPLAY_PREFIX):
+        return list(shell.SyntaxTB.structured_traceback(etype, evalue, None))
+    entries = []
+    tb = evalue.__traceback__
+    while tb is not None:
+        entries.append(tb)
+        tb = tb.tb_next
+    if not entries or entries[-1].tb_frame.f_code is not HANDLER_CODE:
+        return stb
+    trimmed = None
+    for entry in reversed(entries[:-1]):
+        trimmed = types.TracebackType(trimmed, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    evalue.__traceback__ = trimmed
+    return list(shell.InteractiveTB.structured_traceback(etype, evalue, trimmed))

@@ -1,0 +1,145 @@
+"""``editPreviousToolCalling``: check an edit call, find the call it names, apply its patch.
+
+Nothing here runs a tool; :class:`~ptc_retry.native.tools.NativeTools` runs what
+:func:`prepare_edit` returns. Every refusal is a ``PatchError`` or ``CheckpointError``
+whose message tells the model what to send instead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Collection, MutableMapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.errors import CheckpointError, PatchError
+from ..core.patch import apply_patch, validate_patch
+from .definitions import EDIT_TOOL
+from .journal import ToolJournal
+
+__all__ = ["Edit", "decode_arguments", "prepare_edit"]
+
+_LOCATORS = ("previous_ordinal", "call_id")
+
+
+@dataclass(frozen=True)
+class Edit:
+    """An edit that applies: re-run ``tool`` with ``arguments`` (``target``'s, patched)."""
+
+    target: str  # the id of the call it re-runs
+    tool: str
+    arguments: dict[str, Any]
+    entries: int  # how many patch entries it applied
+
+
+def decode_arguments(raw: str) -> dict[str, Any]:
+    """The JSON object ``raw`` holds; ``""`` is ``{}``. ValueError says what is wrong."""
+    if not raw.strip():
+        return {}
+    try:
+        decoded = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"are not valid JSON ({exc}); send a JSON object") from None
+    if not isinstance(decoded, dict):
+        raise ValueError(f"are a JSON {type(decoded).__name__}, not an object; send an object")
+    return decoded
+
+
+def prepare_edit(
+    raw: str,
+    journal: ToolJournal,
+    tools: Collection[str],
+    aims: MutableMapping[str, str],
+    own_id: str | None,
+) -> Edit:
+    """Check the edit call ``own_id`` (arguments ``raw``) and apply its patch.
+
+    ``tools``: the names of the tools that can re-run. ``aims`` records, by edit call id,
+    the call each edit named, so a refusal can point back at it.
+    """
+    try:
+        arguments = decode_arguments(raw)
+    except ValueError as exc:
+        raise PatchError(f"the arguments {exc}") from None
+    unknown = sorted(key for key in arguments if key not in (*_LOCATORS, "patch"))
+    if unknown:
+        raise PatchError(
+            f"unknown argument {', '.join(map(repr, unknown))}; {EDIT_TOOL} takes "
+            "call_id or previous_ordinal, and patch"
+        )
+    # A null locator counts as absent: some clients send every optional field as null.
+    given = [key for key in _LOCATORS if arguments.get(key) is not None]
+    if len(given) != 1:
+        which = "not both" if given else "one is missing"
+        raise PatchError(
+            'give exactly one of "call_id" (e.g. "call_3") and "previous_ordinal" '
+            f"(1 = the first call of your previous message), {which}"
+        )
+    if "patch" not in arguments:
+        raise PatchError(
+            '"patch" is missing: give a list of entries, e.g. '
+            '[{"path": "content", "old_string": "...", "new_string": "..."}]'
+        )
+    entries = validate_patch(arguments["patch"])
+    target_id, decoded = _load_target(journal, given[0], arguments[given[0]], own_id)
+    if own_id is not None:
+        aims[own_id] = target_id
+    tool = journal.tool_of(target_id)
+    if tool == EDIT_TOOL:
+        aim = aims.get(target_id)
+        fix = f'fix the call it was aimed at (call_id "{aim}")' if aim else "fix its target"
+        raise PatchError(
+            f"{target_id} is an {EDIT_TOOL} call that did not apply, so nothing of it can "
+            f"re-run; {fix} with a new patch"
+        )
+    if tool is None:
+        raise CheckpointError(
+            f"cannot tell which tool {target_id} called (no record names it); "
+            "call the tool again with fresh arguments"
+        )
+    if tool not in tools:
+        raise PatchError(
+            f"{target_id} was a call of {tool!r}, which is not a tool here "
+            f"({', '.join(tools) or 'none'}); call a tool with fresh arguments"
+        )
+    return Edit(target_id, tool, apply_patch(decoded, entries), len(entries))
+
+
+def _load_target(
+    journal: ToolJournal, locator: str, where: object, own_id: str | None
+) -> tuple[str, dict[str, Any]]:
+    if locator == "previous_ordinal":
+        if type(where) is not int or where < 1:
+            raise PatchError(
+                f"previous_ordinal must be an integer from 1 (1 = the first call of your "
+                f"previous message), got {json.dumps(where, default=str)}"
+            )
+        count = journal.previous_count()
+        if where > count:
+            made = f"made {count} tool calls (previous_ordinal 1 to {count})"
+            if count < 2:
+                made = "made 1 tool call (previous_ordinal 1)" if count else "made no tool calls"
+            recent = ", ".join(journal.latest_ids(besides=own_id)) or "none"
+            raise PatchError(
+                f"previous_ordinal {where} is out of range: your previous message {made}; "
+                f"or give a call_id (latest: {recent})"
+            )
+        target: str | int = where
+    else:
+        if not isinstance(where, str) or not where:
+            raise PatchError(
+                f'call_id must be a non-empty string like "call_3", '
+                f"got {json.dumps(where, default=str)}"
+            )
+        try:
+            journal.store.path_for(where)
+        except CheckpointError:
+            recent = ", ".join(journal.latest_ids(besides=own_id)) or "none yet"
+            raise CheckpointError(
+                f"no saved call has the id {where!r}; the latest ids are: {recent}"
+            ) from None
+        target = where
+    target_id, _, decoded = journal.load(target)
+    if target_id == own_id:
+        raise PatchError(f"{target_id} is this {EDIT_TOOL} call itself; name an earlier call")
+    return target_id, decoded
