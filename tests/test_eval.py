@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from ptc_retry.core.notice import NOTICE_MIN_BYTES, failure_notice
-from ptc_retry.eval.chart import Canvas, savings_chart
+from ptc_retry.eval.chart import HEIGHT, WIDTH, savings_chart
 from ptc_retry.eval.figures import TARGETS, analyse
 from ptc_retry.eval.outcomes import (
     ID_SHAPES,
@@ -175,23 +175,95 @@ def test_the_report_gives_every_target_for_every_id_shape() -> None:
 
 
 def test_the_chart_is_a_valid_png_of_the_stated_size() -> None:
+    data = savings_chart(analyse(_runs(), load_tokenizer()))
+    assert _png_size(data) == (WIDTH, HEIGHT)
+
+
+def test_the_chart_carries_no_software_tag_or_date() -> None:
+    data = savings_chart(analyse(_runs(), load_tokenizer()))
+    kinds = [kind for kind, _ in _png_chunks(data)]
+    assert not {b"tEXt", b"iTXt", b"zTXt", b"tIME"} & set(kinds), kinds
+
+
+def test_two_renders_of_the_same_figures_are_byte_identical() -> None:
     figures = analyse(_runs(), load_tokenizer())
-    data = savings_chart(figures)
+    assert savings_chart(figures) == savings_chart(figures)
+
+
+def test_the_chart_renders_from_the_committed_report_json() -> None:
+    committed = Path(__file__).parent.parent / "docs" / "eval-report" / "report.json"
+    figures = json.loads(committed.read_text("utf-8"))
+    assert _png_size(savings_chart(figures)) == (WIDTH, HEIGHT)
+
+
+def test_the_chart_ignores_and_keeps_the_callers_matplotlib_settings() -> None:
+    import matplotlib
+
+    figures = analyse(_runs(), load_tokenizer())
+    plain = savings_chart(figures)
+    with matplotlib.rc_context({"font.size": 30.0, "axes.facecolor": "black"}):
+        assert savings_chart(figures) == plain
+        assert matplotlib.rcParams["font.size"] == 30.0
+        assert matplotlib.rcParams["axes.facecolor"] == "black"
+
+
+def test_without_matplotlib_the_chart_names_the_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    figures = analyse(_runs(), load_tokenizer())
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    with pytest.raises(ModuleNotFoundError, match=r"pip install 'ptc-retry\[eval\]'"):
+        savings_chart(figures)
+
+
+def test_without_matplotlib_the_eval_stops_before_it_runs_anything(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from ptc_retry.eval import runner
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    assert runner.main(tmp_path / "report") == 2
+    assert "pip install 'ptc-retry[eval]'" in capsys.readouterr().err
+    assert not (tmp_path / "report").exists()
+
+
+def test_the_eval_imports_and_its_help_runs_without_matplotlib() -> None:
+    script = (
+        "import sys; sys.modules['matplotlib'] = None\n"
+        "import ptc_retry.eval.report\n"
+        "from ptc_retry.cli import main\n"
+        "main(['eval', '--help'])\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 0, result.stderr
+    assert "savings.png" in result.stdout
+
+
+def _png_chunks(data: bytes) -> list[tuple[bytes, bytes]]:
+    """The PNG's chunks as (kind, body), each checked against its CRC."""
     assert data[:8] == b"\x89PNG\r\n\x1a\n"
-    width, height = struct.unpack(">II", data[16:24])
-    assert (width, height) == (1000, 560)
-    idat = data.index(b"IDAT")
-    (length,) = struct.unpack(">I", data[idat - 4 : idat])
-    raw = zlib.decompress(data[idat + 4 : idat + 4 + length])
-    assert len(raw) == height * (1 + width * 3)
+    chunks, at = [], 8
+    while at < len(data):
+        (length,) = struct.unpack(">I", data[at : at + 4])
+        kind, body = data[at + 4 : at + 8], data[at + 8 : at + 8 + length]
+        (crc,) = struct.unpack(">I", data[at + 8 + length : at + 12 + length])
+        assert crc == zlib.crc32(kind + body), kind
+        chunks.append((kind, body))
+        at += 12 + length
+    assert chunks[0][0] == b"IHDR" and chunks[-1][0] == b"IEND"
+    return chunks
 
 
-def test_the_canvas_draws_text_inside_its_box() -> None:
-    canvas = Canvas(40, 20)
-    canvas.text(1, 1, "A1%", scale=1)
-    assert canvas.text_width("A1%", scale=1) == 17
-    inked = {i // 3 for i in range(0, len(canvas.pixels), 3) if canvas.pixels[i] != 255}
-    assert inked and all((p % 40) < 18 and (p // 40) < 8 for p in inked)
+def _png_size(data: bytes) -> tuple[int, int]:
+    """The PNG's width and height, once its pixels decompress to what its header says."""
+    chunks = _png_chunks(data)
+    width, height, depth, color = struct.unpack(">IIBB", chunks[0][1][:10])
+    channels = {0: 1, 2: 3, 4: 2, 6: 4}[color]
+    pixels = zlib.decompress(b"".join(body for kind, body in chunks if kind == b"IDAT"))
+    assert depth == 8 and len(pixels) == height * (1 + width * channels)
+    return width, height
 
 
 def _call(

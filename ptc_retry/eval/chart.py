@@ -1,285 +1,377 @@
-"""The evaluation's chart, ``savings.png``, drawn without a plotting library.
+"""The evaluation's chart, ``savings.png``, drawn with matplotlib.
 
-Two panels: what a fix costs by program size (re-send against replay plus notice,
-log scale, one replay bar per call-id shape), and the wall time of the fixes that
-resume after a slow step; under them, each shape's break-even. The
-PNG is written with ``zlib`` and ``struct`` and the labels with a 5x7 bitmap font
-(capitals, digits, a little punctuation), so the evaluation needs no matplotlib
-(and its numpy) for one picture, and the same figures give the same bytes.
+Top row: the tokens a fix costs by program size, re-sent against replayed (notice
+included), per call-id shape; beside it the cost of one fix against the program's size,
+each scenario a point, with the break-even marked. Bottom row, one panel per measured
+effect of a fix: for now the wall time of the fixes that resume after a slow step.
+
+matplotlib comes with the ``eval`` extra and is imported only when a chart is drawn, so
+``import ptc_retry.eval`` and ``ptc-retry eval --help`` do without it. The chart is drawn
+on a figure of its own with the Agg canvas (pyplot's figures and backend are left alone),
+in matplotlib's default style and its bundled DejaVu Sans whatever the user's
+matplotlibrc says, and saved without a ``Software`` tag: with the same matplotlib, the
+same figures give the same bytes.
 """
 
 from __future__ import annotations
 
-import math
-import struct
-import zlib
-from collections.abc import Sequence
-from typing import Any
+import io
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["Canvas", "savings_chart"]
+from .figures import for_each_shape, short_label
 
-Color = tuple[int, int, int]
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
 
-WHITE: Color = (255, 255, 255)
-INK: Color = (33, 37, 41)
-GRID: Color = (222, 226, 230)
-MUTED: Color = (108, 117, 125)
-OFF: Color = (173, 181, 189)  # re-send, stock kernel
-ON: Color = (13, 110, 253)  # ptc-retry, the first id shape
-ON_SHAPES: tuple[Color, ...] = (ON, (111, 66, 193))  # one per id shape, in order
-WORSE: Color = (220, 53, 69)  # ptc-retry cost more than re-sending
+__all__ = ["DPI", "HEIGHT", "WIDTH", "savings_chart"]
 
-# 5x7 glyphs, one string of 7 rows of 5 pixels each (1 = ink).
-_GLYPHS = {
-    "0": "01110 10001 10011 10101 11001 10001 01110",
-    "1": "00100 01100 00100 00100 00100 00100 01110",
-    "2": "01110 10001 00001 00010 00100 01000 11111",
-    "3": "11111 00010 00100 00010 00001 10001 01110",
-    "4": "00010 00110 01010 10010 11111 00010 00010",
-    "5": "11111 10000 11110 00001 00001 10001 01110",
-    "6": "00110 01000 10000 11110 10001 10001 01110",
-    "7": "11111 00001 00010 00100 01000 01000 01000",
-    "8": "01110 10001 10001 01110 10001 10001 01110",
-    "9": "01110 10001 10001 01111 00001 00010 01100",
-    "A": "01110 10001 10001 11111 10001 10001 10001",
-    "B": "11110 10001 10001 11110 10001 10001 11110",
-    "C": "01110 10001 10000 10000 10000 10001 01110",
-    "D": "11100 10010 10001 10001 10001 10010 11100",
-    "E": "11111 10000 10000 11110 10000 10000 11111",
-    "F": "11111 10000 10000 11110 10000 10000 10000",
-    "G": "01110 10001 10000 10111 10001 10001 01111",
-    "H": "10001 10001 10001 11111 10001 10001 10001",
-    "I": "01110 00100 00100 00100 00100 00100 01110",
-    "J": "00111 00010 00010 00010 00010 10010 01100",
-    "K": "10001 10010 10100 11000 10100 10010 10001",
-    "L": "10000 10000 10000 10000 10000 10000 11111",
-    "M": "10001 11011 10101 10101 10001 10001 10001",
-    "N": "10001 10001 11001 10101 10011 10001 10001",
-    "O": "01110 10001 10001 10001 10001 10001 01110",
-    "P": "11110 10001 10001 11110 10000 10000 10000",
-    "Q": "01110 10001 10001 10001 10101 10010 01101",
-    "R": "11110 10001 10001 11110 10100 10010 10001",
-    "S": "01111 10000 10000 01110 00001 00001 11110",
-    "T": "11111 00100 00100 00100 00100 00100 00100",
-    "U": "10001 10001 10001 10001 10001 10001 01110",
-    "V": "10001 10001 10001 10001 10001 01010 00100",
-    "W": "10001 10001 10001 10101 10101 10101 01010",
-    "X": "10001 10001 01010 00100 01010 10001 10001",
-    "Y": "10001 10001 10001 01010 00100 00100 00100",
-    "Z": "11111 00001 00010 00100 01000 10000 11111",
-    " ": "00000 00000 00000 00000 00000 00000 00000",
-    ".": "00000 00000 00000 00000 00000 01100 01100",
-    ",": "00000 00000 00000 00000 01100 00100 01000",
-    ":": "00000 01100 01100 00000 01100 01100 00000",
-    ";": "00000 01100 01100 00000 01100 00100 01000",
-    "%": "11000 11001 00010 00100 01000 10011 00011",
-    "-": "00000 00000 00000 11111 00000 00000 00000",
-    "+": "00000 00100 00100 11111 00100 00100 00000",
-    "(": "00010 00100 01000 01000 01000 00100 00010",
-    ")": "01000 00100 00010 00010 00010 00100 01000",
-    "/": "00000 00001 00010 00100 01000 10000 00000",
-    "=": "00000 00000 11111 00000 11111 00000 00000",
-    "_": "00000 00000 00000 00000 00000 00000 11111",
-    "'": "01100 00100 01000 00000 00000 00000 00000",
-    ">": "01000 00100 00010 00001 00010 00100 01000",
-    "<": "00010 00100 01000 10000 01000 00100 00010",
-    "?": "01110 10001 00001 00010 00100 00000 00100",
+#: The PNG's size in pixels, and the resolution it is drawn at.
+WIDTH, HEIGHT, DPI = 1200, 860, 100
+
+_TITLE = "ptc-retry eval: what fixing a failed program costs"
+_HEADER = 78  # pixels: the title and the key
+
+INK = "#212529"
+MUTED = "#6c757d"
+GRID = "#dee2e6"
+# Okabe-Ito colours, which stay apart for every kind of colour blindness: grey for the
+# stock kernel's re-send, then one colour (and marker) per call-id shape, in order.
+RESEND = "#999999"
+SHAPE_COLORS = ("#0072B2", "#D55E00", "#009E73", "#CC79A7")
+SHAPE_MARKERS = ("o", "x", "s", "^")
+
+_STYLE: dict[str, Any] = {
+    "font.family": "DejaVu Sans",
+    "font.size": 11,
+    "text.color": INK,
+    "axes.edgecolor": MUTED,
+    "axes.labelcolor": INK,
+    "axes.titlesize": 13,
+    "axes.titleweight": "bold",
+    "axes.titlelocation": "left",
+    "axes.spines.top": False,
+    "axes.spines.right": False,
+    "axes.axisbelow": True,
+    "axes.grid": True,
+    "axes.grid.axis": "y",
+    "grid.color": GRID,
+    "grid.linewidth": 0.8,
+    "xtick.color": MUTED,
+    "ytick.color": MUTED,
+    "xtick.labelcolor": INK,
+    "ytick.labelcolor": INK,
+    "legend.frameon": False,
+    "legend.fontsize": 11,
 }
-_FONT = {char: rows.split() for char, rows in _GLYPHS.items()}
-
-
-class Canvas:
-    """An RGB image in memory: rectangles and text, then ``png()``."""
-
-    def __init__(self, width: int, height: int, background: Color = WHITE) -> None:
-        self.width, self.height = width, height
-        self.pixels = bytearray(bytes(background) * (width * height))
-
-    def rect(self, x0: float, y0: float, x1: float, y1: float, color: Color) -> None:
-        """Fill the rectangle [x0, x1) x [y0, y1), clipped to the image."""
-        left, right = max(0, round(min(x0, x1))), min(self.width, round(max(x0, x1)))
-        top, bottom = max(0, round(min(y0, y1))), min(self.height, round(max(y0, y1)))
-        if left >= right:
-            return
-        row = bytes(color) * (right - left)
-        for y in range(top, bottom):
-            start = (y * self.width + left) * 3
-            self.pixels[start : start + len(row)] = row
-
-    @staticmethod
-    def text_width(text: str, scale: int = 2) -> int:
-        return max(0, len(text) * 6 * scale - scale)
-
-    def text(
-        self, x: float, y: float, text: str, color: Color = INK, scale: int = 2, align: str = "left"
-    ) -> None:
-        """Draw ``text`` (upper-cased) with its top at ``y``; ``align`` is about ``x``."""
-        text = text.upper()
-        width = self.text_width(text, scale)
-        if align == "center":
-            x -= width / 2
-        elif align == "right":
-            x -= width
-        # Whole pixels: at half a pixel, rounding each glyph pixel's edges would drop rows.
-        x, y = math.floor(x), math.floor(y)
-        for index, char in enumerate(text):
-            rows = _FONT.get(char, _FONT["?"])
-            left = x + index * 6 * scale
-            for r, bits in enumerate(rows):
-                for c, bit in enumerate(bits):
-                    if bit == "1":
-                        px, py = left + c * scale, y + r * scale
-                        self.rect(px, py, px + scale, py + scale, color)
-
-    def png(self) -> bytes:
-        """The image as PNG bytes (8-bit RGB, no filtering, zlib level 9)."""
-        stride = self.width * 3
-        raw = b"".join(
-            b"\x00" + bytes(self.pixels[y * stride : (y + 1) * stride]) for y in range(self.height)
-        )
-
-        def chunk(kind: bytes, data: bytes) -> bytes:
-            body = kind + data
-            return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
-
-        header = struct.pack(">IIBBBBB", self.width, self.height, 8, 2, 0, 0, 0)
-        return (
-            b"\x89PNG\r\n\x1a\n"
-            + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(raw, 9))
-            + chunk(b"IEND", b"")
-        )
-
-
-def _short(value: float) -> str:
-    """1234 -> 1.2K, 56 -> 56: labels that fit above a bar."""
-    if value >= 10_000:
-        return f"{value / 1000:.0f}K"
-    if value >= 1000:
-        return f"{value / 1000:.1f}K"
-    return f"{value:.0f}"
-
-
-def _decade(value: float) -> str:
-    """10 -> 10, 1000 -> 1K: axis labels of a log scale."""
-    return f"{value / 1000:.0f}K" if value >= 1000 else f"{value:.0f}"
-
-
-def _bars(
-    canvas: Canvas,
-    box: tuple[int, int, int, int],
-    groups: Sequence[tuple[str, str, Sequence[float]]],
-    colors: Sequence[Color],
-    scale: Any,
-    label: Any,
-) -> None:
-    """A bar per value (OFF first, then ON per id shape) in each group of ``box``;
-    ``scale(v)`` maps a value to 0..1.
-
-    A group's note (the change from OFF to ON) is blue when ON costs less, red otherwise.
-    """
-    left, top, right, bottom = box
-    width = (right - left) / max(1, len(groups))
-    count = max([1, *(len(values) for _, _, values in groups)])
-    bar = min(48.0, width * 0.8 / count)
-    small = 2 if bar >= 36 else 1  # value labels that fit above their bar
-    for index, (name, note, values) in enumerate(groups):
-        center = left + width * (index + 0.5)
-        x = center - (bar * len(values) + 3 * (len(values) - 1)) / 2
-        for value, color in zip(values, colors):
-            y = bottom - scale(value) * (bottom - top)
-            canvas.rect(x, y, x + bar, bottom, color)
-            canvas.text(x + bar / 2, y - 9 * small, label(value), INK, small, "center")
-            x += bar + 3
-        canvas.text(center, bottom + 10, name, INK, 2, "center")
-        if note:
-            cheaper = all(v < values[0] for v in values[1:])
-            canvas.text(center, bottom + 32, note, ON if cheaper else WORSE, 2, "center")
-    canvas.rect(left, bottom, right, bottom + 2, INK)
 
 
 def savings_chart(figures: dict[str, Any]) -> bytes:
-    """The PNG for the figures of :func:`ptc_retry.eval.report.analyse`."""
-    canvas = Canvas(1000, 560)
-    unit = figures["unit"]
+    """The PNG (``WIDTH`` x ``HEIGHT`` pixels) for the figures of
+    :func:`ptc_retry.eval.figures.analyse`, as ``report.json`` holds them.
+
+    Raises ``ModuleNotFoundError`` naming the extra to install when matplotlib is missing.
+    """
+    try:
+        # The package itself first: once a submodule is imported, importing the submodule
+        # again would not notice that the package has become unimportable.
+        from matplotlib import style
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.legend_handler import HandlerTuple
+    except ImportError as exc:
+        raise ModuleNotFoundError(
+            f"the evaluation's chart needs matplotlib ({exc}); "
+            "install it with: pip install 'ptc-retry[eval]'",
+            name="matplotlib",
+        ) from exc
+
     shapes = list(figures["id_shapes"].values())
-    colors = (OFF, *ON_SHAPES[: len(shapes)])
-    canvas.text(30, 20, "ptc-retry eval: what fixing a failed program costs", INK, 3)
+    with style.context(["default", _STYLE]):
+        figure = Figure(figsize=(WIDTH / DPI, HEIGHT / DPI), dpi=DPI, layout="constrained")
+        FigureCanvasAgg(figure)
+        # The title and the key in a header of fixed height: constrained layout gives a
+        # suptitle and a legend above the panels the same margin, one over the other.
+        split = figure.add_gridspec(2, 1, height_ratios=[_HEADER, HEIGHT - _HEADER])
+        header, body = figure.add_subfigure(split[0]), figure.add_subfigure(split[1])
+        header.text(0.008, 0.92, _TITLE, va="top", fontsize=16, fontweight="bold")
+        handles, labels = zip(*_legend_entries(shapes))
+        header.legend(
+            handles,
+            labels,
+            loc="lower left",
+            bbox_to_anchor=(0.002, -0.04),
+            ncols=len(handles),
+            handlelength=2.8,
+            columnspacing=2.2,
+            handler_map={tuple: HandlerTuple(ndivide=None, pad=0.4)},
+        )
+        effects = [draw for has_data, draw in _EFFECT_PANELS if has_data(shapes)]
+        ratios = [1.55, 1.0] if effects else [1.0]
+        rows = body.add_gridspec(len(ratios), 1, height_ratios=ratios)
+        top = rows[0].subgridspec(1, 2, width_ratios=[1, 1.15])
+        by_size = body.add_subplot(top[0])
+        _tokens_by_size(by_size, figures, shapes)
+        _break_even(body.add_subplot(top[1], sharey=by_size), figures, shapes)
+        if effects:
+            bottom = rows[1].subgridspec(1, len(effects))
+            for index, draw in enumerate(effects):
+                draw(body.add_subplot(bottom[index]), figures, shapes)
+        out = io.BytesIO()
+        figure.savefig(out, format="png", dpi=DPI, metadata={"Software": None})
+    return out.getvalue()
 
-    # Left: mean cost of a fix per scenario, by program size, log scale.
-    sizes = []
-    for size, first in shapes[0]["by_size"].items():
-        buckets = [s["by_size"][size] for s in shapes]
-        n = max(1, first["scenarios"])
-        notes = [b["saved_with_notice"] for b in buckets]
-        shown = sorted({f"{-saved:+.0%}" for saved in notes if saved is not None})
-        values = [first["off_fix"] / n, *((b["on_fix"] + b["on_notice"]) / n for b in buckets)]
-        sizes.append((size, "/".join(shown), values))
-    box = (90, 130, 560, 430)
-    highest = max([1.0, *(max(values) for _, _, values in sizes)])
-    top_decade = max(2, math.ceil(math.log10(highest * 1.25)))
 
-    def log_scale(value: float) -> float:
-        return max(0.0, min(1.0, (math.log10(max(value, 10.0)) - 1) / (top_decade - 1)))
+# -- the panels --------------------------------------------------------------------------------
 
-    canvas.text(30, 72, f"{unit} per fix, by program size (log scale)", INK, 2)
-    canvas.text(30, 96, "mean per scenario; ptc-retry counts the notice it shows", MUTED, 1)
-    for decade in range(1, top_decade + 1):
-        y = box[3] - (decade - 1) / (top_decade - 1) * (box[3] - box[1])
-        canvas.rect(box[0], y, box[2], y + 1, GRID)
-        canvas.text(box[0] - 8, y - 7, _decade(10.0**decade), MUTED, 2, "right")
-    _bars(canvas, box, sizes, colors, log_scale, _short)
 
-    # Right: wall time of the fixes that resume after a slow step.
-    resumed = [
-        [s["scenarios"][i] for s in shapes]
-        for i, row in enumerate(shapes[0]["scenarios"])
-        if row["resume"]
-    ]
-    canvas.text(620, 72, "wall time of the fix (s)", INK, 2)
-    canvas.text(620, 96, "the program failed after a slow step", MUTED, 1)
-    if resumed:
-        groups = [
-            (
-                rows[0]["size"],
-                "",
-                [rows[0]["off_fix_seconds"], *(r["on_fix_seconds"] for r in rows)],
-            )
-            for rows in resumed
-        ]
-        highest_s = max([0.5, *(max(values) for _, _, values in groups)])
-        step = next(s for s in (0.5, 1, 2, 5, 10, 20, 60, 120) if highest_s / s <= 5)
-        ceiling = step * math.ceil(highest_s * 1.25 / step)
-        rbox = (650, 130, 970, 430)
-        ticks = int(round(ceiling / step))
-        for tick in range(ticks + 1):
-            y = rbox[3] - tick / ticks * (rbox[3] - rbox[1])
-            canvas.rect(rbox[0], y, rbox[2], y + 1, GRID)
-            canvas.text(rbox[0] - 8, y - 7, f"{tick * step:g}", MUTED, 2, "right")
-        _bars(canvas, rbox, groups, colors, lambda v: min(1.0, v / ceiling), lambda v: f"{v:.1f}")
-        for index, rows in enumerate(resumed):
-            width = (rbox[2] - rbox[0]) / len(resumed)
-            why = "time limit" if "time limit" in rows[0]["shape"] else "slow step"
-            canvas.text(rbox[0] + width * (index + 0.5), rbox[3] + 32, why, MUTED, 1, "center")
+def _tokens_by_size(ax: Axes, figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) -> None:
+    """Grouped bars: per size class, the mean fix re-sent, then replayed per id shape."""
+    unit = figures["unit"]
+    sizes = list(shapes[0]["by_size"])
+    series = [(RESEND, [_mean(shapes[0]["by_size"][size], "off_fix") for size in sizes])]
+    for index, shape in enumerate(shapes):
+        means = [_mean(shape["by_size"][size], "on_fix", "on_notice") for size in sizes]
+        series.append((_color(index), means))
+    width = 0.84 / len(series)
+    for index, (color, values) in enumerate(series):
+        offset = (index - (len(series) - 1) / 2) * width
+        bars = ax.bar([k + offset for k in range(len(sizes))], values, width * 0.9, color=color)
+        ax.bar_label(bars, labels=[f"{v:,.0f}" for v in values], padding=2, fontsize=9)
+    labels = []
+    for size in sizes:
+        count = shapes[0]["by_size"][size]["scenarios"]
+        saved = for_each_shape([s["by_size"][size]["saved_with_notice"] for s in shapes], _saving)
+        labels.append(f"{size}\n{count} scenario{'s' * (count != 1)}\n{saved}")
+    ax.set_xticks(range(len(sizes)), labels=labels)
+    ax.tick_params(axis="x", length=0)
+    _log_axis(ax, "y")
+    highest = max([10.0, *(v for _, values in series for v in values)])
+    ax.set_ylim(10, highest * 2.5)
+    ax.set_ylabel(f"{unit} per fix (log scale)")
+    _titles(
+        ax,
+        f"{unit.capitalize()} per fix, by program size",
+        "mean per scenario; ptc-retry's bars count the notice the model reads",
+    )
 
-    # Legend: one entry per bar colour, then each id shape's break-even.
-    entries = ["re-send, stock kernel"]
-    entries += [f"replay, {s['label'].split(' (')[0]}" for s in shapes]
-    x = 30
-    for text, color in zip(entries, colors):
-        canvas.rect(x, 490, x + 20, 506, color)
-        canvas.text(x + 28, 492, text, INK, 2)
-        x += 28 + canvas.text_width(text) + 36
-    even = []
-    for s in shapes:
-        be = s["break_even"]
+
+def _break_even(ax: Axes, figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) -> None:
+    """Each failed program's fix against its size, the two costs the break-even compares
+    (re-sending: the program; replaying: the replay line and the notice) and where they
+    cross."""
+    unit = figures["unit"]
+    first = shapes[0]
+    sizes = [float(r["program_bytes"]) for r in first["scenarios"]]
+    resent = [_per_program(r, "off_fix") for r in first["scenarios"]]
+    _points(ax, sizes, resent, RESEND, "o", hollow=False)
+    for index, shape in enumerate(shapes):
+        rows = shape["scenarios"]
+        costs = [_per_program(r, "on_fix", "on_notice") for r in rows]
+        marker = SHAPE_MARKERS[index % len(SHAPE_MARKERS)]
+        _points(ax, [float(r["program_bytes"]) for r in rows], costs, _color(index), marker, True)
+
+    evens = [s["break_even"] for s in shapes if s["break_even"].get("available")]
+    low = min([*sizes, *(be["every_failure_replayed"]["bytes"] for be in evens)]) / 1.8
+    high = max(sizes, default=1000.0) * 1.8
+    ax.set_xlim(low, high)
+    _log_axis(ax, "x", bytes_=True)
+    ax.grid(True, axis="x", which="major")
+    ax.set_xlabel("size of the failed program (bytes, log scale)")
+    if not evens:
+        _titles(ax, "Cost of one fix against program size", "no replay: no break-even")
+        return
+    # One OFF play serves every id shape, so the re-send costs the same per byte for all.
+    per_byte = evens[0]["per_byte"]
+    ax.plot(
+        [low, high],
+        [per_byte * low, per_byte * high],
+        color=RESEND,
+        lw=1.4,
+        ls="--",
+        label=f"re-send: {per_byte:.2f} {unit} per byte of program"
+        if unit == "tokens"
+        else "re-send: the whole program",
+    )
+    # Identical break-evens (the id shapes usually agree) are drawn and labelled once.
+    crossings: dict[tuple[float, int], list[int]] = {}
+    for index, shape in enumerate(shapes):
+        be = shape["break_even"]
         if be.get("available"):
-            name = s["label"].split()[0]
-            even.append(f"{name} {be['every_failure_replayed']['bytes']:,} B")
-    if even:
-        recommended = figures.get("recommended_notice_min_bytes")
-        text = "break-even: " + ", ".join(even)
-        if recommended is not None:
-            text += f"; notice_min_bytes {recommended}"
-        canvas.text(30, 526, text, MUTED, 2)
-    return canvas.png()
+            cost = be["replay_line"] + be["notice"]
+            crossings.setdefault((cost, be["every_failure_replayed"]["bytes"]), []).append(index)
+    recommended = figures.get("recommended_notice_min_bytes")
+    for row, ((cost, crossing), who) in enumerate(crossings.items()):
+        color = INK if len(who) > 1 else _color(who[0])
+        whose = "" if len(who) == len(shapes) else f" ({short_label(shapes[who[0]])} ids)"
+        ax.axhline(
+            cost, color=color, lw=1.2, ls="--", label=f"replay line + notice: {cost:.0f} {unit}"
+        )
+        ax.plot([crossing], [cost], marker="D", color=color, markersize=7, zorder=5)
+        note = f"break-even{whose}: {crossing:,} B"
+        if unit != "bytes":
+            note += f" ({cost:.0f} {unit})"
+        if recommended is not None and row == len(crossings) - 1:
+            note += f"\nso notice_min_bytes = {recommended}"
+        ax.annotate(
+            note,
+            xy=(crossing, cost),
+            xytext=(0.04, 0.96 - 0.09 * row),
+            textcoords="axes fraction",
+            va="top",
+            fontsize=9.5,
+            fontweight="bold",
+            color=color,
+            arrowprops={"arrowstyle": "-|>", "color": color, "lw": 1, "relpos": (0.1, 0)},
+        )
+    if len(crossings) == 1:
+        ax.axvspan(low, next(iter(crossings))[1], color="#f1f3f5", zorder=0, lw=0)
+    ax.legend(loc="lower right", fontsize=9, handlelength=2.4)
+    _titles(
+        ax,
+        "Cost of one fix against program size",
+        "a point per failed program; the two costs cross at the break-even",
+    )
+
+
+def _resume_time(ax: Axes, figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) -> None:
+    """Horizontal bars: the wall time of each resumed scenario's fix, re-sent (the slow
+    step runs again) and replayed with ``resume=True`` per id shape."""
+    rows = [r for r in shapes[0]["scenarios"] if r["resume"]]
+    series = [(RESEND, [r["off_fix_seconds"] for r in rows])]
+    for index, shape in enumerate(shapes):
+        own = {r["name"]: r for r in shape["scenarios"]}
+        seconds = [own[r["name"]]["on_fix_seconds"] for r in rows]
+        series.append((_color(index), seconds))
+    height = 0.84 / len(series)
+    for index, (color, values) in enumerate(series):
+        offset = (index - (len(series) - 1) / 2) * height
+        bars = ax.barh([k + offset for k in range(len(rows))], values, height * 0.9, color=color)
+        ax.bar_label(bars, labels=[f"{v:.2f} s" for v in values], padding=3, fontsize=9)
+    labels = [f"{r['size']}: {r['shape'].replace(' (resume)', '')}" for r in rows]
+    ax.set_yticks(range(len(rows)), labels=labels)
+    ax.tick_params(axis="y", length=0)
+    ax.invert_yaxis()
+    ax.grid(False, axis="y")
+    ax.grid(True, axis="x")
+    highest = max([0.5, *(v for _, values in series for v in values)])
+    ax.set_xlim(0, highest * 1.12)
+    ax.set_xlabel("wall time of the fix (s)")
+    resumed = [s["resume"] for s in shapes if s["resume"]]
+    resent = resumed[0]["off_fix_seconds"]
+    replayed = for_each_shape([r["on_fix_seconds"] for r in resumed], lambda v: f"{v:.1f}")
+    _titles(
+        ax,
+        f"Wall time of the fix: {resent:.1f} s re-sent, {replayed} s with resume",
+        "failed after a slow step: a re-send runs that step again, resume=True starts at "
+        "the failed statement",
+    )
+
+
+def _has_resume(shapes: Sequence[dict[str, Any]]) -> bool:
+    return any(s["resume"] for s in shapes)
+
+
+#: The bottom row: one panel per measured effect of a fix, drawn when the figures hold data
+#: for it. Tool calls a fix repeats, and the output tokens that recover a cut-off call,
+#: join here once the evaluation measures them.
+_EFFECT_PANELS: tuple[
+    tuple[
+        Callable[[Sequence[dict[str, Any]]], bool],
+        Callable[[Axes, dict[str, Any], Sequence[dict[str, Any]]], None],
+    ],
+    ...,
+] = ((_has_resume, _resume_time),)
+
+
+# -- pieces ------------------------------------------------------------------------------------
+
+
+def _titles(ax: Axes, title: str, subtitle: str) -> None:
+    """A bold title over a muted one-line subtitle, both left-aligned over ``ax``."""
+    ax.set_title(title, pad=20)
+    ax.annotate(
+        subtitle,
+        xy=(0, 1),
+        xycoords="axes fraction",
+        xytext=(0, 6),
+        textcoords="offset points",
+        fontsize=9.5,
+        color=MUTED,
+        va="bottom",
+    )
+
+
+def _log_axis(ax: Axes, which: str, bytes_: bool = False) -> None:
+    """A log scale labelled at its decades: 10, 100, 1,000 (or 100 B, 1 KB, 10 KB)."""
+    from matplotlib.ticker import FuncFormatter, NullFormatter
+
+    def label(value: float, _position: float) -> str:
+        if not bytes_:
+            return f"{value:,.0f}"
+        return f"{value / 1000:,.0f} KB" if value >= 1000 else f"{value:.0f} B"
+
+    axis = ax.yaxis if which == "y" else ax.xaxis
+    (ax.set_yscale if which == "y" else ax.set_xscale)("log")
+    axis.set_major_formatter(FuncFormatter(label))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def _marker(color: str, marker: str, hollow: bool) -> dict[str, Any]:
+    """A scatter marker's style: hollow for ptc-retry's points, so that where the id
+    shapes measure the same, one point shows inside the other instead of hiding it."""
+    if not hollow:
+        return {"marker": marker, "markersize": 7, "color": color, "markeredgecolor": "white"}
+    size = 6.5 if marker in ("x", "+") else 10.0
+    return {
+        "marker": marker,
+        "markersize": size,
+        "markerfacecolor": "none",
+        "markeredgecolor": color,
+        "markeredgewidth": 1.8,
+    }
+
+
+def _points(
+    ax: Axes, xs: list[float], ys: list[float], color: str, marker: str, hollow: bool
+) -> None:
+    ax.plot(xs, ys, ls="none", zorder=4, **_marker(color, marker, hollow))
+
+
+def _legend_entries(shapes: Sequence[dict[str, Any]]) -> list[tuple[Any, str]]:
+    """One (handle, label) per colour; the handle shows the bar and the marker together."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    def entry(color: str, marker: str, hollow: bool, label: str) -> tuple[Any, str]:
+        dot = Line2D([], [], ls="none", **_marker(color, marker, hollow))
+        return (Patch(color=color), dot), label
+
+    return [
+        entry(RESEND, "o", False, "re-send, stock python3 kernel"),
+        *(
+            entry(
+                _color(i), SHAPE_MARKERS[i % len(SHAPE_MARKERS)], True, f"ptc-retry, {s['label']}"
+            )
+            for i, s in enumerate(shapes)
+        ),
+    ]
+
+
+def _color(index: int) -> str:
+    """The colour of the ``index``-th id shape."""
+    return SHAPE_COLORS[index % len(SHAPE_COLORS)]
+
+
+def _mean(bucket: dict[str, Any], *keys: str) -> float:
+    return sum(bucket[key] for key in keys) / max(1, bucket["scenarios"])
+
+
+def _per_program(row: dict[str, Any], *keys: str) -> float:
+    return sum(row[key] for key in keys) / max(1, row["programs"])
+
+
+def _saving(share: float | None) -> str:
+    if share is None:
+        return "n/a"
+    return f"saved {share:.0%}" if share >= 0 else f"{-share:.0%} more"

@@ -15,7 +15,7 @@ from ..tokens import Tokenizer
 from .outcomes import ArmOutcome, Outcome, ShapeRun, replay_line
 from .scenarios import SIZES
 
-__all__ = ["LOADER", "REFERENCE", "TARGETS", "analyse"]
+__all__ = ["LOADER", "REFERENCE", "TARGETS", "analyse", "for_each_shape", "short_label"]
 
 #: A published plugin for the same idea, measured with a real model: tool-call tokens and
 #: total tokens saved per long-argument retry, and its scripted code-mode retry (the model
@@ -66,6 +66,19 @@ def _percent(saved: float, whole: float) -> float | None:
 
 def _median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
+
+
+def short_label(shape: dict[str, Any]) -> str:
+    """An id shape's name for a table cell or a chart: ``OpenAI ids (call_ + 24)`` ->
+    ``OpenAI``."""
+    return str(shape["label"]).split()[0]
+
+
+def for_each_shape(rows: Sequence[Any], show: Any) -> str:
+    """One label for every id shape's ``row``: ``a / b``, or one value when they agree
+    (the report's cells, the chart's labels)."""
+    shown = [show(row) for row in rows]
+    return shown[0] if len(set(shown)) == 1 else " / ".join(shown)
 
 
 def analyse(runs: Sequence[ShapeRun], tokens: Tokenizer) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..tokens import Tokenizer
 from .chart import savings_chart
-from .figures import analyse
+from .figures import analyse, for_each_shape, short_label
 from .outcomes import ShapeRun
 from .scenarios import QUICK
 
@@ -111,20 +111,9 @@ def headline(figures: dict[str, Any]) -> str:
     return text
 
 
-def _each(rows: Sequence[dict[str, Any]], show: Any) -> str:
-    """One cell for every id shape's ``row``: ``a / b``, or one value when they agree."""
-    shown = [show(row) for row in rows]
-    return shown[0] if len(set(shown)) == 1 else " / ".join(shown)
-
-
 def _count(key: str) -> Any:
-    """A cell of ``_each``: the row's ``key`` as a count, ``12,345``."""
+    """A cell of ``for_each_shape``: the row's ``key`` as a count, ``12,345``."""
     return lambda row: f"{row[key]:,}"
-
-
-def _short_label(shape: dict[str, Any]) -> str:
-    """``OpenAI ids (call_ + 24)`` -> ``OpenAI``."""
-    return str(shape["label"]).split()[0]
 
 
 def render_markdown(figures: dict[str, Any]) -> str:
@@ -134,7 +123,7 @@ def render_markdown(figures: dict[str, Any]) -> str:
     names = list(figures["id_shapes"])
     shapes = [figures["id_shapes"][name] for name in names]
     labels = " and ".join(f"{s['label']}, such as `{s['example_id']}`" for s in shapes)
-    order = " / ".join(_short_label(s) for s in shapes)
+    order = " / ".join(short_label(s) for s in shapes)
     lines = [
         "# ptc-retry evaluation",
         "",
@@ -183,21 +172,21 @@ def render_markdown(figures: dict[str, Any]) -> str:
         result = "both ok" if not problems else "FAILED: " + "; ".join(problems)
         lines.append(
             f"| {r['name']} | {r['shape']} | {program} | "
-            f"{_each(rows, _count('off_fix'))} | "
-            f"{_each(rows, _count('on_fix'))} | "
-            f"{_each(rows, _count('on_notice'))} | "
-            f"{_each(rows, lambda x: _fmt_pct(x['saved_with_notice']))} | "
+            f"{for_each_shape(rows, _count('off_fix'))} | "
+            f"{for_each_shape(rows, _count('on_fix'))} | "
+            f"{for_each_shape(rows, _count('on_notice'))} | "
+            f"{for_each_shape(rows, lambda x: _fmt_pct(x['saved_with_notice']))} | "
             f"{r['off_executions']}/{r['on_executions']} | "
             f"{r['off_fix_seconds']:.2f}/{r['on_fix_seconds']:.2f} | "
-            f"{_each(rows, lambda x: x['on_action'])} | {result} |"
+            f"{for_each_shape(rows, lambda x: x['on_action'])} | {result} |"
         )
     totals = [s["total"] for s in shapes]
     t = totals[0]
     lines.append(
-        f"| **total** | | | **{_each(totals, _count('off_fix'))}** "
-        f"| **{_each(totals, _count('on_fix'))}** "
-        f"| **{_each(totals, _count('on_notice'))}** "
-        f"| **{_each(totals, lambda x: _fmt_pct(x['saved_with_notice']))}** "
+        f"| **total** | | | **{for_each_shape(totals, _count('off_fix'))}** "
+        f"| **{for_each_shape(totals, _count('on_fix'))}** "
+        f"| **{for_each_shape(totals, _count('on_notice'))}** "
+        f"| **{for_each_shape(totals, lambda x: _fmt_pct(x['saved_with_notice']))}** "
         f"| {t['off_executions']}/{t['on_executions']} "
         f"| {t['off_fix_seconds']:.2f}/{t['on_fix_seconds']:.2f} | | |"
     )
@@ -213,7 +202,7 @@ def render_markdown(figures: dict[str, Any]) -> str:
         for shape in shapes:
             b = shape["by_size"][size]
             lines.append(
-                f"| {size} | {_short_label(shape)} | {b['scenarios']} | {b['off_fix']:,} | "
+                f"| {size} | {short_label(shape)} | {b['scenarios']} | {b['off_fix']:,} | "
                 f"{b['on_fix']:,} | {b['on_notice']:,} | {_fmt_pct(b['saved_output'])} | "
                 f"{_fmt_pct(b['saved_with_notice'])} | {b['off_fix_bytes']:,} | "
                 f"{b['on_fix_bytes']:,} |"
@@ -221,7 +210,7 @@ def render_markdown(figures: dict[str, Any]) -> str:
     for shape in shapes:
         b = shape["total"]
         lines.append(
-            f"| **all** | {_short_label(shape)} | {b['scenarios']} | {b['off_fix']:,} | "
+            f"| **all** | {short_label(shape)} | {b['scenarios']} | {b['off_fix']:,} | "
             f"{b['on_fix']:,} | {b['on_notice']:,} | {_fmt_pct(b['saved_output'])} | "
             f"**{_fmt_pct(b['saved_with_notice'])}** | {b['off_fix_bytes']:,} | "
             f"{b['on_fix_bytes']:,} |"
@@ -285,7 +274,7 @@ def _targets_section(figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) 
                 for kind, k in shape["notice"]["kinds"].items():
                     if k["max"] > t["bound"]:
                         said = f"{kind}, {k['max']} {unit} ({k['count']} of the {read} read"
-                        over.setdefault(said, []).append(_short_label(shape))
+                        over.setdefault(said, []).append(short_label(shape))
             found = [f"{said}; {' and '.join(who)} ids)" for said, who in over.items()]
             lines += ["", f"Notices over {t['bound']} {unit}: {'; '.join(found)}."]
     recommended = figures["recommended_notice_min_bytes"]
@@ -388,7 +377,7 @@ def _reference_section(figures: dict[str, Any], shapes: Sequence[dict[str, Any]]
     unit = figures["unit"]
     pub = shapes[0]["reference"]["published"]
     refs = [s["reference"] for s in shapes]
-    order = " / ".join(_short_label(s) for s in shapes)
+    order = " / ".join(short_label(s) for s in shapes)
     lines = [
         "## Against the published reference",
         "",
@@ -401,15 +390,15 @@ def _reference_section(figures: dict[str, Any], shapes: Sequence[dict[str, Any]]
         "",
         f"- Tool-call {unit} per long retry (programs of 5 KB and 20 KB, "
         f"{refs[0]['long_scenarios']} replayed): "
-        f"**{_each(refs, lambda r: _fmt_pct(r['tool_call_saved']))} fewer** here, against "
-        f"{pub['tool_call_tokens_saved']:.0%}.",
+        f"**{for_each_shape(refs, lambda r: _fmt_pct(r['tool_call_saved']))} fewer** here, "
+        f"against {pub['tool_call_tokens_saved']:.0%}.",
         f"- Total {unit} of the retry step (what the model reads: the prompt section, the "
         "failed program, the tool result with the notice; and what it writes; the rest of "
         "the context is the same in both arms and left out): "
-        f"{_each(refs, _count('retry_step_total_off'))} re-sending, "
-        f"{_each(refs, _count('retry_step_total_on'))} replaying, "
-        f"**{_each(refs, lambda r: _fmt_pct(r['retry_step_total_saved']))} fewer**, against "
-        f"{pub['total_tokens_saved']:.0%}. Both arms read the failed program, so a retry "
+        f"{for_each_shape(refs, _count('retry_step_total_off'))} re-sending, "
+        f"{for_each_shape(refs, _count('retry_step_total_on'))} replaying, "
+        f"**{for_each_shape(refs, lambda r: _fmt_pct(r['retry_step_total_saved']))} fewer**, "
+        f"against {pub['total_tokens_saved']:.0%}. Both arms read the failed program, so a retry "
         "cannot save much more than half of this total; a longer context lowers the share.",
     ]
     loader = refs[0]["loader"]

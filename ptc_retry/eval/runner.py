@@ -7,6 +7,7 @@ played, ``run_eval``'s; what is measured, :mod:`.outcomes`'.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import shutil
@@ -367,6 +368,13 @@ def main(out: str | os.PathLike[str] = "eval-report", quick: bool = False) -> in
     to ``out``. 0 when every scenario's arms reached the expected value, else 1."""
     from .report import write_report
 
+    if importlib.util.find_spec("matplotlib") is None:  # say so now, not after the run
+        print(
+            "ptc-retry eval: the chart needs matplotlib; install it with: "
+            "pip install 'ptc-retry[eval]'",
+            file=sys.stderr,
+        )
+        return 2
     out_dir = Path(out)
     scenarios = by_name(QUICK) if quick else list(SCENARIOS)
     # Old ipykernels import debugpy, which warns on stderr unless this is set.
