@@ -1,6 +1,6 @@
 """Write the demo notebooks (without outputs); ``execute.py`` runs them and stores the outputs.
 
-    python notebooks/build.py            # rewrite the four .ipynb files, outputs empty
+    python notebooks/build.py            # rewrite the .ipynb files, outputs empty
     python notebooks/execute.py          # run them top to bottom and store the outputs
 
 The notebooks are generated so their text lives in one reviewable place. Cells
@@ -166,6 +166,24 @@ best = max(by_month, key=by_month.get)
 {"best_month": best, "revenue": round(sum(by_region.values()), 2)}
 '''
 
+# The scripted model of the agent-loop notebooks (02, 05): it plays the LLM.
+SCRIPTED_MODEL = """\
+class ScriptedModel:
+    \"\"\"Stands in for an LLM: first the program, then what the notice teaches.\"\"\"
+
+    def __init__(self, program, fix):
+        self.program, self.fix = program, fix
+
+    def next_call(self, tool_result):
+        if tool_result is None:
+            return {"code": self.program}
+        reference = parse_notice(tool_result)  # "#1", or None
+        if reference is None:
+            return None  # a result without a notice: the task is done
+        target, (old, new) = json.dumps(reference), self.fix
+        return {"code": f"await ptc_retry.replay({target}, {old!r}, {new!r})"}
+"""
+
 AGENT_LOOP = [
     md("""
 # An agent loop on `KernelBackend`
@@ -218,28 +236,7 @@ It writes the program first. When the text it reads holds a notice, it takes the
 program's reference (`"#1"`) from it with `parse_notice` and sends one line instead
 of the program; when a result has no notice, it is done.
 """),
-    code(
-        "PROGRAM = '''\\\n"
-        + AGENT_PROGRAM
-        + """'''
-
-
-class ScriptedModel:
-    \"\"\"Stands in for an LLM: first the program, then what the notice teaches.\"\"\"
-
-    def __init__(self, program, fix):
-        self.program, self.fix = program, fix
-
-    def next_call(self, tool_result):
-        if tool_result is None:
-            return {"code": self.program}
-        reference = parse_notice(tool_result)  # "#1", or None
-        if reference is None:
-            return None  # a result without a notice: the task is done
-        target, (old, new) = json.dumps(reference), self.fix
-        return {"code": f"await ptc_retry.replay({target}, {old!r}, {new!r})"}
-"""
-    ),
+    code("PROGRAM = '''\\\n" + AGENT_PROGRAM + "'''\n\n\n" + SCRIPTED_MODEL),
     md("""
 ## The loop
 
@@ -555,11 +552,172 @@ print(patched["date"], len(patched["notes"]))
     ),
 ]
 
+# -- 05: tools in programs --------------------------------------------------------------------
+
+TOOLS_PROGRAM = """\
+import asyncio
+
+customers = ["acme", "globex"]
+found = await asyncio.gather(*(tools.search_orders(customer=name) for name in customers))
+late = {
+    name: [order for order in orders if order["days_late"] > 7]
+    for name, orders in zip(customers, found)
+}
+receipts = []
+for name, orders in late.items():
+    lines = [f"order {order['id']}: {order['days_late']} days late" for order in orders]
+    receipt = await tools.send_email(
+        to=f"billing@{name}.example", subject=f"late orders: {len(orders)}", body="; ".join(lines)
+    )
+    receipts.append(receipt)
+due = sum(order["amount"] for orders in late.values() for order in orders)
+{"emails": receipts, "late_orders": sum(map(len, late.values())), "due": round(dues, 2)}
+"""
+
+TOOLS_IN_PROGRAMS = [
+    md("""
+# Tools in programs: a replay that calls no tool again
+
+In programmatic tool calling the model's program calls the agent's tools itself,
+and only the program's output reaches the model. When such a program fails in its
+last line, re-sending it calls every tool again: the queries, and the emails too.
+With ptc-retry each tool call is recorded with the program that made it, and a replay
+gets the recorded results of the calls that succeeded instead of making them again.
+"""),
+    md("""
+## The agent's tools
+
+Two plain functions of the agent's process, handed to `KernelBackend(tools=...)`:
+`search_orders` is slow, `send_email` has a side effect. Both count their calls.
+"""),
+    code(
+        """
+import asyncio
+import json
+from collections import Counter
+
+from ptc_retry.backend import KernelBackend
+from ptc_retry.notice import parse_notice
+
+calls = Counter()  # how often the host ran each tool
+sent_emails = []  # the side effect a retry must not repeat
+ORDERS = {
+    "acme": [
+        {"id": 7001, "amount": 1250.0, "days_late": 12},
+        {"id": 7002, "amount": 80.5, "days_late": 0},
+        {"id": 7003, "amount": 310.25, "days_late": 9},
+    ],
+    "globex": [
+        {"id": 8101, "amount": 99.9, "days_late": 30},
+        {"id": 8102, "amount": 2400.0, "days_late": 3},
+    ],
+}
+
+
+async def search_orders(customer: str) -> list:
+    \"\"\"Find a customer's open orders.\"\"\"
+    calls["search_orders"] += 1
+    await asyncio.sleep(0.5)  # a slow API
+    return ORDERS.get(customer, [])
+
+
+def send_email(to: str, subject: str, body: str) -> str:
+    \"\"\"Send an email; return its message id.\"\"\"
+    calls["send_email"] += 1
+    sent_emails.append({"to": to, "subject": subject})
+    return f"msg-{len(sent_emails)}"
+
+
+kb = KernelBackend(
+    session_id="tools-in-programs",
+    tools=[search_orders, send_email],
+    extra_arguments=["--IPKernelApp.log_level=ERROR"],
+    env={"PYDEVD_DISABLE_FILE_VALIDATION": "1"},
+)
+await kb.start()
+kb
+"""
+    ),
+    md("""
+The prompt section ends with one line a tool, and the `run_code` description names
+them: the model knows what its programs can call.
+"""),
+    code(
+        """
+print(kb.system_prompt())
+print(kb.tool_schema("openai")["function"]["description"])
+"""
+    ),
+    md("""
+## The loop
+
+The scripted model of `02-agent-loop.ipynb`: its program searches two customers'
+orders at once, emails each of them, then fails on a typo in its last line
+(`dues`). The notice names the program `#1`; the model sends one line instead of
+the program. After each call the host's counters show what ran.
+"""),
+    code("PROGRAM = '''\\\n" + TOOLS_PROGRAM + "'''\n\n\n" + SCRIPTED_MODEL),
+    code(
+        """
+# Tool-call ids shaped like the ones a model API sends: call_ and 24 characters.
+CALL_IDS = ["call_R4nT8vLq2WcX7bKe0YsHm3Jd", "call_p9GzA1uFk6NwE5oQc8VtSb2L"]
+model = ScriptedModel(PROGRAM, ("round(dues, 2)", "round(due, 2)"))
+kb.new_turn()  # the user's instruction arrives
+tool_result = None
+counts = []  # the host's counters after each call
+for call_id in CALL_IDS:
+    arguments = model.next_call(tool_result)
+    raw = json.dumps(arguments)
+    print(f"=== the model calls run_code ({call_id}, {len(raw):,} bytes)\\n{arguments['code']}\\n")
+    tool_result = await kb.handle_tool_call("run_code", raw, call_id)
+    print(f"=== the model reads ({kb.last_result.status})\\n{tool_result}\\n")
+    counts.append(dict(calls))
+    print(f"=== the host has run {counts[-1]}\\n")
+print("done:", model.next_call(tool_result) is None)  # no notice left: the task is done
+"""
+    ),
+    md("""
+The replay called no tool: its four calls matched the recorded ones, in order, so
+each got its recorded result, and one sentence before the value says so. Had the
+edit changed a call's arguments, that call and every later one would have gone live;
+`fresh=True` on `replay` makes every call live.
+"""),
+    code(
+        """
+after_program, after_replay = counts
+print("after the program:", after_program)
+print("after the replay: ", after_replay)
+print("emails sent:", sent_emails)
+"""
+    ),
+    md("""
+## What the session kept
+
+Each program's tool calls are lines of `tool-calls/<id>.jsonl` next to its
+checkpoint, and its history line counts what was reused and what went live:
+"""),
+    code(
+        """
+for line in (kb.session_dir / "history.jsonl").read_text().splitlines():
+    entry = json.loads(line)
+    print(f"#{entry['n']}", entry["id"], entry["status"], entry.get("tool_calls"))
+"""
+    ),
+    md("""
+`%ptc_show` (and `ptc-retry show` in a shell) prints a program and then lists its
+tool calls. Sent through the backend, it shows what the replay saved: the corrected
+program, whose four calls all took the results recorded for the first one.
+"""),
+    code("""print((await kb.run_code("%ptc_show #2")).text)"""),
+    code("await kb.shutdown()  # stops the kernel and removes its session directory"),
+]
+
 NOTEBOOKS = {
     "01-quickstart.ipynb": ("quickstart", STOCK_KERNEL, QUICKSTART),
     "02-agent-loop.ipynb": ("agent-loop", PTC_KERNEL, AGENT_LOOP),
     "03-guard-and-resume.ipynb": ("guard-and-resume", PTC_KERNEL, GUARD_AND_RESUME),
     "04-native-mode.ipynb": ("native-mode", PTC_KERNEL, NATIVE),
+    "05-tools-in-programs.ipynb": ("tools-in-programs", PTC_KERNEL, TOOLS_IN_PROGRAMS),
 }
 
 

@@ -16,11 +16,13 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .core.errors import CheckpointError, PtcRetryError, ReplayError, StoreError
+from .core.errors import CheckpointError, PtcRetryError, ReplayError, StoreError, ToolError
 from .core.notice import failure_notice, prompt_section
 from .core.store import CheckpointStore
 from .core.version import __version__
+from .kernel.recorded import recorded
 from .kernel.replay import replay, resume
+from .kernel.tools import TOOLS as tools
 
 __all__ = [
     "CheckpointError",
@@ -28,11 +30,14 @@ __all__ = [
     "PtcRetryError",
     "ReplayError",
     "StoreError",
+    "ToolError",
     "failure_notice",
     "load_ipython_extension",
     "prompt_section",
+    "recorded",
     "replay",
     "resume",
+    "tools",
     "unload_ipython_extension",
     "__version__",
 ]

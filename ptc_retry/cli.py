@@ -20,7 +20,7 @@ from pathlib import Path
 from . import __version__
 from .core.errors import CheckpointError, StoreError
 from .core.fs import default_root
-from .core.history_table import format_history
+from .core.history_table import format_history, format_tool_calls
 from .core.layout import line_text, sanitize
 from .core.notice import prompt_section
 from .core.session_files import session_in_use
@@ -268,7 +268,8 @@ def _add_session_commands(commands: argparse._SubParsersAction) -> None:
         help="print the program a call saved",
         description='Print the program a call saved (the "code" of by-id/<ID>.json), ready '
         'to pipe into a file. A checkpoint without "code" (a tool call\'s arguments) is '
-        "printed as indented JSON. Reads only; changes nothing.",
+        "printed as indented JSON. The tool calls the program made (tool-calls/<ID>.jsonl) "
+        "are listed after it on stderr. Reads only; changes nothing.",
     )
     show.add_argument(
         "target",
@@ -408,6 +409,9 @@ def run_show(args: argparse.Namespace) -> int:
     else:
         print(f"# {path.name} is not a JSON object; shown as saved", file=sys.stderr)
     print(text, end="" if text.endswith("\n") else "\n")
+    records = reader.tool_calls(call_id)
+    if records:  # on stderr, like the header: stdout stays the program, ready to pipe
+        print(format_tool_calls(records, call_id), file=sys.stderr)
     return EXIT_OK
 
 

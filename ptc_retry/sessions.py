@@ -17,13 +17,23 @@ from typing import Any
 from .core.errors import CheckpointError
 from .core.fs import Dir, check_ancestors, check_dir, uid
 from .core.history_table import FAILED
-from .core.layout import BY_ID, CALLS, HISTORY, PREVIOUS, SessionNumbers, is_reference, sanitize
+from .core.layout import (
+    BY_ID,
+    CALLS,
+    HISTORY,
+    PREVIOUS,
+    TOOL_CALLS,
+    SessionNumbers,
+    is_reference,
+    sanitize,
+)
 from .core.session_files import (
     checkpoint_files,
     checkpoint_names,
     previous_id,
     read_checkpoint,
     read_history,
+    read_tool_calls,
     survey,
 )
 
@@ -198,6 +208,14 @@ class SessionReader:
             f"no previous/{target}.json (previous/ holds the calls of the step before the "
             f'latest one, numbered from 1; for program number {target} write "#{target}")'
         )
+
+    def tool_calls(self, call_id: str) -> list[dict[str, Any]]:
+        """The recorded tool calls of ``call_id`` in file order; [] when there are none or
+        they cannot be read (a link is never followed)."""
+        try:
+            return read_tool_calls(Dir(self.path / TOOL_CALLS), call_id)
+        except OSError:
+            return []
 
     def _is_checkpoint(self, call_id: str) -> bool:
         """True when ``by-id/`` holds ``<call_id>.json`` under exactly that name (a

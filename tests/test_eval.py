@@ -1,11 +1,13 @@
 """``ptc-retry eval``: the corpus is sound, and a quick run on real kernels, once with each
 provider's call-id shape, writes a report in which both arms reach the expected result,
 replay sends less for long programs, and the replay by reference survives an inspection,
-a second failure in the same message, a kernel restart and a stray key beside "code"."""
+a second failure in the same message, a kernel restart and a stray key beside "code", and
+a fix of a program that called the host's tools repeats none of its calls by replay."""
 
 from __future__ import annotations
 
 import ast
+import asyncio
 import json
 import re
 import struct
@@ -14,6 +16,7 @@ import sys
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -21,6 +24,7 @@ import pytest
 from ptc_retry.core.notice import NOTICE_MIN_BYTES, failure_notice
 from ptc_retry.eval.chart import HEIGHT, WIDTH, savings_chart
 from ptc_retry.eval.figures import TARGETS, analyse
+from ptc_retry.eval.host import TOOL_NAMES, EvalTools
 from ptc_retry.eval.outcomes import (
     ID_SHAPES,
     ArmOutcome,
@@ -96,6 +100,43 @@ def test_the_corpus_covers_what_happens_around_a_failure_and_quick_plays_it() ->
         assert any(s.parallel is not None for s in chosen)
         assert any(s.restart and not s.resume for s in chosen)
         assert any(s.extra_keys for s in chosen)
+        assert any(s.tools for s in chosen)
+
+
+async def _run_here(code: str, host: EvalTools) -> Any:
+    """Run a program as the kernel would (top-level await, the last expression's value),
+    in this process, with ``tools`` calling ``host`` directly."""
+    namespace: dict[str, Any] = {
+        "tools": SimpleNamespace(**{f.__name__: f for f in host.functions()})
+    }
+    module = ast.parse(code)
+    last = module.body.pop()
+    assert isinstance(last, ast.Expr)
+    flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    for tree, mode in ((module, "exec"), (ast.Expression(last.value), "eval")):
+        value = eval(compile(tree, "<program>", mode, flags=flags), namespace)
+        if asyncio.iscoroutine(value):
+            value = await value
+    return value
+
+
+def test_the_tool_scenarios_call_the_hosts_tools_then_fail_after_the_last_call() -> None:
+    tooled = [s for s in SCENARIOS if s.tools]
+    assert len({s.size for s in tooled}) >= 2
+    assert any("asyncio.gather(" in s.program for s in tooled)
+    for scenario in tooled:
+        called = set(re.findall(r"\btools\.(\w+)\(", scenario.program))
+        assert called and called <= set(TOOL_NAMES), (scenario.name, called)
+        last_call = scenario.program.rindex("await tools.")
+        for old, _ in scenario.edits:
+            assert scenario.program.index(old) > last_call, scenario.name
+        failing, fixed = EvalTools(delay=0), EvalTools(delay=0)
+        with pytest.raises(KeyError):  # the scenario's mistake: a wrong key or literal
+            asyncio.run(_run_here(scenario.program, failing))
+        value = asyncio.run(_run_here(scenario.corrected, fixed))
+        assert same_value(repr(value), scenario.expected), (scenario.name, value)
+        # Every call was made before the failure: a re-send makes all of them again.
+        assert failing.calls == fixed.calls and failing.total >= 2, scenario.name
 
 
 def test_the_under_threshold_program_is_below_the_default_notice_size() -> None:
@@ -477,6 +518,31 @@ def test_a_stray_key_beside_code_runs_in_both_arms_and_the_replay_fixes_it(
             assert fix["other_keys"] == [] and fix["status"] == "ok"
         failed, fix = _calls(report, shape, "1k-stray-key", "on")
         assert failed["notice"] is not None and fix["role"] == "replay"
+
+
+def test_a_tool_scenarios_replay_repeats_no_call_and_its_resend_repeats_all(
+    quick_run: Any, report: dict[str, Any]
+) -> None:
+    name = "1k-tools-wrong-key"
+    for shape in SHAPES:
+        row = _row(report, shape, name)
+        assert row["tools"] and row["on_action"] == "replay" and row["off_action"] == "re-send"
+        made = row["failed_tool_calls"]
+        assert made == 2
+        assert row["off_tool_calls"] == made  # the re-send called every tool again
+        assert row["on_tool_calls"] == 0  # the replay called none
+        assert row["on_tools_reused"] == made  # it got the recorded results instead
+        assert row["on_fix_seconds"] < row["off_fix_seconds"]
+        (failed_on, fix), (failed_off, resend) = (
+            _calls(report, shape, name, "on"),
+            _calls(report, shape, name, "off"),
+        )
+        assert failed_on["tool_calls"] == failed_off["tool_calls"] == made
+        assert failed_off["notice"] is None and resend["role"] == "re-send"
+        assert fix["code"].startswith(f'await ptc_retry.replay("{failed_on["reference"]}", ')
+        assert report["id_shapes"][shape]["tools"]["off_tool_calls"] == made
+    _, out = quick_run
+    assert f"| {name} | 1,010 B | 2 | 2 | 0 | 2 |" in (out / "report.md").read_text("utf-8")
 
 
 def test_the_report_states_the_overheads_and_the_break_even(report: dict[str, Any]) -> None:

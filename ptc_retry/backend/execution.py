@@ -17,6 +17,8 @@ from ..core.layout import checkpoint_path, sanitize
 from ..core.notice import parse_notice, resume_call
 from ..core.protocol import METADATA_KEY, execute_request
 from .capture import Capture, strip_ansi
+from .host_tools import HostTools
+from .input_requests import InputRequests
 from .results import RunResult, join_notes
 from .transport import Transport
 
@@ -39,6 +41,9 @@ class ExecutionSettings:
     interrupt_grace: float  # seconds an interrupted program gets before the kernel restarts
     checkpoints: Path | None  # the kernel's session directory, as it sees it (None: unknown)
     resume_hint: bool  # after a restart, say how to go on with ``ptc_retry.resume``
+    #: The host's tools programs may call; while there are any, the request allows stdin
+    #: and carries their catalog.
+    tools: HostTools | None = None
 
 
 class Execution:
@@ -73,6 +78,7 @@ class Execution:
         self.status: str | None = None  # set when the backend decides it (timeout, died)
         self.restarted = False
         self.msg_id: str | None = None
+        self.input_requests = InputRequests(kernel, settings.tools or HostTools())
 
     async def run(self) -> RunResult:
         prelude = await self._revive()
@@ -102,9 +108,7 @@ class Execution:
         give_up_at: float | None = None
         idle = False
         try:
-            self.msg_id = await kernel.send_execute(
-                execute_request(self.code), {METADATA_KEY: self.request}
-            )
+            self.msg_id = await kernel.send_execute(*self._request())
             while not (idle and self.reply is not None):
                 if self.closing():
                     raise BackendError("the backend was shut down while this program ran")
@@ -112,6 +116,7 @@ class Execution:
                 if stop_at is not None and now >= stop_at and not self.interrupted:
                     self.interrupted = True
                     give_up_at = now + settings.interrupt_grace
+                    await self.input_requests.cancel()  # the interrupt ends the kernel's wait
                     await self._interrupt(f"ran past its time limit of {self.timeout:g} s")
                 if give_up_at is not None and now >= give_up_at:
                     await self._restart_after_timeout()
@@ -131,13 +136,28 @@ class Execution:
                     self.reply = message
                 elif msg_type == "status":
                     idle = idle or message["content"].get("execution_state") == "idle"
+                elif msg_type == "input_request":
+                    await self.input_requests.handle(message)
                 elif msg_type != "execute_input":
                     self._output(msg_type, message["content"])
         except asyncio.CancelledError:
             # The caller gave up: stop the program too, so the kernel is free for the next call.
+            await self.input_requests.cancel()
             await self._interrupt("was cancelled by its caller")
             raise
+        finally:
+            # Whatever ended the program (its reply, a death, a shutdown) ends its tool calls.
+            await self.input_requests.cancel()
         return self._result(time.monotonic() - started)
+
+    def _request(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The execute_request's content and metadata: with host tools, stdin is allowed and
+        the catalog goes along; without, the request is as it always was."""
+        tools = self.settings.tools
+        if not tools:
+            return execute_request(self.code), {METADATA_KEY: self.request}
+        request = {**self.request, "tools": tools.catalog()}
+        return execute_request(self.code, allow_stdin=True), {METADATA_KEY: request}
 
     async def _interrupt(self, why: str) -> None:
         log.info("call %s %s: interrupting the kernel", self.request.get("call_id"), why)
@@ -175,6 +195,7 @@ class Execution:
     async def _restart_as(self, status: str, why: str, said: str) -> None:
         """Restart the kernel, which ends this call with ``status``; ``said`` tells the model."""
         log.warning("%s: restarting it", why)
+        await self.input_requests.cancel()  # the program waiting for them is gone
         await self.restart()
         self.status, self.restarted = status, True
         lost = "all variables, imports and definitions are lost."
@@ -199,7 +220,7 @@ class Execution:
                 return
             if message["msg_type"] == "execute_reply":
                 self.reply = message
-            elif message["msg_type"] not in ("status", "execute_input"):
+            elif message["msg_type"] not in ("status", "execute_input", "input_request"):
                 self._output(message["msg_type"], message["content"])
 
     def _checkpoint(self) -> tuple[str, str]:

@@ -8,9 +8,9 @@ import asyncio
 import logging
 import os
 import secrets
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, TypeVar
 
 from jupyter_core.utils import run_sync
 
@@ -18,26 +18,13 @@ from ..core.errors import BackendError, GatewayError
 from ..core.fs import default_root
 from ..core.layout import sanitize
 from ..core.notice import prompt_section
-from ..native import NativeTools, ToolResult, tool_definitions
+from ..native import NativeTools, ToolResult
+from .code_mode import CodeSession
 from .execution import Execution, ExecutionSettings
 from .kernels import kernel_transport
 from .local import NATIVE_KERNEL_DIR, check_checkpoints
-from .native_mode import KERNEL_OPTIONS, NativeSession
-from .results import (
-    NATIVE_RUN_CODE_DESCRIPTION,
-    RUN_CODE,
-    RUN_CODE_DESCRIPTION,
-    RUN_CODE_PARAMETERS,
-    CallOptions,
-    RunResult,
-    Tool,
-    check_timeout,
-    decode_arguments,
-    ignored_keys_line,
-    join_notes,
-    require_utf8,
-    run_code_problem,
-)
+from .native_mode import KERNEL_OPTIONS, NativeSession, native_definitions
+from .results import RUN_CODE, CallOptions, RunResult, check_timeout, require_utf8
 from .transport import KernelSetup, Transport
 
 __all__ = ["MODES", "KernelBackend"]
@@ -47,6 +34,7 @@ log = logging.getLogger(__name__)
 #: What ``KernelBackend(mode=...)`` accepts: the model writes programs, or calls tools.
 MODES = ("code", "native")
 _NOT_RUNNING = "the kernel is not running; call start() or use `async with`"
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class KernelBackend:
@@ -66,7 +54,8 @@ class KernelBackend:
     ``default_timeout``: seconds a call may run without a ``timeout`` of its own (None: no
     limit); the kernel stops the program then, and the backend interrupts it
     ``time_limit_margin`` seconds later, restarting the kernel if it does not stop within
-    ``interrupt_grace`` seconds.
+    ``interrupt_grace`` seconds. ``tools``: functions programs may call as
+    ``await tools.<name>(...)`` (code mode; see ``register_tool``).
 
     ``mode="native"`` behind a gateway is refused (ValueError): the kernelspec there, not
     the backend, decides whether the kernel adds the code-mode notice, and the journal
@@ -94,6 +83,7 @@ class KernelBackend:
         extension: bool | None = None,
         gateway_url: str | None = None,
         token: str | None = None,
+        tools: Iterable[Callable[..., Any]] = (),
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use mode='code' or mode='native'")
@@ -143,9 +133,9 @@ class KernelBackend:
         #: Native mode: the ``ToolResult`` of the latest ``handle_tool_call`` (for an edit,
         #: its ``replay_of`` names the call it re-ran).
         self.last_tool_result: ToolResult | None = None
-        self._tools = {
-            RUN_CODE: Tool(RUN_CODE, RUN_CODE_DESCRIPTION, RUN_CODE_PARAMETERS, self._run_code_tool)
-        }
+        self._code = CodeSession(self.run_code)
+        for function in tools:
+            self.register_tool(function)
         self._native: NativeSession | None = None
         self._step = 0
         self._new_instruction = False
@@ -215,7 +205,27 @@ class KernelBackend:
                 "the session directory is on the kernel's host behind the gateway: call "
                 "start() (or use `async with`) before system_prompt()"
             )
-        return prompt_section(self.mode, session_dir=self.session_dir)
+        return prompt_section(self.mode, self.session_dir, tools=self._code.host_tools.catalog())
+
+    def register_tool(
+        self, function: F, name: str | None = None, description: str | None = None
+    ) -> F:
+        """Let programs call ``function`` as ``await tools.<name>(...)``; returns it unchanged.
+
+        Before or after ``start()``: every later program can call it. A sync function runs
+        in a worker thread, an async one on the backend's loop; both take JSON keyword
+        arguments and return JSON. ``name`` defaults to its ``__name__``, ``description``
+        to its docstring's first paragraph; the schema comes from its type hints. The
+        prompt section and ``run_code``'s description name the tools registered so far.
+        TypeError or ValueError when it cannot be a tool (see ``HostTools.register``).
+        """
+        if self.mode == "native":
+            raise ValueError(
+                "tools in programs need mode='code'; in native mode the model calls a "
+                "function directly: register it on kb.native"
+            )
+        self._code.register(function, name, description)
+        return function
 
     def tool_schemas(self, format: str = "openai") -> list[dict[str, Any]]:
         """Every tool's definition, to pass as the model's ``tools``.
@@ -227,9 +237,8 @@ class KernelBackend:
         if self.native is not None:
             return self.native.definitions(format)
         if self.mode == "native":  # before start(): no journal yet, the same definitions
-            spec = {"name": RUN_CODE, "description": NATIVE_RUN_CODE_DESCRIPTION}
-            return tool_definitions(format, [{**spec, "parameters": RUN_CODE_PARAMETERS}])
-        return [tool.schema(format) for tool in self._tools.values()]
+            return native_definitions(format)
+        return self._code.schemas(format)
 
     def tool_schema(self, format: str = "openai", name: str = RUN_CODE) -> dict[str, Any]:
         """One tool's definition (default ``run_code``), in the given ``format``."""
@@ -291,33 +300,7 @@ class KernelBackend:
             if error is not None:  # the kernel is gone and cannot restart: raise it
                 raise error
             return result.text
-        tool = self._tools.get(name)
-        if tool is None:
-            offered = ", ".join(self._tools)
-            return f"Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran."
-        try:
-            arguments, raw = decode_arguments(name, raw_arguments)
-        except ValueError as exc:
-            return str(exc)
-        return await tool.handler(arguments, raw, call_id, options)
-
-    async def _run_code_tool(
-        self, arguments: dict[str, Any], raw: str, call_id: str | None, options: CallOptions
-    ) -> str:
-        problem = run_code_problem(arguments)
-        if problem is not None:
-            return f"Error: {problem} Nothing ran."
-        result = await self.run_code(
-            arguments["code"],
-            call_id=call_id,
-            arguments=raw,
-            turn=options.turn,
-            step=options.step,
-            timeout=options.timeout,
-        )
-        # A stray key is no reason to re-send the program: it ran, and the model is told once.
-        ignored = ignored_keys_line(arguments)
-        return result.text if ignored is None else join_notes([ignored, result.text])
+        return await self._code.invoke(name, raw_arguments, call_id, options)
 
     # -- turns and steps ----------------------------------------------------------------------
 
@@ -464,6 +447,7 @@ class KernelBackend:
                 self.interrupt_grace,
                 checkpoints=self.kernel_session_dir,
                 resume_hint=self.mode == "code",  # native mode: the journal's notice follows
+                tools=self._code.host_tools,
             )
             restart, closing = self._restart, lambda: self._closing
             execution = Execution(

@@ -201,6 +201,11 @@ class GatewayKernel:
         self._running = await self._send("execute_request", content, metadata)
         return self._running
 
+    async def send_input_reply(self, value: str, request: dict[str, Any]) -> None:
+        # The websocket carries the stdin channel too: a gateway forwards the reply to the
+        # kernel while its program runs.
+        await self._send("input_reply", {"value": value}, parent=request)
+
     async def receive(self, msg_id: str, timeout: float) -> dict[str, Any] | None:
         """The next message (iopub or shell) that answers ``msg_id``, or None after ``timeout``.
 
@@ -370,9 +375,15 @@ class GatewayKernel:
             self._ws = None
 
     async def _send(
-        self, msg_type: str, content: dict[str, Any], metadata: dict[str, Any] | None = None
+        self,
+        msg_type: str,
+        content: dict[str, Any],
+        metadata: dict[str, Any] | None = None,
+        *,
+        parent: dict[str, Any] | None = None,
     ) -> str:
-        """Send a shell request in the JSON protocol; return its msg_id."""
+        """Send a shell request in the JSON protocol, or with ``parent`` (an input_request)
+        the stdin reply to it; return its msg_id."""
         from tornado.websocket import WebSocketClosedError
 
         if self._ws is None:
@@ -386,14 +397,14 @@ class GatewayKernel:
             "date": datetime.now(timezone.utc).isoformat(),
             "version": "5.3",
         }
-        message = {
+        message: dict[str, Any] = {
             "header": header,
             "msg_id": msg_id,
             "msg_type": msg_type,
-            "parent_header": {},
+            "parent_header": (parent or {}).get("header") or {},
             "metadata": metadata or {},
             "content": content,
-            "channel": "shell",
+            "channel": "shell" if parent is None else "stdin",
             "buffers": [],
         }
         try:

@@ -139,8 +139,8 @@ class LocalKernel:
         return self._msg_id
 
     async def receive(self, msg_id: str, timeout: float) -> dict[str, Any] | None:
-        # iopub until the request's idle status, then shell for its reply: its outputs
-        # all come before the idle status.
+        # iopub (and stdin, where a running program asks for input) until the request's idle
+        # status, then shell for its reply: its outputs all come before the idle status.
         client = self.client
         idle = self._idle and msg_id == self._msg_id
         deadline = time.monotonic() + timeout
@@ -150,7 +150,7 @@ class LocalKernel:
                 if idle:
                     message = await client.get_shell_msg(timeout=left)
                 else:
-                    message = await client.get_iopub_msg(timeout=left)
+                    message = await self._iopub_or_stdin(left)
             except queue.Empty:
                 # A pause on iopub: the reply may be in although the idle status was lost
                 # (zmq drops what overflows a subscriber's queue when a program floods it).
@@ -160,6 +160,26 @@ class LocalKernel:
             if message["msg_type"] == "status" and msg_id == self._msg_id:
                 self._idle = message["content"].get("execution_state") == "idle"
             return message
+
+    async def _iopub_or_stdin(self, timeout: float) -> dict[str, Any]:
+        """The next iopub or stdin message; queue.Empty when none came within ``timeout``."""
+        import zmq
+        import zmq.asyncio
+
+        iopub, stdin = self.client.iopub_channel, self.client.stdin_channel
+        poller = zmq.asyncio.Poller()
+        poller.register(iopub.socket, zmq.POLLIN)
+        poller.register(stdin.socket, zmq.POLLIN)
+        ready = dict(await poller.poll(timeout * 1000))
+        # iopub first: the kernel flushes what a program printed before it asks for input.
+        for channel in (iopub, stdin):
+            if channel.socket in ready:
+                return await channel.get_msg(timeout=0)
+        raise queue.Empty
+
+    async def send_input_reply(self, value: str, request: dict[str, Any]) -> None:
+        msg = self.client.session.msg("input_reply", {"value": value}, parent=request)
+        self.client.stdin_channel.send(msg)
 
     async def _reply_waiting(self, msg_id: str) -> dict[str, Any] | None:
         while True:

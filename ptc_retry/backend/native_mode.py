@@ -3,22 +3,22 @@ backend opens in its session directory, and the backend's ``run_code`` as a nati
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from ..core.errors import BackendError
-from ..native import NativeTools, Position, ToolFailure, ToolResult, current_call
+from ..native import NativeTools, Position, ToolFailure, ToolResult, current_call, tool_definitions
 from .results import (
     NATIVE_RUN_CODE_DESCRIPTION,
     RUN_CODE,
     RUN_CODE_PARAMETERS,
     CallOptions,
-    RunResult,
+    RunCode,
     run_code_problem,
 )
 
-__all__ = ["KERNEL_OPTIONS", "NativeRunCode", "NativeSession"]
+__all__ = ["KERNEL_OPTIONS", "NativeRunCode", "NativeSession", "native_definitions"]
 
 #: The kernel's command line in native mode: ``notice_min_bytes`` out of reach, so the model
 #: never reads the code-mode ``ptc_retry.replay`` notice; the kernel's sentences that do not
@@ -26,18 +26,11 @@ __all__ = ["KERNEL_OPTIONS", "NativeRunCode", "NativeSession"]
 KERNEL_OPTIONS = (f"--PtcRetry.notice_min_bytes={2**62}",)
 
 
-class RunCode(Protocol):
-    """``KernelBackend.run_code``, as native mode calls it."""
-
-    def __call__(
-        self,
-        code: str,
-        *,
-        call_id: str | None = None,
-        turn: int | None = None,
-        step: int | None = None,
-        timeout: float | None = None,
-    ) -> Awaitable[RunResult]: ...
+def native_definitions(format: str) -> list[dict[str, Any]]:
+    """The tools a native-mode backend offers before it starts (``run_code``, the edit tool):
+    what its ``NativeTools`` will give once made."""
+    spec = {"name": RUN_CODE, "description": NATIVE_RUN_CODE_DESCRIPTION}
+    return tool_definitions(format, [{**spec, "parameters": RUN_CODE_PARAMETERS}])
 
 
 class NativeRunCode:

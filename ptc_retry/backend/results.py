@@ -4,7 +4,7 @@ definition and texts, the checks of its arguments) and ``RunResult``."""
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -19,6 +19,7 @@ __all__ = [
     "RUN_CODE_DESCRIPTION",
     "RUN_CODE_PARAMETERS",
     "CallOptions",
+    "RunCode",
     "RunResult",
     "Tool",
 ]
@@ -34,6 +35,16 @@ RUN_CODE_DESCRIPTION = (
     "program is saved; its notice names it (#n) so a small fix can be sent as one line with "
     "ptc_retry.replay."
 )
+
+
+def run_code_description(tools: Sequence[str] = ()) -> str:
+    """``run_code``'s description; with host ``tools``, it says programs can call them."""
+    if not tools:
+        return RUN_CODE_DESCRIPTION
+    names = ", ".join(f"tools.{name}" for name in tools)
+    return f"{RUN_CODE_DESCRIPTION} Programs can call the host's tools with await: {names}."
+
+
 RUN_CODE_PARAMETERS: dict[str, Any] = {
     "type": "object",
     "properties": {"code": {"type": "string", "description": "The Python program to run."}},
@@ -88,6 +99,21 @@ class CallOptions:
     turn: int | None = None
     step: int | None = None
     timeout: float | None = None
+
+
+class RunCode(Protocol):
+    """``KernelBackend.run_code``, as the tools that run programs call it."""
+
+    def __call__(
+        self,
+        code: str,
+        *,
+        call_id: str | None = None,
+        arguments: str | None = None,
+        turn: int | None = None,
+        step: int | None = None,
+        timeout: float | None = None,
+    ) -> Awaitable[RunResult]: ...
 
 
 class ToolHandler(Protocol):

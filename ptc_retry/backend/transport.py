@@ -50,9 +50,15 @@ class Transport(Protocol):
         """Send an execute_request with this content and metadata; return its msg_id."""
 
     async def receive(self, msg_id: str, timeout: float) -> dict[str, Any] | None:
-        """The next iopub or shell message whose parent is ``msg_id``, in the order that
-        ends a request (outputs, then the idle status and the reply), or None when none
-        came within ``timeout`` seconds; then ``is_alive()`` tells whether to wait on."""
+        """The next iopub, stdin or shell message whose parent is ``msg_id``, in the order
+        that ends a request (outputs and input_requests, then the idle status and the
+        reply), or None when none came within ``timeout`` seconds; then ``is_alive()``
+        tells whether to wait on."""
+
+    async def send_input_reply(self, value: str, request: dict[str, Any]) -> None:
+        """Answer the kernel's input_request ``request`` (a message ``receive`` returned)
+        with ``value``, on the stdin channel. Only called for a request sent with
+        ``allow_stdin`` (the backend has host tools)."""
 
     async def interrupt(self) -> None:
         """Interrupt the running program (SIGINT or an interrupt_request, as the kernel says)."""

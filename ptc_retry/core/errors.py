@@ -24,6 +24,15 @@ class ReplayError(PtcRetryError):
     """A replay cannot run as asked: unknown target, or an edit that does not match exactly once."""
 
 
+class ToolError(PtcRetryError):
+    """A program's tool call failed: the tool raised, its arguments or result were not JSON or
+    did not fit, or no agent backend answers tool calls here. ``tool`` names the tool."""
+
+    def __init__(self, message: str, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+
 class PatchError(PtcRetryError):
     """A native-mode patch cannot apply: bad shape, bad path, or an edit that does not match."""
 

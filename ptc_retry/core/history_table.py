@@ -1,5 +1,5 @@
-"""The history table: one row per history line, as ``%ptc_history`` and ``ptc-retry history``
-show it."""
+"""The history table (one row per history line, as ``%ptc_history`` and ``ptc-retry history``
+show it) and the listing of one program's tool calls (``%ptc_show``, ``ptc-retry show``)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from .layout import reference
+from .layout import TOOL_CALLS, reference, tool_calls_name
 
 FAILED = frozenset({"error", "interrupted"})
 RESTART = "kernel restarted"
@@ -119,3 +119,24 @@ def _cell(line: dict[str, Any], column: str) -> str:
     else:
         value = line.get(column)
     return "" if value is None else str(value)
+
+
+def format_tool_calls(records: Sequence[dict[str, Any]], call_id: str) -> str:
+    """The compact listing of the tool calls of ``call_id``, as ``%ptc_show`` and ``ptc-retry
+    show`` print it after the program: Python comments, one row a call in order."""
+    where = f"{TOOL_CALLS}/{tool_calls_name(call_id)}"
+    rows = [["k", "tool", "status", "seconds", "reused"]]
+    numbered = [line for line in records if isinstance(line.get("k"), int)]
+    for line in sorted(numbered, key=lambda line: line["k"]):
+        duration = line.get("duration")
+        seconds = f"{duration:.3f}" if isinstance(duration, (int, float)) else "?"
+        reused = line.get("reused_from") if line.get("reused") else ""
+        status = "ok" if line.get("ok") is True else "error"
+        rows.append([str(line["k"]), str(line.get("tool")), status, seconds, str(reused or "")])
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    text = [f"# tool calls: {len(numbered)} ({where})"]
+    for row in rows:
+        cells = [row[0].rjust(widths[0]), *(c.ljust(w) for c, w in zip(row[1:3], widths[1:3]))]
+        cells += [row[3].rjust(widths[3]), row[4]]
+        text.append("#   " + "  ".join(cells).rstrip())
+    return "\n".join(text)

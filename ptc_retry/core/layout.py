@@ -8,6 +8,7 @@ reads by them.
     ├── by-id/<sanitize(id)>.json  the only real copy of each call's arguments
     ├── previous/<n>.json          the calls of the latest step (links into by-id/)
     ├── calls/<n>.json             session number n (link into by-id/), once a notice names it
+    ├── tool-calls/<id>.jsonl      the tool calls a program made, one JSON object a line
     └── .owner                     which kernel session this directory belongs to
 """
 
@@ -28,6 +29,8 @@ BY_ID = "by-id"
 PREVIOUS = "previous"
 CALLS = "calls"
 OWNER = ".owner"
+#: Made at a session's first tool call (see :mod:`ptc_retry.kernel.recording`).
+TOOL_CALLS = "tool-calls"
 #: In ``previous/`` where the filesystem refuses links: the id of each copy, a line each.
 IDS = ".ids"
 
@@ -68,6 +71,11 @@ def history_path(session_dir: str | os.PathLike[str]) -> Path:
 def calls_path(session_dir: str | os.PathLike[str], n: int) -> Path:
     """Where program number ``n`` of ``session_dir`` is linked once a notice names it."""
     return Path(session_dir) / CALLS / f"{n}.json"
+
+
+def tool_calls_name(call_id: str) -> str:
+    """The file in ``tool-calls/`` that records the tool calls of ``call_id``."""
+    return f"{sanitize(call_id)}.jsonl"
 
 
 def previous_count(session_dir: str | os.PathLike[str]) -> int:

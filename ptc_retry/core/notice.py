@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
+
+from .schema import signature_text
 
 #: Below this many bytes of arguments a failure gets no notice. The evaluation's
 #: break-even (``ptc-retry eval``, docs/eval.md), rounded up: from there on a replay line
@@ -30,6 +34,10 @@ small correction; otherwise write a fresh program. No helper: read the file, jso
 replace in "code", run as an async function.
 """
 
+#: Heads the code-mode section's list of the host's tools, one ``tool_line`` each.
+TOOLS_PROMPT = """\
+Programs can call the host's tools (JSON in and out; asyncio.gather runs several at once):
+"""
 
 # Native mode (ptc_retry.native). Filled with str.replace, not str.format, so the JSON
 # examples need no doubled braces. Each example line is a valid patch.
@@ -153,18 +161,41 @@ def native_failure_notice(call_id: str, *, field: str = "<field>") -> str:
     )
 
 
-def prompt_section(mode: str = "code", session_dir: str | Path | None = None) -> str:
+def prompt_section(
+    mode: str = "code",
+    session_dir: str | Path | None = None,
+    *,
+    tools: Sequence[Mapping[str, Any]] = (),
+) -> str:
     """The system-prompt section that teaches the model to replay instead of re-send.
 
     ``mode="code"`` teaches the ``ptc_retry.replay`` helper, ``mode="native"`` the
     ``editPreviousToolCalling`` tool (``ptc_retry.native``).
     ``session_dir`` is the directory the kernel saves this session's programs in
     (``CheckpointStore.session_dir``); without it the text names the default
-    location pattern. The result depends only on its arguments.
+    location pattern. ``tools`` (code mode): the host's tools programs can call, as
+    ``{"name", "description", "parameters"}``, listed a line each. The result depends only
+    on its arguments.
     """
     if mode not in ("code", "native"):
         raise ValueError(f"prompt_section: unknown mode {mode!r}; use mode='code' or mode='native'")
     where = str(session_dir) if session_dir is not None else "<checkpoint root>/<session>"
     if mode == "native":
+        if tools:
+            raise ValueError("prompt_section: tools in programs are listed in code mode only")
         return NATIVE_PROMPT.replace("{session_dir}", where)
-    return CODE_PROMPT.format(session_dir=where)
+    section = CODE_PROMPT.format(session_dir=where)
+    if not tools:
+        return section
+    lines = [tool_line(t["name"], t.get("description") or "", t["parameters"]) for t in tools]
+    return section + TOOLS_PROMPT + "".join(line + "\n" for line in lines)
+
+
+def tool_line(name: str, description: str, parameters: Mapping[str, Any]) -> str:
+    """``await tools.name(a: int, b: str = ...)  # description``: one host tool, one line."""
+    call = f"await tools.{name}({signature_text(parameters)})"
+    summary = " ".join(description.split())
+    return f"{call}  # {summary}" if summary else call
+
+
+#: The Python name of each JSON schema type, as a tool's signature shows it.

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import copy
+import inspect
+import keyword
 from collections.abc import Mapping
 from typing import Any
 
@@ -24,3 +26,79 @@ def tool_schema(
         function = {"name": name, "description": description, "parameters": schema}
         return {"type": "function", "function": function}
     return {"name": name, "description": description, "input_schema": schema}
+
+
+# -- a tool's signature, as Python shows it --------------------------------------------------
+
+JSON_TYPE_NAMES = {
+    "string": "str",
+    "integer": "int",
+    "number": "float",
+    "boolean": "bool",
+    "array": "list",
+    "object": "dict",
+    "null": "None",
+}
+
+
+class _Shown:
+    """Shows as its text in a signature: an annotation or a default."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+#: The default a signature shows for an optional argument the host fills in itself.
+OPTIONAL = _Shown("...")
+
+
+def schema_signature(parameters: dict[str, Any]) -> inspect.Signature:
+    """The Python signature of a tool whose arguments follow the JSON schema ``parameters``.
+
+    Properties in the schema's order; an optional one shows ``= ...`` (the host fills it in)
+    or its schema default. A required property after an optional one is keyword-only.
+    ``**kwargs`` unless the schema says ``"additionalProperties": false``. A property that
+    is no Python name leaves only ``**arguments``.
+    """
+    properties = parameters.get("properties")
+    properties = properties if isinstance(properties, dict) else {}
+    listed = parameters.get("required")
+    listed = listed if isinstance(listed, list) else []
+    required = {name for name in listed if isinstance(name, str)}
+    if not all(_is_name(name) for name in properties):
+        return inspect.Signature([inspect.Parameter("arguments", inspect.Parameter.VAR_KEYWORD)])
+    params: list[inspect.Parameter] = []
+    kind: inspect._ParameterKind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    for name, schema in properties.items():
+        schema = schema if isinstance(schema, dict) else {}
+        default: Any = inspect.Parameter.empty
+        if name not in required:
+            default = _Shown(repr(schema["default"])) if "default" in schema else OPTIONAL
+        elif params and params[-1].default is not inspect.Parameter.empty:
+            kind = inspect.Parameter.KEYWORD_ONLY
+        params.append(inspect.Parameter(name, kind, default=default, annotation=_type(schema)))
+    if parameters.get("additionalProperties") is not False:
+        rest = "kwargs" if "kwargs" not in properties else "more"
+        params.append(inspect.Parameter(rest, inspect.Parameter.VAR_KEYWORD))
+    return inspect.Signature(params)
+
+
+def _is_name(name: object) -> bool:
+    return isinstance(name, str) and name.isidentifier() and not keyword.iskeyword(name)
+
+
+def _type(schema: dict[str, Any]) -> Any:
+    kinds = schema.get("type")
+    kinds = kinds if isinstance(kinds, list) else [kinds]
+    known = [kind for kind in kinds if isinstance(kind, str) and kind in JSON_TYPE_NAMES]
+    names = [JSON_TYPE_NAMES[kind] for kind in known]
+    return _Shown(" | ".join(names)) if names else inspect.Parameter.empty
+
+
+def signature_text(parameters: Mapping[str, Any]) -> str:
+    """``a: int, b: str = ...``: the arguments of :func:`schema_signature`, without the
+    parentheses, as the prompt and the backend's errors show them."""
+    return str(schema_signature(dict(parameters)))[1:-1]

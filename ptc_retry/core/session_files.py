@@ -1,10 +1,11 @@
 """Reading what a session directory holds, by the layout's rules and never through a link:
-its history, its checkpoints, what ``previous/`` and ``calls/`` entries stand for, and the
-calls that never finished. The store reads a session it reopens through this, and so does
-the CLI's read-only ``SessionReader``."""
+its history, its checkpoints, what ``previous/`` and ``calls/`` entries stand for, the calls
+that never finished and the programs' tool calls (and appending those). The store reads a
+session it reopens through this, and so does the CLI's read-only ``SessionReader``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import stat
@@ -15,11 +16,21 @@ from pathlib import Path
 from typing import Any
 
 from .errors import CheckpointError
-from .fs import Dir, held_elsewhere, open_regular, read_file
+from .fs import (
+    Dir,
+    fix_mode,
+    held_elsewhere,
+    open_dir,
+    open_regular,
+    pread,
+    read_file,
+    write_all,
+)
 from .layout import (
     HISTORY,
     IDS,
     RESEND,
+    TOOL_CALLS,
     SessionNumbers,
     entry_number,
     history_path,
@@ -27,6 +38,7 @@ from .layout import (
     link_target_id,
     parse_records,
     split_lines,
+    tool_calls_name,
     unfinished_line,
 )
 
@@ -65,6 +77,15 @@ class Survey:
     numbers: SessionNumbers
     unfinished: list[dict[str, Any]]  # a line for each checkpoint without a history line
     skipped: list[str]  # ``by-id/`` entries that are no checkpoint
+
+    def skipped_warning(self, by_id: Path) -> str:
+        """What the store says once of the ``skipped`` entries of ``by_id``."""
+        skipped, many = self.skipped, len(self.skipped) > 1
+        return (
+            f"skipped {len(skipped)} entr{'ies' if many else 'y'} of {by_id} "
+            f"that {'are' if many else 'is'} not a checkpoint (a link, or not a regular "
+            f"file): {', '.join(sorted(skipped)[:3])}{', ...' if len(skipped) > 3 else ''}"
+        )
 
 
 def survey(
@@ -243,3 +264,79 @@ def previous_id(previous: Dir, by_id: Dir, n: int, candidates: Iterable[str]) ->
         return None
     call_id = ids[n - 1] if 0 < n <= len(ids) else None
     return call_id if is_name(call_id) else None
+
+
+# -- a program's tool calls ---------------------------------------------------------------------
+
+
+class ToolCallFiles:
+    """A store's ``tool-calls/``, made at the session's first tool call (a session without
+    any has none). ``dirs``: the store's open directories, which this one joins."""
+
+    def __init__(self, session: Dir, dirs: list[Dir]) -> None:
+        self._session = session
+        self._dirs = dirs
+        self._directory: Dir | None = None
+
+    def read(self, call_id: str) -> list[dict[str, Any]]:
+        """The recorded tool calls of ``call_id`` (see ``read_tool_calls``)."""
+        if self._directory is not None:
+            return read_tool_calls(self._directory, call_id)
+        if not self._session.exists(TOOL_CALLS):
+            return []
+        directory = self._open()  # kept open only once a program writes there
+        try:
+            return read_tool_calls(directory, call_id)
+        finally:
+            directory.close()
+
+    def append(self, call_id: str, data: bytes) -> None:
+        """Append ``data`` to the tool calls of ``call_id`` (see ``append_lines``)."""
+        if self._directory is None:
+            self._directory = self._open()
+            self._dirs.append(self._directory)
+        append_lines(self._directory, tool_calls_name(call_id), data)
+
+    def _open(self) -> Dir:
+        return open_dir(self._session, TOOL_CALLS, "tool-call directory", ours=True)
+
+
+def read_tool_calls(directory: Dir, call_id: str) -> list[dict[str, Any]]:
+    """The JSON objects of ``tool-calls/<call_id>.jsonl`` (``directory`` is ``tool-calls/``)
+    in file order, other lines skipped; [] when there is no such file. Raises OSError when it
+    cannot be read, a link included (never followed)."""
+    try:
+        data = read_file(directory, tool_calls_name(call_id))
+    except FileNotFoundError:
+        return []
+    records = []
+    for line in data.split(b"\n"):
+        try:
+            record = json.loads(line) if line else None
+        except (ValueError, RecursionError):
+            continue
+        if isinstance(record, dict):
+            records.append(record)
+    return records
+
+
+def append_lines(directory: Dir, name: str, data: bytes) -> None:
+    """Append ``data`` (whole lines) to ``directory/name``, created 0600, never through a link.
+
+    A file that ends in a torn line gets a line end first; a write that fails part-way (a
+    full disk) is taken back, so the file holds whole lines only. Raises OSError.
+    """
+    fd, st = open_regular(directory, name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    try:
+        if st.st_size == 0:
+            fix_mode(fd)
+        elif pread(fd, 1, st.st_size - 1) != b"\n":
+            data = b"\n" + data
+        try:
+            write_all(fd, data)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, st.st_size)
+            raise
+    finally:
+        os.close(fd)

@@ -1,10 +1,8 @@
-"""The checkpoint store: every call's arguments on disk before the call runs, and the
-session's history, in the layout of :mod:`.layout`, written through :mod:`.fs`.
-
-One process per session: a store holds an exclusive lock on its ``history.jsonl`` for its
-life (the OS drops it when the process dies, so a restarted kernel continues its session).
-Plain Python: this module knows nothing of IPython or Jupyter.
-"""
+"""The checkpoint store: every call's arguments on disk before the call runs, the session's
+history and its programs' tool calls, in the layout of :mod:`.layout`, written through
+:mod:`.fs`. One process per session: a store holds an exclusive lock on its ``history.jsonl``
+for its life (the OS drops it when the process dies, so a restarted kernel continues its
+session). Plain Python: this module knows nothing of IPython or Jupyter."""
 
 from __future__ import annotations
 
@@ -40,6 +38,7 @@ from .layout import (
     sanitize,
 )
 from .session_files import (
+    ToolCallFiles,
     checkpoint_code,
     checkpoint_names,
     decode_checkpoint,
@@ -102,14 +101,11 @@ class CheckpointStore:
     are not locked.
 
     Nothing is read or written through a link planted in a session (see :mod:`.fs`). Opening
-    raises ``StoreError`` when the location is unsafe (a root that is a symlink, another
-    user's, a shared sticky directory or writable by others, or that lies under a symlink
-    someone other than the superuser could change; a file where a directory belongs) and
-    ``OSError`` when the filesystem refuses. ``begin``, ``replace_arguments`` and ``finish``
-    raise ``OSError`` on the same filesystem failures, and ``StoreError`` once the store is
-    closed or when the arguments cannot be encoded as UTF-8 (a lone surrogate): a caller that
-    must never fail catches ``(OSError, StoreError)``. Reading a checkpoint raises
-    ``CheckpointError``.
+    raises ``StoreError`` when the location is unsafe (by :mod:`.fs`'s and :mod:`.claim`'s
+    rules) and ``OSError`` when the filesystem refuses. Writing raises ``OSError`` on the same
+    failures, and ``StoreError`` once the store is closed or when the arguments cannot be
+    encoded as UTF-8 (a lone surrogate): a caller that must never fail catches ``(OSError,
+    StoreError)``. Reading a checkpoint raises ``CheckpointError``.
     """
 
     def __init__(
@@ -143,6 +139,8 @@ class CheckpointStore:
         self.session, self.session_dir = claimed.name, claimed.directory.path
         self._warnings.extend(claimed.warnings)
         session_dir = claimed.directory
+        self._dirs.append(session_dir)  # open for the store's life: tool-calls/ is made later
+        self._tool_calls = ToolCallFiles(session_dir, self._dirs)
         try:
             self._history = HistoryFile(claimed.history_fd, alone=claimed.alone)
             self._by_id = open_dir(session_dir, BY_ID, "checkpoint directory", ours=True)
@@ -155,8 +153,6 @@ class CheckpointStore:
         except BaseException:
             self.close()
             raise
-        finally:
-            session_dir.close()
         self.warning = "; ".join(self._warnings) or None
         _OPEN.add(self)
 
@@ -168,14 +164,8 @@ class CheckpointStore:
         self._index.restore(found.records)
         for name in self._previous.scan():
             self._prev_count = max(self._prev_count, entry_number(name) or 0)
-        skipped = found.skipped
-        if skipped:
-            many = len(skipped) > 1
-            self._warnings.append(
-                f"skipped {len(skipped)} entr{'ies' if many else 'y'} of {self._by_id.path} "
-                f"that {'are' if many else 'is'} not a checkpoint (a link, or not a regular "
-                f"file): {', '.join(sorted(skipped)[:3])}{', ...' if len(skipped) > 3 else ''}"
-            )
+        if found.skipped:
+            self._warnings.append(found.skipped_warning(self._by_id.path))
         if found.unfinished:
             try:
                 history.append([self._encode(line) for line in found.unfinished])
@@ -490,6 +480,21 @@ class CheckpointStore:
         """The ``n`` most recently begun ids (or recorded, before a reopen), newest first."""
         with self._lock:
             return self._index.latest_ids(n)
+
+    # -- a program's tool calls ---------------------------------------------------------------
+
+    def record_tool_call(self, call_id: str, line: dict[str, Any]) -> None:
+        """Append ``line`` to ``tool-calls/<call_id>.jsonl``, the calls ``call_id`` made."""
+        data = self._encode(line)
+        with self._lock:
+            self._require_open()
+            self._tool_calls.append(call_id, data)
+
+    def tool_calls(self, call_id: str) -> list[dict[str, Any]]:
+        """The recorded tool calls of ``call_id`` in file order ([] when it made none);
+        OSError when they cannot be read."""
+        with self._lock:
+            return self._tool_calls.read(call_id)
 
 
 def _utf8(arguments: str) -> bytes:

@@ -2,8 +2,9 @@
 
 Top row: the tokens a fix costs by program size, re-sent against replayed (notice
 included), per call-id shape; beside it the cost of one fix against the program's size,
-each scenario a point, with the break-even marked. Bottom row, one panel per measured
-effect of a fix: for now the wall time of the fixes that resume after a slow step.
+each scenario a point, with the break-even marked. Below, one row per measured effect of
+a fix: the wall time of the fixes that resume after a slow step, and the tool
+calls a fix made again.
 
 matplotlib comes with the ``eval`` extra and is imported only when a chart is drawn, so
 ``import ptc_retry.eval`` and ``ptc-retry eval --help`` do without it. The chart is drawn
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 __all__ = ["DPI", "HEIGHT", "WIDTH", "savings_chart"]
 
 #: The PNG's size in pixels, and the resolution it is drawn at.
-WIDTH, HEIGHT, DPI = 1200, 860, 100
+WIDTH, HEIGHT, DPI = 1200, 1100, 100
 
 _TITLE = "ptc-retry eval: what fixing a failed program costs"
 _HEADER = 78  # pixels: the title and the key
@@ -107,16 +108,14 @@ def savings_chart(figures: dict[str, Any]) -> bytes:
             handler_map={tuple: HandlerTuple(ndivide=None, pad=0.4)},
         )
         effects = [draw for has_data, draw in _EFFECT_PANELS if has_data(shapes)]
-        ratios = [1.55, 1.0] if effects else [1.0]
+        ratios = [1.55, *(1.0 for _ in effects)]
         rows = body.add_gridspec(len(ratios), 1, height_ratios=ratios)
         top = rows[0].subgridspec(1, 2, width_ratios=[1, 1.15])
         by_size = body.add_subplot(top[0])
         _tokens_by_size(by_size, figures, shapes)
         _break_even(body.add_subplot(top[1], sharey=by_size), figures, shapes)
-        if effects:
-            bottom = rows[1].subgridspec(1, len(effects))
-            for index, draw in enumerate(effects):
-                draw(body.add_subplot(bottom[index]), figures, shapes)
+        for index, draw in enumerate(effects, 1):
+            draw(body.add_subplot(rows[index]), figures, shapes)
         out = io.BytesIO()
         figure.savefig(out, format="png", dpi=DPI, metadata={"Software": None})
     return out.getvalue()
@@ -238,24 +237,8 @@ def _resume_time(ax: Axes, figures: dict[str, Any], shapes: Sequence[dict[str, A
     """Horizontal bars: the wall time of each resumed scenario's fix, re-sent (the slow
     step runs again) and replayed with ``resume=True`` per id shape."""
     rows = [r for r in shapes[0]["scenarios"] if r["resume"]]
-    series = [(RESEND, [r["off_fix_seconds"] for r in rows])]
-    for index, shape in enumerate(shapes):
-        own = {r["name"]: r for r in shape["scenarios"]}
-        seconds = [own[r["name"]]["on_fix_seconds"] for r in rows]
-        series.append((_color(index), seconds))
-    height = 0.84 / len(series)
-    for index, (color, values) in enumerate(series):
-        offset = (index - (len(series) - 1) / 2) * height
-        bars = ax.barh([k + offset for k in range(len(rows))], values, height * 0.9, color=color)
-        ax.bar_label(bars, labels=[f"{v:.2f} s" for v in values], padding=3, fontsize=9)
     labels = [f"{r['size']}: {r['shape'].replace(' (resume)', '')}" for r in rows]
-    ax.set_yticks(range(len(rows)), labels=labels)
-    ax.tick_params(axis="y", length=0)
-    ax.invert_yaxis()
-    ax.grid(False, axis="y")
-    ax.grid(True, axis="x")
-    highest = max([0.5, *(v for _, values in series for v in values)])
-    ax.set_xlim(0, highest * 1.12)
+    _arm_bars(ax, shapes, rows, labels, "fix_seconds", lambda v: f"{v:.2f} s", 0.5)
     ax.set_xlabel("wall time of the fix (s)")
     resumed = [s["resume"] for s in shapes if s["resume"]]
     resent = resumed[0]["off_fix_seconds"]
@@ -268,20 +251,73 @@ def _resume_time(ax: Axes, figures: dict[str, Any], shapes: Sequence[dict[str, A
     )
 
 
+def _tool_calls(ax: Axes, figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) -> None:
+    """Horizontal bars: the host tool calls each tool scenario's fix made again, re-sent
+    (every call) and replayed per id shape (the recorded results are reused)."""
+    rows = [r for r in shapes[0]["scenarios"] if r["tools"]]
+    labels = [f"{r['size']}: {r['failed_tool_calls']} tool calls, then an error" for r in rows]
+    _arm_bars(ax, shapes, rows, labels, "tool_calls", lambda v: f"{v:.0f}", 2.0)
+    from matplotlib.ticker import MaxNLocator
+
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.set_xlabel("tool calls the fix made again")
+    totals = [s["tools"] for s in shapes if s.get("tools")]
+    replayed = for_each_shape([t["on_tool_calls"] for t in totals], lambda v: f"{v}")
+    _titles(
+        ax,
+        f"Tool calls repeated by a fix: {totals[0]['off_tool_calls']} re-sent, {replayed} replayed",
+        "failed after its last tool call: a re-send calls every tool again, a replay "
+        "reuses the recorded results",
+    )
+
+
+def _arm_bars(
+    ax: Axes,
+    shapes: Sequence[dict[str, Any]],
+    rows: Sequence[dict[str, Any]],
+    labels: Sequence[str],
+    key: str,
+    show: Callable[[float], str],
+    least: float,
+) -> None:
+    """Horizontal bars, a group per row: its ``off_<key>`` (re-sent), then its
+    ``on_<key>`` per id shape; the axis reaches at least ``least``."""
+    series = [(RESEND, [float(r[f"off_{key}"]) for r in rows])]
+    for index, shape in enumerate(shapes):
+        own = {r["name"]: r for r in shape["scenarios"]}
+        series.append((_color(index), [float(own[r["name"]][f"on_{key}"]) for r in rows]))
+    height = 0.84 / len(series)
+    for index, (color, values) in enumerate(series):
+        offset = (index - (len(series) - 1) / 2) * height
+        bars = ax.barh([k + offset for k in range(len(rows))], values, height * 0.9, color=color)
+        ax.bar_label(bars, labels=[show(v) for v in values], padding=3, fontsize=9)
+    ax.set_yticks(range(len(rows)), labels=list(labels))
+    ax.tick_params(axis="y", length=0)
+    ax.invert_yaxis()
+    ax.grid(False, axis="y")
+    ax.grid(True, axis="x")
+    highest = max([least, *(v for _, values in series for v in values)])
+    ax.set_xlim(0, highest * 1.12)
+
+
 def _has_resume(shapes: Sequence[dict[str, Any]]) -> bool:
     return any(s["resume"] for s in shapes)
 
 
-#: The bottom row: one panel per measured effect of a fix, drawn when the figures hold data
-#: for it. Tool calls a fix repeats, and the output tokens that recover a cut-off call,
-#: join here once the evaluation measures them.
+def _has_tools(shapes: Sequence[dict[str, Any]]) -> bool:
+    return any(s.get("tools") for s in shapes)
+
+
+#: The rows below: one panel per measured effect of a fix, drawn when the figures hold data
+#: for it. The output tokens that recover a cut-off call join here once the evaluation
+#: measures them.
 _EFFECT_PANELS: tuple[
     tuple[
         Callable[[Sequence[dict[str, Any]]], bool],
         Callable[[Axes, dict[str, Any], Sequence[dict[str, Any]]], None],
     ],
     ...,
-] = ((_has_resume, _resume_time),)
+] = ((_has_resume, _resume_time), (_has_tools, _tool_calls))
 
 
 # -- pieces ------------------------------------------------------------------------------------

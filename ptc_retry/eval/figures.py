@@ -149,6 +149,11 @@ def _analyse_shape(run: ShapeRun, size_of: Any, unit: str) -> dict[str, Any]:
                 "off_action": o.off.action,
                 "on_action": o.on.action,
                 "resume": o.scenario.resume,
+                "tools": o.scenario.tools,
+                "failed_tool_calls": o.off.failed_tool_calls,
+                "off_tool_calls": o.off.fix_tool_calls,
+                "on_tool_calls": o.on.fix_tool_calls,
+                "on_tools_reused": o.on.fix_tools_reused,
                 "agree": o.agree,
                 "problems": [p for p in (o.off.problem, o.on.problem) if p],
                 "expected": o.scenario.expected,
@@ -180,6 +185,7 @@ def _analyse_shape(run: ShapeRun, size_of: Any, unit: str) -> dict[str, Any]:
         if any(r["size"] == size for r in rows)
     }
     resumed = [r for r in rows if r["resume"]]
+    tooled = [r for r in rows if r["tools"]]
     texts = [c.notice for o in outcomes for c in o.on.calls if c.notice]
     read = [size_of(text) for text in texts]
     kinds: dict[str, dict[str, Any]] = {}
@@ -196,6 +202,7 @@ def _analyse_shape(run: ShapeRun, size_of: Any, unit: str) -> dict[str, Any]:
         "long": total([r for r in rows if r["size"] in _LONG]),
         "by_size": by_size,
         "resume": total(resumed) if resumed else None,
+        "tools": _tools(tooled, total, run.tools_prompt, size_of, unit) if tooled else None,
         "prompt_section": {"bytes": len(run.prompt.encode()), unit: size_of(run.prompt)},
         "notice": {
             "count": len(read),
@@ -208,6 +215,21 @@ def _analyse_shape(run: ShapeRun, size_of: Any, unit: str) -> dict[str, Any]:
         "break_even": _break_even(outcomes, run.prompt, size_of, unit),
         "reference": _reference(outcomes, rows, run, size_of, unit),
         "all_agree": all(r["agree"] for r in rows),
+    }
+
+
+def _tools(
+    rows: list[dict[str, Any]], total: Any, prompt: str | None, size_of: Any, unit: str
+) -> dict[str, Any]:
+    """The tool scenarios' totals: the calls of the failed messages, the calls each arm's
+    fixes made again, the results the replays reused, and the prompt section that lists
+    the tools."""
+    counts = ("failed_tool_calls", "off_tool_calls", "on_tool_calls", "on_tools_reused")
+    listed = {"bytes": len(prompt.encode()), unit: size_of(prompt)} if prompt else None
+    return {
+        **total(rows),
+        **{key: sum(r[key] for r in rows) for key in counts},
+        "prompt_section": listed,
     }
 
 

@@ -85,6 +85,8 @@ class ModelCall:
     step: int | None = None
     reference: str | None = None  # what the notice names the program by ("#7")
     said_first: str = ""  # the first line of the text the model read (up to 200 characters)
+    tool_calls: int = 0  # host tool calls the program made live (the host counted them)
+    tools_reused: int = 0  # recorded tool results a replay reused instead (the kernel's count)
 
     def as_dict(self) -> dict[str, Any]:
         arguments = json.loads(self.arguments)
@@ -109,6 +111,8 @@ class ModelCall:
             "said_first": self.said_first,
             "value": self.value,
             "ename": self.ename,
+            "tool_calls": self.tool_calls,
+            "tools_reused": self.tools_reused,
         }
 
 
@@ -161,6 +165,20 @@ class ArmOutcome:
         return sum(call.duration for call in self.fixes)
 
     @property
+    def fix_tool_calls(self) -> int:
+        """Host tool calls the fixes made again (live)."""
+        return sum(call.tool_calls for call in self.fixes)
+
+    @property
+    def fix_tools_reused(self) -> int:
+        return sum(call.tools_reused for call in self.fixes)
+
+    @property
+    def failed_tool_calls(self) -> int:
+        """Host tool calls of the failed message, before its programs failed."""
+        return sum(call.tool_calls for call in self.failed)
+
+    @property
     def value(self) -> str | None:
         return self.calls[-1].value if self.calls else None
 
@@ -176,6 +194,9 @@ class ArmOutcome:
             "value": self.value,
             "problem": self.problem,
             "restarted": self.restarted,
+            "failed_tool_calls": self.failed_tool_calls,
+            "fix_tool_calls": self.fix_tool_calls,
+            "fix_tools_reused": self.fix_tools_reused,
             "calls": [call.as_dict() for call in self.calls],
         }
 
@@ -211,6 +232,7 @@ class ShapeRun:
     outcomes: list[Outcome]
     prompt: str  # the prompt section the ON model was given
     session_dir: str  # where the ON kernel saved the programs (gone after the run)
+    tools_prompt: str | None = None  # the prompt section with the host tools, if played
 
 
 def same_value(shown: str | None, expected: str) -> bool:

@@ -234,11 +234,62 @@ def render_markdown(figures: dict[str, Any]) -> str:
             f"Wall time of the fixes: {times}.",
             "",
         ]
+    lines += _tools_section(figures, shapes)
     lines += _overhead_section(figures, shapes)
     lines += _break_even_section(figures, shapes)
     lines += _reference_section(figures, shapes)
     lines += _method_section(figures, shapes)
     return "\n".join(lines) + "\n"
+
+
+def _tools_section(figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) -> list[str]:
+    """The tool scenarios: the calls a fix made again in each arm, and its wall time."""
+    if not shapes[0].get("tools"):
+        return []
+    unit = figures["unit"]
+    order = " / ".join(short_label(s) for s in shapes)
+    lines = [
+        "## Tool calls",
+        "",
+        "Scenarios whose program calls the host's tools (`await tools.fetch_orders(...)`, "
+        "`tools.send_email(...)`; each call waits 0.2 to 0.4 s and the host counts it) and "
+        "then fails after its last call. A re-send makes every call again (the email is sent "
+        "twice); the replay gets the recorded results of the calls that succeeded. Repeated: "
+        "the calls the host counted during the fix. Where the id shapes differ, a cell shows "
+        f"{order}.",
+        "",
+        "| scenario | program | tool calls before the failure | repeated by the fix OFF "
+        "| repeated ON | reused ON | fix s OFF | fix s ON |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+
+    def cells(group: Sequence[dict[str, Any]]) -> str:
+        first = group[0]
+        return (
+            f"{first['failed_tool_calls']} | {first['off_tool_calls']} | "
+            f"{for_each_shape(group, _count('on_tool_calls'))} | "
+            f"{for_each_shape(group, _count('on_tools_reused'))} | "
+            f"{first['off_fix_seconds']:.2f} | "
+            f"{for_each_shape(group, lambda x: format(x['on_fix_seconds'], '.2f'))} |"
+        )
+
+    for index, r in enumerate(shapes[0]["scenarios"]):
+        if r["tools"]:
+            rows = [s["scenarios"][index] for s in shapes]
+            lines.append(f"| {r['name']} | {r['program_bytes']:,} B | {cells(rows)}")
+    totals = [s["tools"] for s in shapes]
+    t = totals[0]
+    lines.append(f"| all {t['scenarios']} | | {cells(totals)}")
+    listed = t["prompt_section"]
+    if listed is not None:
+        plain = shapes[0]["prompt_section"]
+        lines += [
+            "",
+            f"These scenarios' ON kernels list the host's tools in the prompt section: "
+            f"{listed[unit]:,} {unit} ({listed['bytes']:,} bytes), against {plain[unit]:,} "
+            f"{unit} without tools (the figure the other sections use).",
+        ]
+    return [*lines, ""]
 
 
 def _fmt_target(value: float | None, bound_unit: str, unit: str) -> str:
@@ -444,12 +495,18 @@ def _method_section(figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) -
         "programs in one message (one step) fixed by the next message, a kernel restart "
         "before the fix (the replay runs the whole program again), a stray key beside "
         '`"code"` (the fix leaves it out, in both arms).',
+        "- Tool scenarios: the stock kernel cannot give a program the host's tools (`tools` "
+        "comes with ptc-retry), so their OFF arm runs on a `ptc-retry` kernel with the same "
+        "tools that gives no notice (`notice_min_bytes` out of reach): its model reads the "
+        "traceback and re-sends, as on the stock kernel. Their ON arm runs on a `ptc-retry` "
+        "kernel of its own with the tools, so only their prompt section lists them; each "
+        "arm's host counts the calls.",
         '- Sizes are of the tool call\'s JSON arguments (`{"code": ...}`), as the model '
         "writes them; the 5 KB and 20 KB programs are generated from seeds as agents write "
         "them: pipelines with many helpers and pasted data, a report template, config blobs, "
         "an API response.",
         f"- Tokens: {figures['tokenizer']}; bytes are UTF-8.",
-        "- Re-run: `ptc-retry eval --out DIR` (about 40 s on two cores; `--quick` runs "
+        "- Re-run: `ptc-retry eval --out DIR` (about 50 s on two cores; `--quick` runs "
         f"{len(QUICK)} of the scenarios).",
         "",
     ]

@@ -22,6 +22,7 @@ from typing import Any
 from ..backend import KernelBackend, RunResult
 from ..core.notice import parse_notice
 from ..tokens import Tokenizer, load_tokenizer
+from .host import EvalTools
 from .outcomes import (
     ID_SHAPES,
     ArmOutcome,
@@ -45,6 +46,8 @@ _CALL_TIMEOUT = 300.0
 # path in the prompt section is as long as a default install's; the last digit is the
 # id shape's index.
 EVAL_SESSION = "s0e7a1c20"
+# The tool scenarios' re-send arm: a ptc-retry kernel that gives no notice (see _Arm).
+_NO_NOTICE = f"--PtcRetry.notice_min_bytes={2**62}"
 
 
 @dataclass(frozen=True)
@@ -96,16 +99,32 @@ class _Arm:
     notice gives and the fragments, adding ``resume=True`` when the notice offers it. Both
     arms go through the same ``KernelBackend.handle_tool_call``, so they differ only by
     ptc-retry in the kernel (a stray key beside ``"code"`` runs and is named in both).
+
+    The tool scenarios' programs call host tools (``host``), which only a ptc-retry kernel
+    offers: their OFF arm runs on a ptc-retry kernel with the same tools that gives no
+    notice (``notice_min_bytes`` out of reach), so its model reads the traceback as on the
+    stock kernel and re-sends (``resends``); their ON arm, on a ptc-retry kernel with the
+    tools, replays. Both count the calls the host made.
     """
 
     def __init__(
-        self, name: str, backend: KernelBackend, tokens: Tokenizer, cwd: Path, shape: IdShape
+        self,
+        name: str,
+        backend: KernelBackend,
+        tokens: Tokenizer,
+        cwd: Path,
+        shape: IdShape,
+        *,
+        resends: bool = False,
+        host: EvalTools | None = None,
     ) -> None:
         self.name = name
         self.backend = backend
         self.tokens = tokens
         self.cwd = cwd
         self.shape = shape
+        self.resends = resends
+        self.host = host
 
     async def call(
         self,
@@ -118,12 +137,14 @@ class _Arm:
         extra_keys: dict[str, str] | None = None,
     ) -> ModelCall:
         arguments = json.dumps({"code": code, **(extra_keys or {})}, ensure_ascii=False)
+        before = self.host.total if self.host is not None else 0
         text = await self.backend.handle_tool_call(
             "run_code", arguments, call_id, step=step, timeout=timeout or _CALL_TIMEOUT
         )
         result = self.backend.last_result
         assert isinstance(result, RunResult)
         notice = result.notice if self.backend.extension else None
+        counted = (result.metadata or {}).get("tool_calls") or {}
         return ModelCall(
             arguments=arguments,
             bytes=len(arguments.encode("utf-8")),
@@ -141,6 +162,8 @@ class _Arm:
             step=step,
             reference=result.reference if notice else None,
             said_first=text.split("\n", 1)[0][:200],
+            tool_calls=self.host.total - before if self.host is not None else 0,
+            tools_reused=int(counted.get("reused", 0)),
         )
 
     async def play(self, scenario: Scenario) -> ArmOutcome:
@@ -214,7 +237,7 @@ class _Arm:
         order, as ``(role, code)``: one re-send, or one replay (two when its first try's
         fragment does not match)."""
         notice = failed.notice
-        if not self.backend.extension or notice is None or program.rewrite:
+        if self.resends or notice is None or program.rewrite:
             return [("re-send", program.corrected)]
         target = parse_notice(notice)
         if target is None:
@@ -260,45 +283,89 @@ async def _play_all(
     progress: bool,
     shapes: Sequence[IdShape],
 ) -> list[ShapeRun]:
-    common: dict[str, Any] = {
-        "root": work,
-        "extra_arguments": _KERNEL_ARGS,
-        "env": _KERNEL_ENV,
-    }
-    (work / "off").mkdir()
-    off_backend = KernelBackend(
-        kernel_name="python3", extension=False, cwd=work / "off", time_limit_margin=0, **common
-    )
-    on_backends = []
-    for index, shape in enumerate(shapes):
-        cwd = work / f"on-{shape.name}"
-        cwd.mkdir()
-        # One session per shape, each named like a default one, so their prompt sections
-        # are as long as a default install's and as each other's.
-        session = f"{EVAL_SESSION[:-1]}{index:x}"
-        on_backends.append(KernelBackend(cwd=cwd, session_id=session, **common))
-    backends = [off_backend, *on_backends]
+    common: dict[str, Any] = {"root": work, "env": _KERNEL_ENV}
+
+    def backend(cwd: str, **options: Any) -> KernelBackend:
+        (work / cwd).mkdir()
+        options.setdefault("extra_arguments", _KERNEL_ARGS)
+        return KernelBackend(cwd=work / cwd, **common, **options)
+
+    off_backend = backend("off", kernel_name="python3", extension=False, time_limit_margin=0)
+    # One session per shape, each named like a default one, so their prompt sections are
+    # as long as a default install's and as each other's.
+    on_backends = [
+        backend(f"on-{shape.name}", session_id=f"{EVAL_SESSION[:-1]}{index:x}")
+        for index, shape in enumerate(shapes)
+    ]
+    # The tool scenarios play on backends of their own, so the tools' lines in the prompt
+    # section leave the other scenarios' figures alone.
+    hosts: list[EvalTools] = []
+    tool_backends: list[KernelBackend] = []
+    if any(scenario.tools for scenario in scenarios):
+        hosts = [EvalTools() for _ in range(len(shapes) + 1)]
+        tool_backends.append(
+            backend(
+                "off-tools",
+                session_id=f"{EVAL_SESSION[:-2]}f0",
+                extra_arguments=[*_KERNEL_ARGS, _NO_NOTICE],
+                tools=hosts[0].functions(),
+            )
+        )
+        tool_backends += [
+            backend(
+                f"on-tools-{shape.name}",
+                session_id=f"{EVAL_SESSION[:-2]}3{index:x}",
+                tools=host.functions(),
+            )
+            for index, (shape, host) in enumerate(zip(shapes, hosts[1:]))
+        ]
+    backends = [off_backend, *on_backends, *tool_backends]
     runs = [
-        ShapeRun(shape, [], backend.system_prompt(), str(backend.session_dir))
-        for shape, backend in zip(shapes, on_backends)
+        ShapeRun(
+            shape,
+            [],
+            on.system_prompt(),
+            str(on.session_dir),
+            tools_prompt=tool_backends[1 + index].system_prompt() if tool_backends else None,
+        )
+        for index, (shape, on) in enumerate(zip(shapes, on_backends))
     ]
     try:
         started = await asyncio.gather(*(b.start() for b in backends), return_exceptions=True)
         for failure in started:
             if isinstance(failure, BaseException):
                 raise failure
+
         # The stock kernel never shows the model a call id: one OFF play serves every shape.
-        off = _Arm("off", off_backend, tokens, work / "off", shapes[0])
+        off = _Arm("off", off_backend, tokens, work / "off", shapes[0], resends=True)
         ons = [
-            _Arm("on", backend, tokens, work / f"on-{shape.name}", shape)
-            for shape, backend in zip(shapes, on_backends)
+            _Arm("on", on, tokens, work / f"on-{shape.name}", shape)
+            for shape, on in zip(shapes, on_backends)
         ]
+        if tool_backends:
+            off_tools = _Arm(
+                "off",
+                tool_backends[0],
+                tokens,
+                work / "off-tools",
+                shapes[0],
+                resends=True,
+                host=hosts[0],
+            )
+            on_tools = [
+                _Arm("on", on, tokens, work / f"on-tools-{shape.name}", shape, host=host)
+                for shape, on, host in zip(shapes, tool_backends[1:], hosts[1:])
+            ]
         for number, scenario in enumerate(scenarios, 1):
             if progress:
                 print(f"[{number}/{len(scenarios)}] {scenario.name} ...", end=" ", flush=True)
-            played = await off.play(scenario)
+            if scenario.tools:
+                off_arm, on_arms = off_tools, on_tools
+            else:
+                off_arm, on_arms = off, ons
+            played = await off_arm.play(scenario)
             # The ON kernels are independent: play the shapes at once (two cores).
-            replayed = await asyncio.gather(*(on.play(scenario) for on in ons))
+            replayed = await asyncio.gather(*(on.play(scenario) for on in on_arms))
             said = []
             for run, on_outcome in zip(runs, replayed):
                 outcome = Outcome(scenario, played, on_outcome, run.shape.name)

@@ -57,7 +57,9 @@ class Scenario:
     second failing program of the same message (:class:`Parallel`); ``restart``, the
     kernel restarts between the failure and the fix, so the fix runs the whole program
     again (no ``resume``); ``extra_keys``, keys the failed call's arguments carry beside
-    ``"code"`` (the backend runs the program and names them; the fix leaves them out).
+    ``"code"`` (the backend runs the program and names them; the fix leaves them out);
+    ``tools``, the program calls the evaluation's host tools (:mod:`.host`) and fails after
+    its last call, so a re-send makes every call again and a replay none.
     """
 
     name: str
@@ -75,6 +77,7 @@ class Scenario:
     parallel: Parallel | None = None
     restart: bool = False
     extra_keys: dict[str, str] = field(default_factory=dict)
+    tools: bool = False
 
     @property
     def corrected(self) -> str:
@@ -2049,6 +2052,144 @@ print(text[:400])
 )
 
 
+# -- programs that call the host's tools (ptc_retry.eval.host) ------------------------------
+
+OVERDUE = r"""orders = await tools.fetch_orders(customer="acme")
+overdue = sorted(
+    (o for o in orders if o["days_open"] > 30), key=lambda o: o["days_open"], reverse=True
+)
+total = round(sum(o["amount"] for o in overdue), 2)
+lines = [
+    f"{o['id']}  {o['sku']:<6} {o['days_open']:>3} days  {o['amount']:>10,.2f} EUR"
+    for o in overdue
+]
+body = "\n".join(
+    [
+        "Hello Acme accounts team,",
+        "",
+        f"{len(overdue)} of your {len(orders)} open orders are more than 30 days old:",
+        "",
+        *lines,
+        "",
+        f"Total overdue: {total:,.2f} EUR. Please tell us when to expect the payment.",
+        "",
+        "Kind regards, Accounts receivable",
+    ]
+)
+receipt = await tools.send_email(
+    to="accounts@acme.example", subject=f"{len(overdue)} overdue orders", body=body
+)
+print(body)
+print("sent:", receipt["status"])
+{"overdue": len(overdue), "total": total, "email": receipt["message_id"]}
+"""
+
+RESTOCK = r'''import asyncio
+import math
+from collections import defaultdict
+
+WAREHOUSES = ["berlin", "lyon", "milan", "porto"]
+CUSTOMER = "globex"
+# Lead time in days and pack size per SKU, from the purchasing handbook.
+POLICY = {
+    "A-100": {"lead_days": 4, "pack": 50, "daily_use": 14.0, "supplier": "Brandt GmbH"},
+    "A-101": {"lead_days": 6, "pack": 50, "daily_use": 9.5, "supplier": "Brandt GmbH"},
+    "B-210": {"lead_days": 3, "pack": 100, "daily_use": 31.0, "supplier": "Nordwerk AB"},
+    "C-007": {"lead_days": 9, "pack": 25, "daily_use": 6.2, "supplier": "Ferrum SpA"},
+    "D-330": {"lead_days": 5, "pack": 200, "daily_use": 48.0, "supplier": "Nordwerk AB"},
+    "E-512": {"lead_days": 12, "pack": 10, "daily_use": 2.1, "supplier": "Ferrum SpA"},
+    "F-044": {"lead_days": 7, "pack": 20, "daily_use": 4.4, "supplier": "Oliveira Lda"},
+    "G-918": {"lead_days": 14, "pack": 5, "daily_use": 1.3, "supplier": "Oliveira Lda"},
+}
+SAFETY_DAYS = 3
+COVER_DAYS = 21
+# Warehouses that can ship to each other within a day.
+NEIGHBOURS = {"berlin": ["milan"], "lyon": ["milan", "porto"], "milan": ["berlin", "lyon"],
+              "porto": ["lyon"]}
+
+
+def reorder_point(sku):
+    """Stock at which to order: use over the lead time plus a safety buffer."""
+    p = POLICY[sku]
+    return math.ceil(p["daily_use"] * (p["lead_days"] + SAFETY_DAYS))
+
+
+def order_quantity(sku, on_hand, reserved):
+    """Units to order, in whole packs, to cover COVER_DAYS after the order arrives."""
+    p = POLICY[sku]
+    needed = p["daily_use"] * COVER_DAYS + reorder_point(sku) + reserved - on_hand
+    return max(0, math.ceil(needed / p["pack"]) * p["pack"])
+
+
+def transfers(stock, sku, site, short):
+    """Units a neighbour can spare for ``site`` without going under its own reorder point."""
+    moves = []
+    for other in NEIGHBOURS[site]:
+        spare = stock[other][sku] - reorder_point(sku)
+        if spare > 0 and short > 0:
+            moved = min(spare, short)
+            moves.append((other, moved))
+            stock[other][sku] -= moved
+            short -= moved
+    return moves, short
+
+
+def plan_restock(stock, orders):
+    """Per site and SKU: transfers from neighbours first, then purchase orders."""
+    reserved = defaultdict(int)
+    for order in orders:
+        reserved[order["sku"]] += order["qty"]
+    plan, moves_out = defaultdict(dict), []
+    for site in WAREHOUSES:
+        for sku in POLICY:
+            share = math.ceil(reserved[sku] / len(WAREHOUSES))
+            short = reorder_point(sku) + share - stock[site][sku]
+            if short <= 0:
+                continue
+            moves, short = transfers(stock, sku, site, short)
+            moves_out += [(other, site, sku, units) for other, units in moves]
+            if short > 0:
+                plan[site][sku] = order_quantity(sku, stock[site][sku], share)
+    return plan, moves_out
+
+
+def by_supplier(plan):
+    """Purchase lines grouped by supplier, largest first."""
+    lines = defaultdict(list)
+    for site, skus in plan.items():
+        for sku, units in skus.items():
+            lines[POLICY[sku]["supplier"]].append((units, sku, site))
+    return {name: sorted(rows, reverse=True) for name, rows in sorted(lines.items())}
+
+
+def render(plan, moves, orders):
+    """The email to purchasing: transfers, then one block per supplier."""
+    out = [f"Restock plan for {len(WAREHOUSES)} warehouses ({len(orders)} open orders "
+           f"reserved for {CUSTOMER}).", "", "Transfers:"]
+    out += [f"  {units:>4} x {sku} {src} -> {dst}" for src, dst, sku, units in moves] or ["  none"]
+    for supplier, rows in by_supplier(plan).items():
+        out += ["", f"{supplier}:"]
+        out += [f"  {units:>5} x {sku}  for {site}" for units, sku, site in rows]
+    return "\n".join(out)
+
+
+*levels, orders = await asyncio.gather(
+    *(tools.fetch_stock(warehouse=site) for site in WAREHOUSES),
+    tools.fetch_orders(customer=CUSTOMER),
+)
+stock = dict(zip(WAREHOUSES, levels))
+plan, moves = plan_restock(stock, orders)
+body = render(plan, moves, orders)
+receipt = await tools.send_email(
+    to="purchasing@example.com", subject=f"Restock plan: {sum(map(len, plan.values()))} lines",
+    body=body,
+)
+print(body)
+units = {site: sum(skus.values()) for site, skus in plan.items()}
+(receipt["status"], len(moves), units["Lyon"], sum(units.values()))
+'''
+
+
 # -- the corpus -------------------------------------------------------------------------------
 
 SCENARIOS: tuple[Scenario, ...] = (
@@ -2263,11 +2404,29 @@ SCENARIOS: tuple[Scenario, ...] = (
         edits=(('intervals["north"]', 'intervals["North"]'),),
         resume=True,
     ),
+    Scenario(
+        "1k-tools-wrong-key",
+        "1 KB",
+        "wrong key after two tool calls (an email sent)",
+        OVERDUE,
+        "{'overdue': 5, 'total': 6699.89, 'email': 'msg-70242ae773'}",
+        edits=(('receipt["message_id"]', 'receipt["id"]'),),
+        tools=True,
+    ),
+    Scenario(
+        "5k-tools-gather",
+        "5 KB",
+        "wrong literal after a gather of five tool calls and an email",
+        RESTOCK,
+        "('sent', 6, 1400, 6600)",
+        edits=(('units["Lyon"]', 'units["lyon"]'),),
+        tools=True,
+    ),
 )
 
 #: The subset ``ptc-retry eval --quick`` runs: one of each size, a resume, two edits, and
 #: each thing that can happen around a failure (an inspection, two failures in one message,
-#: a restart, a stray key).
+#: a restart, a stray key, tool calls).
 QUICK = (
     "150b-under-threshold",
     "1k-wrong-key",
@@ -2278,6 +2437,7 @@ QUICK = (
     "5k-inspect-then-fix",
     "5k-fix-after-restart",
     "20k-config-wrong-type",
+    "1k-tools-wrong-key",
 )
 
 

@@ -9,7 +9,7 @@ import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import PtcRetryError
 from ..core.store import Call, CheckpointStore
@@ -145,6 +145,23 @@ class Checkpoints:
                 )
             except _STORE_ERRORS as exc:
                 self._failed("could not save the corrected program", exc)
+
+    def record_tool_call(self, call: Call, line: dict[str, Any]) -> None:
+        """Append ``line`` to the recording of ``call``'s tool calls."""
+        if self.store is not None:
+            try:
+                self.store.record_tool_call(call.id, line)
+            except _STORE_ERRORS as exc:
+                self._failed(f"could not record the tool calls of {call.id}", exc)
+
+    def tool_calls(self, call_id: str) -> list[dict[str, Any]]:
+        """The recorded tool calls of ``call_id``; [] (and a warning) when unreadable."""
+        if self.store is not None:
+            try:
+                return self.store.tool_calls(call_id)
+            except _STORE_ERRORS as exc:
+                self._failed(f"could not read the tool calls of {call_id}", exc)
+        return []
 
     def _failed(self, what: str, exc: BaseException) -> None:
         logger.info("%s: %s", what, exc)

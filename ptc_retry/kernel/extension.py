@@ -16,6 +16,7 @@ from ..core.notice import failure_notice, short_failure_notice
 from ..core.store import CheckpointStore
 from ..core.time_limit import TimeLimit, valid_limit
 from . import host
+from .catalog import Catalogs
 from .checkpoints import Checkpoints
 from .config import PtcRetry
 from .magics import MAGIC_NAMES, PtcRetryMagics, is_person_reset, only_own_magics
@@ -23,6 +24,8 @@ from .refusal import InterruptedBeforeRun, Refuser, RetryGuardPaused, refusal_ou
 from .requests import Request, checkpoint_arguments, read_request
 from .resume import KERNEL_TOKEN, ResumePolicy
 from .running import Failure, Programs, Running
+from .tool_calls import call_host_tool, current_task
+from .tools import TOOLS
 from .tracebacks import failure_of, own_lines_only
 
 if TYPE_CHECKING:
@@ -58,6 +61,8 @@ class PtcRetryExtension:
         self._replaced_showtraceback: Any = None
         self._had_own_showtraceback = False
         self._magics: PtcRetryMagics | None = None
+        self.tool_catalogs = Catalogs(call_host_tool)
+        self._said_tools_taken = False
         # A frame called by this code and named <module> runs a cell's own code.
         self._run_code = type(shell).run_code.__code__
 
@@ -93,6 +98,12 @@ class PtcRetryExtension:
         # runs our magics. They take no number or id and leave previous/ as it is.
         running.own_magics = outermost and only_own_magics(source)
         self.programs.stack.append(running)  # first: whatever happens next, post_run_cell finds it
+        if outermost:
+            running.task = current_task()
+            catalog = request.fields.get("tools")
+            if catalog is not None:
+                running.catalog = self.tool_catalogs.read(catalog)
+                self._offer_tools()
         try:
             if outermost and not running.own_magics:
                 running.arguments = checkpoint_arguments(source, request.fields.get("arguments"))
@@ -105,6 +116,19 @@ class PtcRetryExtension:
             running.stopped_before_start = True
             logger.info("interrupted while %s was being saved: it did not run", _name(running))
             self._refuser.refuse(InterruptedBeforeRun())
+
+    def _offer_tools(self) -> None:
+        """``tools`` in the namespace, unless that name is the user's own (then said once)."""
+        user_ns = self.shell.user_ns
+        if "tools" not in user_ns:
+            user_ns["tools"] = self.shell.user_ns_hidden["tools"] = TOOLS
+        elif user_ns["tools"] is not TOOLS and not self._said_tools_taken:
+            self._said_tools_taken = True
+            print(
+                "ptc-retry: `tools` is a name of this kernel's own, so the agent's tools are "
+                "at `ptc_retry.tools`.",
+                file=sys.stderr,
+            )
 
     def _before_program(self, running: Running, request: Request) -> None:
         """The guard's decision, the resume budget and the time limit of an agent's call."""
@@ -146,6 +170,8 @@ class PtcRetryExtension:
             return  # an empty cell: IPython fires post_run_cell without pre_run_cell
         outermost = not self.programs.stack
         self._end_interrupts(running)
+        if running.calls is not None:
+            running.calls.close()
         error, status = self._outcome(running, result)
         failure = None
         if error is not None and status in ("error", "interrupted"):
@@ -209,6 +235,9 @@ class PtcRetryExtension:
             extra["time_limit"] = running.stopped_by_limit
         if running.resumed_from is not None:
             extra["resumed_from"] = running.resumed_from
+        tool_calls = running.calls.summary() if running.calls is not None else None
+        if tool_calls is not None:
+            extra["tool_calls"] = tool_calls
         self.checkpoints.finish(running.call, status, **extra)
 
     def _record_guard(
@@ -250,6 +279,9 @@ class PtcRetryExtension:
         if running.stopped_by_limit is not None:
             # Only then: the seconds of the kernel's own time limit that stopped the program.
             metadata["time_limit"] = running.stopped_by_limit
+        tool_calls = running.calls.summary() if running.calls is not None else None
+        if tool_calls is not None:  # only a program that called tools: {"reused", "live"}
+            metadata["tool_calls"] = tool_calls
         if outermost and running.msg_id is not None:
             self._replies[running.msg_id] = metadata
             while len(self._replies) > _MAX_REPLIES:  # a kernel that never takes them
@@ -335,6 +367,8 @@ class PtcRetryExtension:
         shell.configurables.append(self.config)
         shell.user_ns["ptc_retry"] = self.api
         shell.user_ns_hidden["ptc_retry"] = self.api
+        if "tools" not in shell.user_ns:
+            shell.user_ns["tools"] = shell.user_ns_hidden["tools"] = TOOLS
         self._magics = PtcRetryMagics(shell, extension=self)
         shell.register_magics(self._magics)
         # The store opens at the first program, so that a problem with it is
@@ -366,6 +400,9 @@ class PtcRetryExtension:
         if shell.user_ns.get("ptc_retry") is self.api:
             del shell.user_ns["ptc_retry"]
         shell.user_ns_hidden.pop("ptc_retry", None)
+        for space in (shell.user_ns, shell.user_ns_hidden):
+            if space.get("tools") is TOOLS:
+                del space["tools"]
         for kind, names in MAGIC_NAMES.items():
             for name in names:
                 shell.magics_manager.magics[kind].pop(name, None)

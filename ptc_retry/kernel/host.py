@@ -12,6 +12,7 @@ if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
     from ..core.guard import RepeatedFailureGuard
+    from .catalog import Catalogs
     from .checkpoints import Checkpoints
     from .resume import ResumePolicy
     from .running import Programs
@@ -26,6 +27,8 @@ class Host(Protocol):
     resumes: ResumePolicy
     #: Replaced when a guard option changes: read it, do not keep it.
     guard: RepeatedFailureGuard
+    #: The tool catalogs requests brought (the latest, for ``dir(tools)`` between programs).
+    tool_catalogs: Catalogs
 
 
 _loaded: dict[int, Host] = {}

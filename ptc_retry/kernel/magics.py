@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 from IPython.core.magic import Magics, line_magic, magics_class
 
 from ..core.errors import PtcRetryError
-from ..core.history_table import format_history
+from ..core.history_table import format_history, format_tool_calls
 from .host import Host
 
 if TYPE_CHECKING:
@@ -78,6 +78,10 @@ class PtcRetryMagics(Magics):
         ref = store.reference_of(call_id)
         name = f"{ref} ({call_id})" if ref else call_id
         print(f"# {name}: {store.path_for(target)}\n{code}")
+        records = self.extension.checkpoints.tool_calls(call_id)
+        if records:
+            end = "" if code.endswith("\n") else "\n"
+            print(f"{end}{format_tool_calls(records, call_id)}")
 
     @line_magic
     def ptc_guard(self, line: str) -> None:

@@ -5,13 +5,18 @@ checkpoint and runs it in the kernel's namespace, whole or from where it failed 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Generator, Iterable
 from typing import Any
 
 from ..core.edits import apply_edits, normalize_edits
 from ..core.errors import CheckpointError, PtcRetryError, ReplayError
 from ..core.program import run_program, statement_spans
+from ..core.store import CheckpointStore
 from .host import Host, current_host
+from .recording import Reuse
+from .resume import history_line
+from .tool_calls import program_calls
 from .tracebacks import cell_text, replay_filename
 
 
@@ -23,6 +28,7 @@ def replay(
     replace_all: bool = False,
     edits: Iterable[tuple[str, str]] | None = None,
     resume: bool = False,
+    fresh: bool = False,
 ) -> Replay:
     """Replay a saved program with a small fix; must be awaited.
 
@@ -32,6 +38,8 @@ def replay(
     (applied in order). Each old text must occur exactly once, unless
     ``replace_all``. ``resume=True`` skips the statements that completed before
     the target failed (see :class:`.resume.ResumePolicy`); with it, the edits may be left out.
+    Tool calls that match the target's recorded ones, in order, get their recorded results
+    (see :mod:`.recording`); ``fresh=True`` makes every call again.
     Raises :class:`ReplayError` when the edits are malformed or ptc-retry is not
     loaded; matching errors come when the replay is awaited.
     """
@@ -46,20 +54,20 @@ def replay(
         host = current_host()
     except PtcRetryError as exc:
         raise ReplayError(str(exc)) from None
-    pending = Replay(host, target, pairs, replace_all=replace_all, resume=resume)
+    pending = Replay(host, target, pairs, replace_all=replace_all, resume=resume, fresh=fresh)
     running = host.programs.current()
     if running is not None:
         running.replays.append(pending)
     return pending
 
 
-def resume(target: str | int) -> Replay:
+def resume(target: str | int, *, fresh: bool = False) -> Replay:
     """Run a saved program again from the statement where it failed or was interrupted.
 
     ``await ptc_retry.resume("#3")`` is ``await ptc_retry.replay("#3", resume=True)``:
     no edit, and the statements that completed are not run again.
     """
-    return replay(target, resume=True)
+    return replay(target, resume=True, fresh=fresh)
 
 
 class Replay:
@@ -73,12 +81,14 @@ class Replay:
         *,
         replace_all: bool,
         resume: bool = False,
+        fresh: bool = False,
     ) -> None:
         self.host = host
         self.target = target
         self.edits = edits
         self.replace_all = replace_all
         self.resume = resume
+        self.fresh = fresh
         self.awaited = False
 
     def __await__(self) -> Generator[Any, None, Any]:
@@ -157,8 +167,33 @@ class Replay:
         if whole_call:
             running.program = (filename, transformed)
             running.resumed_from = start or None
-        return await run_program(
-            corrected, filename, shell.user_ns, transformed=transformed, start=start
+        # 5. Its tool calls that match the recorded ones of call_id get their results.
+        calls = program_calls(host)
+        assert calls is not None  # a program is running
+        reuse = self._reuse(store, call_id, start)
+        namespace = shell.user_ns
+        program = run_program(corrected, filename, namespace, transformed=transformed, start=start)
+        if whole_call:
+            running.program_coroutine = program
+        outer, calls.reuse = calls.reuse, reuse
+        try:
+            return await program
+        finally:
+            calls.reuse = outer
+            sentence = reuse.sentence()
+            if sentence is not None:
+                print(sentence, file=sys.stderr)
+
+    def _reuse(self, store: CheckpointStore, call_id: str, start: int) -> Reuse:
+        records = [] if self.fresh else self.host.checkpoints.tool_calls(call_id)
+        # A program that was itself a resume recorded the calls from where it started on.
+        started = (history_line(store, call_id) or {}).get("resumed_from") if records else None
+        return Reuse(
+            records,
+            call_id=call_id,
+            source=store.reference_of(call_id) or call_id,
+            start=start,
+            recorded_from=started if isinstance(started, int) else 0,
         )
 
 

@@ -18,6 +18,7 @@ _REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
     "step": (int,),
     "new_instruction": (bool,),
     "time_limit": (int, float),
+    "tools": (list,),
 }
 
 

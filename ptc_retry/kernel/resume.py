@@ -51,7 +51,7 @@ class ResumePolicy:
         must run: then one line on stderr says why, unless nothing had run anyway
         (e.g. a syntax error).
         """
-        line = _history_line(store, call_id) or {}
+        line = history_line(store, call_id) or {}
         status = line.get("status")
         restarted = f"the kernel restarted after {call_id} ran, so what it computed is gone"
         if status == "unfinished":  # the kernel died while it ran
@@ -79,7 +79,8 @@ class ResumePolicy:
         return start
 
 
-def _history_line(store: CheckpointStore, call_id: str) -> dict[str, Any] | None:
+def history_line(store: CheckpointStore, call_id: str) -> dict[str, Any] | None:
+    """The latest history line of ``call_id``, if it has one."""
     for line in reversed(store.history()):
         if line.get("id") == call_id:
             return line

@@ -3,6 +3,7 @@ post_run_cell, kept per thread (ipykernel subshells run cells in threads of thei
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -11,6 +12,7 @@ from ..core.store import Call
 from ..core.time_limit import TimeLimit
 
 if TYPE_CHECKING:
+    from .catalog import Catalog
     from .refusal import RetryGuardPaused
 
 
@@ -20,6 +22,14 @@ class PendingReplay(Protocol):
     awaited: bool
 
     def not_awaited_message(self) -> str: ...
+
+
+class ToolCalls(Protocol):
+    """A program's tool calls (:class:`.tool_calls.ProgramCalls`), from its first on."""
+
+    def summary(self) -> dict[str, int] | None: ...
+
+    def close(self) -> None: ...
 
 
 @dataclass
@@ -65,6 +75,13 @@ class Running:
     program: tuple[str, str] | None = None
     resumed_from: int | None = None
     failure: Failure | None = None
+    #: The tools its request offers; None when the request brought no catalog (no backend).
+    catalog: Catalog | None = None
+    #: The task that runs it (None without a running event loop) and, while a replay runs,
+    #: the coroutine of the replayed program: where its frames are while it awaits.
+    task: asyncio.Task[Any] | None = None
+    program_coroutine: Any = None
+    calls: ToolCalls | None = None
 
     @property
     def stopped_by_limit(self) -> float | None:

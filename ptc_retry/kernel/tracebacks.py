@@ -3,6 +3,8 @@ running, and the traceback without ptc-retry's own frames where they would show.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import types
 from typing import TYPE_CHECKING, Any
 
@@ -16,6 +18,8 @@ if TYPE_CHECKING:
 
 # The file name of the program a replay runs: what its frames and syntax errors show.
 _REPLAY_PREFIX = "<ptc-retry "
+# Where ptc-retry's own files are: frames there are not the program's.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def replay_filename(call_id: str) -> str:
@@ -91,8 +95,9 @@ def own_lines_only(
 
     A replayed program that does not compile is a syntax error in that program: shown
     as IPython shows one in a cell (the line and the caret), not through the frames of
-    the replay that compiled it. An interrupt raised by our SIGINT handler would end in
-    the handler's frame; the reader needs it to end in the program's line.
+    the replay that compiled it. An interrupt raised by our SIGINT handler, or while a
+    tool call waited, would end in ptc-retry's frames (IPython shows the last frame even
+    when hidden); the reader needs it to end in the program's line.
     """
     filename = getattr(evalue, "filename", None)
     if isinstance(evalue, SyntaxError) and str(filename).startswith(_REPLAY_PREFIX):
@@ -102,10 +107,22 @@ def own_lines_only(
     while tb is not None:
         entries.append(tb)
         tb = tb.tb_next
-    if not entries or entries[-1].tb_frame.f_code is not HANDLER_CODE:
+    keep = len(entries)
+    if entries and entries[-1].tb_frame.f_code is HANDLER_CODE:
+        keep -= 1
+    if isinstance(evalue, (KeyboardInterrupt, asyncio.CancelledError)):
+        while keep > 1 and _own_hidden(entries[keep - 1].tb_frame):
+            keep -= 1
+    if keep == len(entries):
         return stb
     trimmed = None
-    for entry in reversed(entries[:-1]):
+    for entry in reversed(entries[:keep]):
         trimmed = types.TracebackType(trimmed, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
     evalue.__traceback__ = trimmed
     return list(shell.InteractiveTB.structured_traceback(etype, evalue, trimmed))
+
+
+def _own_hidden(frame: types.FrameType) -> bool:
+    """A frame of ptc-retry's own code that IPython would hide (``__tracebackhide__``)."""
+    own = frame.f_code.co_filename.startswith(_PACKAGE)
+    return own and bool(frame.f_locals.get("__tracebackhide__"))

@@ -1,0 +1,210 @@
+"""What a program's call of a host tool costs: the round trip, and calls per second.
+
+    python benchmarks/host_tools.py [--rounds 5] [--calls 200]
+
+A program calls a host tool that returns its argument (``echo``), ``--calls`` times in a
+row, timed inside the kernel; the figure is the median over ``--rounds``. Two ways of
+calling, where both exist:
+
+- ``wire``: ``kernel.raw_input(tool_request(...))``, the protocol itself: what the
+  transport and the backend's answering cost;
+- ``tools``: ``await tools.echo(x=...)``, what a program writes (the kernel side's batching
+  and recording on top).
+
+The floor: a program's ``input()`` answered by a bare jupyter_client loop on the same
+kernel. Each is measured with batches of 1 (one call per request) and of 10 (ten calls in one
+request; ``asyncio.gather`` of ten with ``tools``), on a local kernel and, when
+jupyter-kernel-gateway is installed, through a Kernel Gateway on loopback. The ratios
+compare figures of this one run.
+
+A script that prints figures, not a test: the numbers depend on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import ipykernel
+import jupyter_client
+
+from ptc_retry import kernelspec
+from ptc_retry.backend import KernelBackend
+
+TOKEN = "bench-token"
+BATCHES = (1, 10)
+
+
+def echo(x: int) -> int:
+    """Return x."""
+    return x
+
+
+def program(way: str, batch: int, calls: int) -> str:
+    """A program that makes ``calls`` tool calls in requests of ``batch``; its value is the
+    seconds they took."""
+    requests = calls // batch
+    if way == "wire":
+        body = (
+            "from ptc_retry.core.protocol import tool_request as _request\n"
+            "_kernel = get_ipython().kernel\n"
+            "_calls = [{'id': i, 'tool': 'echo', 'arguments': {'x': i}}"
+            f" for i in range({batch})]\n"
+            f"for _ in range({requests}):\n"
+            "    _kernel.raw_input(_request(_calls))\n"
+        )
+    else:
+        body = (
+            "import asyncio as _asyncio\n"
+            f"for _ in range({requests}):\n"
+            f"    await _asyncio.gather(*(tools.echo(x=i) for i in range({batch})))\n"
+        )
+    start = "import time as _time\n_started = _time.perf_counter()\n"
+    return f"{start}{body}_time.perf_counter() - _started"
+
+
+async def measure(kb: KernelBackend, way: str, batch: int, calls: int, rounds: int) -> float:
+    """Seconds per call: the median over ``rounds``."""
+    await kb.run_code(program(way, batch, batch * 5))  # warm up
+    per_call = []
+    for _ in range(rounds):
+        result = await kb.run_code(program(way, batch, calls))
+        assert result.status == "ok" and result.value is not None, result.text
+        per_call.append(float(result.value) / (calls // batch * batch))
+    return statistics.median(per_call)
+
+
+async def bare_input(kb: KernelBackend, calls: int, rounds: int) -> float:
+    """Seconds per ``input()`` round trip of a program answered by a bare jupyter_client loop
+    (``execute_interactive`` with a ``stdin_hook``) on the same kernel: the floor."""
+    client = kb.kernel_client
+    code = (
+        "import time as _time\n_started = _time.perf_counter()\n"
+        f"for _ in range({calls}):\n    input()\n"
+        f"print((_time.perf_counter() - _started) / {calls})"
+    )
+    printed: list[str] = []
+
+    def output(msg: dict[str, Any]) -> None:
+        if msg["msg_type"] == "stream":
+            printed.append(msg["content"]["text"])
+
+    def answer(msg: dict[str, Any]) -> None:
+        client.input("1")
+
+    for _ in range(rounds + 1):  # the first warms up
+        await client.execute_interactive(
+            code, allow_stdin=True, stdin_hook=answer, output_hook=output, timeout=120
+        )
+    return statistics.median(float(text) for text in printed[1:])
+
+
+async def figures(kb: KernelBackend, args: argparse.Namespace) -> dict[tuple[str, int], float]:
+    found = await kb.run_code("'tools' in globals()")
+    ways = ["wire", "tools"] if found.value == "True" else ["wire"]
+    return {
+        (way, batch): await measure(kb, way, batch, args.calls, args.rounds)
+        for way in ways
+        for batch in BATCHES
+    }
+
+
+@contextmanager
+def gateway(prefix: str) -> Iterator[str | None]:
+    """A Kernel Gateway on a free loopback port that sees the ptc-retry kernelspec; None
+    when jupyter-kernel-gateway is not installed."""
+    try:
+        import kernel_gateway  # noqa: F401
+    except ImportError:
+        yield None
+        return
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = dict(os.environ, JUPYTER_PATH=os.path.join(prefix, "share", "jupyter"))
+    command = [
+        sys.executable,
+        "-m",
+        "kernel_gateway",
+        "--KernelGatewayApp.ip=127.0.0.1",
+        f"--KernelGatewayApp.port={port}",
+        f"--KernelGatewayApp.auth_token={TOKEN}",
+    ]
+    process = subprocess.Popen(
+        command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        request = urllib.request.Request(f"{url}/api", headers={"Authorization": f"token {TOKEN}"})
+        for _ in range(300):
+            try:
+                urllib.request.urlopen(request, timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(10)
+
+
+def report(name: str, found: dict[tuple[str, int], float]) -> None:
+    print(f"\n{name}:")
+    for (way, batch), seconds in found.items():
+        print(
+            f"  {way:5}  batch {batch:2}  {seconds * 1000:7.3f} ms/call  {1 / seconds:8.0f} calls/s"
+        )
+    for way in dict.fromkeys(way for way, _ in found):
+        ratio = found[(way, 1)] / found[(way, 10)]
+        print(f"  {way:5}  batch of 10 vs 1: {ratio:.1f}x the calls per second")
+
+
+async def main(args: argparse.Namespace) -> None:
+    print(
+        f"python {platform.python_version()}, ipykernel {ipykernel.__version__}, "
+        f"jupyter_client {jupyter_client.__version__}, {os.cpu_count()} CPUs; "
+        f"{args.calls} calls a round, median of {args.rounds} rounds"
+    )
+    root = tempfile.mkdtemp(prefix="ptc-bench-")
+    prefix = tempfile.mkdtemp(prefix="ptc-bench-kernelspec-")
+    kernelspec.install(prefix=prefix)
+    env = {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
+    results: dict[str, dict[tuple[str, int], float]] = {}
+    async with KernelBackend(root=root, env=env, tools=[echo]) as kb:
+        results["local kernel"] = await figures(kb, args)
+        floor = await bare_input(kb, args.calls, args.rounds)
+    report("local kernel", results["local kernel"])
+    print(
+        f"  bare jupyter_client input() round trip: {floor * 1000:.3f} ms; one tool call "
+        f"(wire, batch 1) costs {results['local kernel'][('wire', 1)] / floor:.2f}x that"
+    )
+    with gateway(prefix) as url:
+        if url is None:
+            print("\n(jupyter-kernel-gateway is not installed: no gateway figures)")
+            return
+        async with KernelBackend(gateway_url=url, token=TOKEN, tools=[echo]) as kb:
+            results["gateway"] = await figures(kb, args)
+    report("through a Kernel Gateway on loopback", results["gateway"])
+    local, remote = results["local kernel"], results["gateway"]
+    print("\ngateway vs local, the round trip of one call (batch 1):")
+    for way in dict.fromkeys(way for way, _ in remote):
+        print(f"  {way:5}  {remote[(way, 1)] / local[(way, 1)]:.2f}x")
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--calls", type=int, default=200, help="tool calls per round")
+    asyncio.run(main(parser.parse_args()))

@@ -1,0 +1,86 @@
+"""Code mode's glue between ``KernelBackend`` and the model: the tool it offers the model
+(``run_code``) and a call of it, and the host's tools its programs call as
+``await tools.<name>(...)``, which ``run_code``'s description names."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any, Callable
+
+from .host_tools import HostTools
+from .results import (
+    RUN_CODE,
+    RUN_CODE_DESCRIPTION,
+    RUN_CODE_PARAMETERS,
+    CallOptions,
+    RunCode,
+    Tool,
+    decode_arguments,
+    ignored_keys_line,
+    join_notes,
+    run_code_description,
+    run_code_problem,
+)
+
+__all__ = ["CodeSession"]
+
+
+class CodeSession:
+    """A code-mode backend's tools: ``run_code`` (running programs with ``run``) for the
+    model, and ``host_tools`` for its programs."""
+
+    def __init__(self, run: RunCode) -> None:
+        self.run = run
+        self.host_tools = HostTools()
+        self.tools = {
+            RUN_CODE: Tool(RUN_CODE, RUN_CODE_DESCRIPTION, RUN_CODE_PARAMETERS, self._run_code)
+        }
+
+    def register(
+        self, function: Callable[..., Any], name: str | None, description: str | None
+    ) -> None:
+        """Add a host tool (``HostTools.register``); ``run_code``'s description names it."""
+        self.host_tools.register(function, name, description)
+        described = run_code_description(self.host_tools.names)
+        self.tools[RUN_CODE] = dataclasses.replace(self.tools[RUN_CODE], description=described)
+
+    def schemas(self, format: str) -> list[dict[str, Any]]:
+        return [tool.schema(format) for tool in self.tools.values()]
+
+    async def invoke(
+        self,
+        name: str,
+        raw_arguments: str | Mapping[str, Any],
+        call_id: str | None,
+        options: CallOptions,
+    ) -> str:
+        """One tool call of the model: the text it reads next. An unknown tool or arguments
+        that are not a JSON object get an error text and run nothing."""
+        tool = self.tools.get(name)
+        if tool is None:
+            offered = ", ".join(self.tools)
+            return f"Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran."
+        try:
+            arguments, raw = decode_arguments(name, raw_arguments)
+        except ValueError as exc:
+            return str(exc)
+        return await tool.handler(arguments, raw, call_id, options)
+
+    async def _run_code(
+        self, arguments: dict[str, Any], raw: str, call_id: str | None, options: CallOptions
+    ) -> str:
+        problem = run_code_problem(arguments)
+        if problem is not None:
+            return f"Error: {problem} Nothing ran."
+        result = await self.run(
+            arguments["code"],
+            call_id=call_id,
+            arguments=raw,
+            turn=options.turn,
+            step=options.step,
+            timeout=options.timeout,
+        )
+        # A stray key is no reason to re-send the program: it ran, and the model is told once.
+        ignored = ignored_keys_line(arguments)
+        return result.text if ignored is None else join_notes([ignored, result.text])

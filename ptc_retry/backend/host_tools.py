@@ -1,0 +1,203 @@
+"""The agent's own functions that programs call as ``await tools.<name>(...)``: their
+registry, the catalog the kernel is sent, and the host side of one call (checked arguments,
+the function run, a JSON result or the error the program's ``ToolError`` says)."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import keyword
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable
+
+from ..core.schema import signature_text
+from ..native.definitions import first_paragraph, signature_schema
+from .results import json_kind
+
+__all__ = ["HostTool", "HostTools"]
+
+log = logging.getLogger(__name__)
+
+#: JSON schema types, as a signature line shows them (and as the checks name them).
+_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda value: isinstance(value, str),
+    "integer": lambda value: isinstance(value, int) and not isinstance(value, bool),
+    "number": lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
+    "boolean": lambda value: isinstance(value, bool),
+    "array": lambda value: isinstance(value, list),
+    "object": lambda value: isinstance(value, dict),
+}
+
+
+@dataclass(frozen=True)
+class HostTool:
+    """One registered function: what the model and the kernel are told, and how it runs."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]  # JSON schema of the keyword arguments
+    function: Callable[..., Any]
+    is_async: bool  # awaited on the loop; otherwise run in a worker thread
+
+    def spec(self) -> dict[str, Any]:
+        """``{"name", "description", "parameters"}``: the tool as the kernel's catalog has it."""
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+
+class HostTools:
+    """The functions a backend offers to programs, in registration order."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, HostTool] = {}
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    @property
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def catalog(self) -> list[dict[str, Any]]:
+        """Every tool's spec, as ``metadata["ptc_retry"]["tools"]`` carries them."""
+        return [tool.spec() for tool in self._tools.values()]
+
+    def register(
+        self, function: Callable[..., Any], name: str | None = None, description: str | None = None
+    ) -> HostTool:
+        """Add ``function`` as ``tools.<name>`` (default its ``__name__``).
+
+        The schema comes from its type hints, the description (default) from its docstring's
+        first paragraph. TypeError for what cannot be called with JSON keyword arguments
+        (not callable, ``*args``, positional-only parameters); ValueError for a name that is
+        not a public identifier or is taken.
+        """
+        if not callable(function):
+            raise TypeError(f"register_tool takes a function, not {type(function).__name__}")
+        tool_name = name if name is not None else getattr(function, "__name__", None)
+        if not isinstance(tool_name, str):
+            raise ValueError(f"register_tool: give {function!r} a name (name=...)")
+        if not tool_name.isidentifier() or keyword.iskeyword(tool_name) or tool_name[0] == "_":
+            raise ValueError(
+                f"register_tool: {tool_name!r} cannot be a tool's name: programs call it as "
+                "tools.<name>, so it must be a Python identifier that is not a keyword and "
+                "does not start with '_'; pass name=..."
+            )
+        if tool_name in self._tools:
+            raise ValueError(
+                f"register_tool: a tool named {tool_name!r} is already registered; pass "
+                "name=... to register this one under another name"
+            )
+        _check_signature(function, tool_name)
+        if description is not None and not isinstance(description, str):
+            raise TypeError(f"register_tool: description must be a str, not {description!r}")
+        tool = HostTool(
+            tool_name,
+            " ".join(description.split()) if description is not None else first_paragraph(function),
+            signature_schema(function),
+            function,
+            _is_async(function),
+        )
+        self._tools[tool_name] = tool
+        return tool
+
+    async def answer(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The results of one batch of calls, made concurrently, in the order of ``calls``.
+
+        Each is ``{"id", "ok": True, "result"}`` or ``{"id", "ok": False, "error"}``; nothing
+        a call does raises here (cancelling the batch cancels its calls).
+        """
+        return list(await asyncio.gather(*(self._answer(call) for call in calls)))
+
+    async def _answer(self, call: dict[str, Any]) -> dict[str, Any]:
+        call_id = call.get("id")
+        try:
+            result = await self._call(call)
+        except _Refused as refused:
+            return {"id": call_id, "ok": False, "error": str(refused)}
+        return {"id": call_id, "ok": True, "result": result}
+
+    async def _call(self, call: dict[str, Any]) -> Any:
+        name, arguments = call.get("tool"), call.get("arguments")
+        tool = self._tools.get(name) if isinstance(name, str) else None
+        if tool is None:
+            offered = ", ".join(self._tools) or "none"
+            raise _Refused(f"there is no tool named {name!r}; the tools are: {offered}")
+        _check_arguments(tool, arguments)
+        assert isinstance(arguments, dict)  # _check_arguments made sure
+        try:
+            if tool.is_async:
+                result = await tool.function(**arguments)
+            else:
+                # A worker thread, so that a slow function keeps neither the loop nor the
+                # other calls of its batch waiting.
+                result = await asyncio.to_thread(tool.function, **arguments)
+                if inspect.isawaitable(result):
+                    result = await result
+        except Exception as exc:
+            log.info("host tool %r raised %s", tool.name, type(exc).__name__, exc_info=True)
+            raise _Refused(f"{type(exc).__name__}: {exc}") from None
+        try:
+            json.dumps(result)
+        except (TypeError, ValueError) as exc:
+            raise _Refused(
+                f"its result is not JSON ({exc}): a host tool must return str, int, float, "
+                "bool, None, or lists and dicts of them"
+            ) from None
+        return result
+
+
+class _Refused(Exception):
+    """A call that gives the program an error instead of a result; the message says why."""
+
+
+def _check_signature(function: Callable[..., Any], name: str) -> None:
+    """TypeError when ``function`` cannot be called with keyword arguments only."""
+    try:
+        parameters = inspect.signature(function).parameters.values()
+    except (TypeError, ValueError):
+        return  # no signature to read (some builtins): its schema takes any keywords
+    for parameter in parameters:
+        if parameter.kind is parameter.VAR_POSITIONAL:
+            raise TypeError(
+                f"register_tool: {name} takes *{parameter.name}, but programs pass a tool "
+                "keyword arguments only (a JSON object); give it named parameters"
+            )
+        if parameter.kind is parameter.POSITIONAL_ONLY:
+            raise TypeError(
+                f"register_tool: {name}'s parameter {parameter.name!r} is positional-only, "
+                "but programs pass a tool keyword arguments only (a JSON object)"
+            )
+
+
+def _check_arguments(tool: HostTool, arguments: object) -> None:
+    """_Refused, saying what to send, when ``arguments`` do not fit ``tool``'s schema."""
+    takes = f"it takes ({signature_text(tool.parameters)})"
+    if not isinstance(arguments, dict):
+        raise _Refused(f"its arguments must be keyword arguments (a JSON object); {takes}")
+    schema = tool.parameters
+    properties = schema.get("properties") or {}
+    missing = [name for name in schema.get("required") or () if name not in arguments]
+    if missing:
+        raise _Refused(f"missing the argument {', '.join(map(repr, missing))}; {takes}")
+    if schema.get("additionalProperties") is False:
+        unknown = [name for name in arguments if name not in properties]
+        if unknown:
+            raise _Refused(f"no argument named {', '.join(map(repr, unknown))}; {takes}")
+    for name, value in arguments.items():
+        expected = (properties.get(name) or {}).get("type")
+        if not isinstance(expected, str):
+            continue
+        check = _CHECKS.get(expected)
+        if check is not None and not check(value):
+            article = "an" if expected[0] in "aeiou" else "a"
+            raise _Refused(
+                f"the argument {name!r} must be {article} {expected}, not {json_kind(value)}; "
+                f"{takes}"
+            )
+
+
+def _is_async(function: Callable[..., Any]) -> bool:
+    call = getattr(function, "__call__", None)  # noqa: B004 - an object with an async __call__
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)

@@ -1,0 +1,160 @@
+"""The tools a request offers its program (``metadata["ptc_retry"]["tools"]``, sent by a
+backend that has tools), each as the async function ``tools.<name>``: its signature and help
+come from the tool's JSON schema and description, its arguments are checked and bound here."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from ..core.errors import ToolError
+from ..core.schema import schema_signature
+from .recording import canonical
+
+ToolFunction = Callable[..., Coroutine[Any, Any, Any]]
+#: What a tool function's call does with the bound arguments: ``call(name, arguments)``.
+HostCall = Callable[[str, dict[str, Any]], Coroutine[Any, Any, Any]]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool of a catalog: ``{"name", "description", "parameters"}``."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+class Catalog:
+    """The tools one request offers, and their functions (made once each), which ``call``."""
+
+    def __init__(self, raw: list[Any], call: HostCall) -> None:
+        self._call = call
+        self.specs: dict[str, ToolSpec] = {}
+        for entry in raw:
+            spec = _spec(entry)
+            if spec is not None:
+                self.specs[spec.name] = spec
+        self._functions: dict[str, ToolFunction] = {}
+
+    @property
+    def names(self) -> list[str]:
+        return sorted(self.specs)
+
+    def function(self, name: str) -> ToolFunction:
+        if name not in self._functions:
+            self._functions[name] = tool_function(self.specs[name], self._call)
+        return self._functions[name]
+
+
+def _spec(entry: Any) -> ToolSpec | None:
+    if not isinstance(entry, dict) or not isinstance(entry.get("name"), str):
+        return None
+    description = entry.get("description")
+    parameters = entry.get("parameters")
+    return ToolSpec(
+        entry["name"],
+        description if isinstance(description, str) else "",
+        parameters if isinstance(parameters, dict) else {},
+    )
+
+
+class Catalogs:
+    """The catalogs requests bring, each read once while it stays the same, and the latest."""
+
+    def __init__(self, call: HostCall) -> None:
+        self._call = call
+        self._raw: list[Any] | None = None
+        #: The catalog of the latest request that brought one.
+        self.latest: Catalog | None = None
+
+    def read(self, raw: list[Any]) -> Catalog:
+        if self.latest is None or raw != self._raw:
+            self._raw, self.latest = raw, Catalog(raw, self._call)
+        return self.latest
+
+
+# -- one tool as a function --------------------------------------------------------------------
+
+
+def _doc(spec: ToolSpec) -> str:
+    lines = [spec.description.strip() or f"The agent's tool {spec.name}."]
+    properties = spec.parameters.get("properties")
+    described = [
+        f"{name}: {schema['description']}"
+        for name, schema in (properties if isinstance(properties, dict) else {}).items()
+        if isinstance(schema, dict) and isinstance(schema.get("description"), str)
+    ]
+    if described:
+        lines += ["", *described]
+    return "\n".join(lines)
+
+
+def bind_arguments(
+    name: str, signature: inspect.Signature, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> dict[str, Any]:
+    """The JSON object of a call's arguments; ToolError when they do not fit or are not JSON.
+
+    Positional arguments are taken in the order of the schema's properties: the order the
+    signature (``help()``) and the prompt show, so ``tools.weather("Paris")`` means what it
+    reads as.
+    """
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        raise ToolError(f"tools.{name}{signature}: {exc}", tool=name) from None
+    arguments: dict[str, Any] = {}
+    for key, value in bound.arguments.items():
+        if signature.parameters[key].kind is inspect.Parameter.VAR_KEYWORD:
+            arguments.update(value)
+        else:
+            arguments[key] = value
+    for key, value in arguments.items():
+        if canonical(value) is None:
+            raise ToolError(
+                f"tools.{name}: argument {key!r} is a {type(value).__name__}, not JSON (a str, "
+                "int, float, bool, None, or a list or dict of those)",
+                tool=name,
+            )
+    return arguments
+
+
+def tool_function(spec: ToolSpec, call: HostCall) -> ToolFunction:
+    """``tools.<name>``: an async function with the tool's signature and description."""
+    name = spec.name
+    signature = schema_signature(spec.parameters)
+
+    async def tool(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
+        return await call(name, bind_arguments(name, signature, args, kwargs))
+
+    _present(tool, name, _doc(spec), signature)
+    return tool
+
+
+def unattached(name: str) -> ToolFunction:
+    """``tools.<name>`` where no backend offers tools: calling it says so."""
+
+    async def tool(*args: Any, **kwargs: Any) -> Any:
+        __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
+        raise ToolError(NO_BACKEND.format(name=name), tool=name)
+
+    _present(tool, name, NO_BACKEND.format(name=name), None)
+    return tool
+
+
+NO_BACKEND = (
+    "tools.{name}: no agent backend is attached to this kernel, so there are no tools to "
+    "call (a ptc-retry KernelBackend with tools sends them with each program)"
+)
+
+
+def _present(tool: ToolFunction, name: str, doc: str, signature: inspect.Signature | None) -> None:
+    tool.__name__ = name
+    tool.__qualname__ = f"tools.{name}"
+    tool.__module__ = "tools"
+    tool.__doc__ = doc
+    if signature is not None:
+        tool.__signature__ = signature  # type: ignore[attr-defined]

@@ -1,0 +1,208 @@
+"""The recording of a program's tool calls without a kernel: what a replay reuses from it,
+its file in the session, the listing, and the signatures ``tools.<name>`` gets."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ptc_retry
+from ptc_retry.core.errors import ToolError
+from ptc_retry.core.history_table import format_tool_calls
+from ptc_retry.core.schema import schema_signature
+from ptc_retry.core.store import CheckpointStore
+from ptc_retry.kernel.catalog import bind_arguments
+from ptc_retry.kernel.recording import CallRecord, Reuse, json_copy
+from ptc_retry.sessions import SessionReader
+
+
+def line(
+    k: int, tool: str = "t", *, ok: bool = True, statement: int | None = 0, **more: Any
+) -> dict[str, Any]:
+    record = {"k": k, "tool": tool, "arguments": {"n": k}, "ok": ok, "statement": statement}
+    record.update({"result": f"r{k}"} if ok else {"error": "E: no"})
+    record.update(more)
+    return record
+
+
+def call(k: int, tool: str = "t", n: int | None = None, code: str | None = None) -> CallRecord:
+    return CallRecord(k, tool, {"n": k if n is None else n}, 0, code)
+
+
+def taken(reuse: Reuse, *calls: CallRecord) -> list[str | None]:
+    return [None if (found := reuse.take(c)) is None else found["result"] for c in calls]
+
+
+# -- what a replay reuses --------------------------------------------------------------------------
+
+
+def test_calls_that_match_in_order_get_the_recorded_results() -> None:
+    reuse = Reuse([line(1), line(2), line(3)], call_id="c1", source="#1")
+    assert taken(reuse, call(1), call(2), call(3), call(4)) == ["r1", "r2", "r3", None]
+    assert (reuse.reused, reuse.live) == (3, 1)
+    assert reuse.sentence() == "ptc-retry: 3 tool results reused from #1; 1 call made live."
+
+
+def test_from_the_first_difference_every_call_goes_live() -> None:
+    reuse = Reuse([line(1), line(2), line(3)], call_id="c1", source="#1")
+    assert taken(reuse, call(1), call(2, n=20), call(3)) == ["r1", None, None]
+    assert taken(Reuse([line(1)], call_id="c1", source="#1"), call(1, tool="u")) == [None]
+
+
+def test_a_failed_call_is_not_reused_and_the_next_success_is_matched() -> None:
+    # A retry loop: the call failed once, then succeeded; the replay reuses the success.
+    records = [line(1), line(2, ok=False), line(3)]
+    records[2]["arguments"] = {"n": 2}
+    reuse = Reuse(records, call_id="c1", source="#1")
+    assert taken(reuse, call(1), call(2)) == ["r1", "r3"]
+
+
+def test_a_call_without_its_line_ends_what_can_be_matched() -> None:
+    reuse = Reuse([line(1), line(3)], call_id="c1", source="#1")  # k 2 never finished
+    assert taken(reuse, call(1), call(2), call(3)) == ["r1", None, None]
+
+
+def test_a_result_recorded_as_not_reusable_runs_again_without_ending_the_match() -> None:
+    reuse = Reuse([line(1, reusable=False), line(2)], call_id="c1", source="#1")
+    assert taken(reuse, call(1), call(2)) == [None, "r2"]
+
+
+def test_a_recorded_function_whose_code_changed_is_not_reused() -> None:
+    reuse = Reuse([line(1, code="aaaa")], call_id="c1", source="#1")
+    assert taken(reuse, call(1, code="bbbb")) == [None]
+
+
+def test_a_resume_matches_the_calls_of_the_statements_it_runs() -> None:
+    records = [line(1, statement=0), line(2, statement=2), line(3, statement=2)]
+    reuse = Reuse(records, call_id="c1", source="#1", start=2)
+    assert taken(reuse, call(2), call(3)) == ["r2", "r3"]
+    # Lines that do not say their statement, or a recording that starts later: no reuse.
+    unknown = [line(1, statement=None), line(2, statement=2)]
+    assert taken(Reuse(unknown, call_id="c1", source="#1", start=2), call(2)) == [None]
+    later = Reuse(records, call_id="c1", source="#1", start=1, recorded_from=2)
+    assert taken(later, call(2)) == [None]
+
+
+def test_nothing_reused_means_nothing_said() -> None:
+    reuse = Reuse([], call_id="c1", source="#1")
+    assert taken(reuse, call(1)) == [None] and reuse.sentence() is None
+
+
+@pytest.mark.parametrize(
+    "value, same",
+    [
+        ({"a": [1, 2.5, None, True, "x"]}, True),
+        ((1, 2), False),  # would come back a list
+        ({1: "a"}, False),  # an int key would come back a str
+        (float("nan"), False),
+        (object(), False),
+        ([1, True], True),
+    ],
+)
+def test_only_results_json_gives_back_unchanged_are_reusable(value: Any, same: bool) -> None:
+    assert json_copy(value)[0] is same
+
+
+def test_the_listing_shows_each_call_in_order() -> None:
+    records = [line(2, "flaky", ok=False, duration=0.5), line(1, "double", duration=0.01234)]
+    records[1].update(reused=True, reused_from="c3")
+    assert format_tool_calls(records, "c4").splitlines() == [
+        "# tool calls: 2 (tool-calls/c4.jsonl)",
+        "#   k  tool    status  seconds  reused",
+        "#   1  double  ok        0.012  c3",
+        "#   2  flaky   error     0.500",
+    ]
+
+
+# -- the file in the session -----------------------------------------------------------------------
+
+
+def test_the_recording_is_appended_to_its_own_file(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, "s")
+    assert not (store.session_dir / "tool-calls").exists()  # made at the first tool call
+    assert store.tool_calls("c1") == []
+    store.record_tool_call("c1", line(1))
+    store.record_tool_call("c1", line(2))
+    path = store.session_dir / "tool-calls" / "c1.jsonl"
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert oct((path.parent).stat().st_mode & 0o777) == "0o700"
+    assert [r["k"] for r in store.tool_calls("c1")] == [1, 2]
+    store.close()
+    assert [r["k"] for r in SessionReader(store.session_dir).tool_calls("c1")] == [1, 2]
+    reopened = CheckpointStore(tmp_path, "s")
+    assert [r["k"] for r in reopened.tool_calls("c1")] == [1, 2]
+    reopened.close()
+
+
+def test_a_torn_line_is_skipped_and_the_next_one_starts_fresh(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, "s")
+    store.record_tool_call("c1", line(1))
+    path = store.session_dir / "tool-calls" / "c1.jsonl"
+    with path.open("ab") as file:
+        file.write(b'{"k": 2, "tool"')  # a process died mid-write
+    store.record_tool_call("c1", line(3))
+    assert [r["k"] for r in store.tool_calls("c1")] == [1, 3]
+    store.close()
+
+
+def test_a_link_planted_as_the_recording_is_never_followed(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path, "s")
+    store.record_tool_call("c1", line(1))
+    outside = tmp_path / "outside.jsonl"
+    outside.write_text("")
+    os.symlink(outside, store.session_dir / "tool-calls" / "c2.jsonl")
+    with pytest.raises(OSError):
+        store.record_tool_call("c2", line(1))
+    with pytest.raises(OSError):
+        store.tool_calls("c2")
+    assert outside.read_text() == ""
+    assert SessionReader(store.session_dir).tool_calls("c2") == []
+    store.close()
+
+
+# -- tools.<name> ----------------------------------------------------------------------------------
+
+
+def test_a_signature_follows_the_schema() -> None:
+    schema = {
+        "type": "object",
+        "properties": {
+            "customer": {"type": "string"},
+            "limit": {"type": "integer", "default": 10},
+            "since": {"type": ["string", "null"]},
+            "region": {"type": "string"},
+        },
+        "required": ["customer", "region"],
+    }
+    assert str(schema_signature(schema)) == (
+        "(customer: str, limit: int = 10, since: str | None = ..., *, region: str, **kwargs)"
+    )
+    closed = {"properties": {"q": {}}, "additionalProperties": False}
+    assert str(schema_signature(closed)) == "(q=...)"
+    odd = {"properties": {"first-name": {"type": "string"}}}
+    assert str(schema_signature(odd)) == "(**arguments)"
+
+
+def test_arguments_bind_by_position_in_the_schema_order() -> None:
+    signature = schema_signature({"properties": {"a": {}, "b": {}}, "required": ["a"]})
+    assert bind_arguments("t", signature, (1, 2), {}) == {"a": 1, "b": 2}
+    assert bind_arguments("t", signature, (1,), {"c": [3]}) == {"a": 1, "c": [3]}
+    with pytest.raises(ToolError, match=r"tools\.t\(a, b=\.\.\., \*\*kwargs\): missing"):
+        bind_arguments("t", signature, (), {})
+    with pytest.raises(ToolError, match="argument 'a' is a bytes, not JSON"):
+        bind_arguments("t", signature, (b"x",), {})
+
+
+def test_without_ptc_retry_loaded_a_tool_says_no_backend_is_attached() -> None:
+    tool = ptc_retry.tools.search
+    assert repr(ptc_retry.tools) == "<tools: none (no agent backend attached)>"
+    assert dir(ptc_retry.tools) == [] and inspect.iscoroutinefunction(tool)
+    with pytest.raises(ToolError, match="no agent backend is attached"):
+        asyncio.run(tool(q="x"))
+    with pytest.raises(AttributeError):
+        ptc_retry.tools._repr_html_  # noqa: B018  (display probes are no tools)

@@ -1,0 +1,601 @@
+"""Programs that call the agent's tools, on real kernels without a backend: the test plays
+the backend's part on the stdin channel (it answers each tool request itself and counts
+them), so these tests pin down the kernel side: the ``tools`` namespace, batching, the
+recording, reuse by replays and resumes, ``@ptc_retry.recorded`` and the listings."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+
+from ptc_retry.cli import main as cli
+from ptc_retry.core.protocol import METADATA_KEY, execute_request, parse_tool_request, tool_reply
+
+from .helpers import Execution, Kernel
+
+#: The host's tools, as a backend sends them with each program.
+CATALOG = [
+    {
+        "name": "double",
+        "description": "Twice x.",
+        "parameters": {
+            "type": "object",
+            "properties": {"x": {"type": "integer", "description": "the number"}},
+            "required": ["x"],
+            "additionalProperties": False,
+        },
+    },
+    {
+        "name": "count",
+        "description": "Counts its calls for a name: a side effect.",
+        "parameters": {"type": "object", "properties": {"name": {"type": "string"}}},
+    },
+    {
+        "name": "flaky",
+        "description": "Fails the first time for a key the test names, then answers.",
+        "parameters": {"type": "object", "properties": {"key": {"type": "string"}}},
+    },
+    {
+        "name": "slow",
+        "description": "Answers after s seconds.",
+        "parameters": {"type": "object", "properties": {"s": {"type": "number"}}},
+    },
+    {
+        "name": "big",
+        "description": "A string of n bytes.",
+        "parameters": {"type": "object", "properties": {"n": {"type": "integer"}}},
+    },
+]
+
+
+class Host:
+    """The agent's side of tool calls, played by the test: the functions behind ``CATALOG``,
+    and every batch the kernel asked for (one input_request each)."""
+
+    def __init__(self) -> None:
+        self.batches: list[list[dict[str, Any]]] = []
+        self.counts: Counter[str] = Counter()
+        self.failing: set[str] = set()  # flaky keys that fail once more
+        self._stop = threading.Event()
+
+    def calls(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(call["tool"], call["arguments"]) for batch in self.batches for call in batch]
+
+    def answer(self, call: dict[str, Any]) -> dict[str, Any]:
+        name, arguments = call["tool"], call["arguments"]
+        try:
+            if name == "double":
+                result: Any = arguments["x"] * 2
+            elif name == "count":
+                self.counts[arguments["name"]] += 1
+                result = self.counts[arguments["name"]]
+            elif name == "flaky":
+                if arguments["key"] in self.failing:
+                    self.failing.discard(arguments["key"])
+                    raise ConnectionError(f"{arguments['key']} is down")
+                result = f"{arguments['key']}: up"
+            elif name == "slow":
+                self._stop.wait(arguments["s"])
+                result = "slept"
+            else:
+                result = "x" * arguments["n"]
+        except Exception as exc:
+            return {"id": call["id"], "ok": False, "error": f"{type(exc).__name__}: {exc}"}
+        return {"id": call["id"], "ok": True, "result": result}
+
+    def run(
+        self,
+        kernel: Kernel,
+        code: str,
+        *,
+        catalog: bool = True,
+        allow_stdin: bool = True,
+        **fields: Any,
+    ) -> Execution:
+        """Run ``code`` as a backend with these tools would send it, answering its calls."""
+        with self._serving(kernel):
+            return kernel.collect(self._send(kernel, code, catalog, allow_stdin, fields))
+
+    def run_dying(self, kernel: Kernel, code: str) -> None:
+        """Run ``code``, which kills its kernel, answering its calls until it has."""
+        with self._serving(kernel):
+            self._send(kernel, code, True, True, {})
+            deadline = time.monotonic() + 30
+            while kernel.manager.is_alive() and time.monotonic() < deadline:
+                time.sleep(0.1)
+
+    def _send(
+        self, kernel: Kernel, code: str, catalog: bool, allow_stdin: bool, fields: dict[str, Any]
+    ) -> str:
+        if catalog:
+            fields["tools"] = CATALOG
+        content = execute_request(code, allow_stdin=allow_stdin)
+        metadata = {METADATA_KEY: fields}
+        msg = kernel.client.session.msg("execute_request", content, metadata=metadata)
+        kernel.client.shell_channel.send(msg)
+        return str(msg["header"]["msg_id"])
+
+    @contextlib.contextmanager
+    def _serving(self, kernel: Kernel) -> Iterator[None]:
+        self._stop.clear()
+        serving = threading.Thread(target=self._serve, args=(kernel,), daemon=True)
+        serving.start()
+        try:
+            yield
+        finally:
+            self._stop.set()
+            serving.join()
+
+    def _serve(self, kernel: Kernel) -> None:
+        while not self._stop.is_set():
+            try:
+                request = kernel.client.get_stdin_msg(timeout=0.05)
+            except queue.Empty:
+                continue
+            calls = parse_tool_request(request["content"]["prompt"])
+            if calls is None:  # input(): end of input, as the backend answers
+                kernel.client.input("\x04")
+                continue
+            self.batches.append(calls)
+            kernel.client.input(tool_reply([self.answer(call) for call in calls]))
+
+
+@pytest.fixture(scope="module")
+def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("tool-checkpoints")
+
+
+@pytest.fixture(scope="module")
+def shared(jupyter_path: Path, root: Path) -> Iterator[Kernel]:
+    """One ptc-retry kernel for the module, session ``tools``."""
+    env = dict(os.environ, PTC_RETRY_ROOT=str(root), PTC_RETRY_SESSION="tools")
+    kernel = Kernel("ptc-retry", env, [])
+    yield kernel
+    kernel.shutdown()
+
+
+@pytest.fixture
+def host() -> Host:
+    return Host()
+
+
+def recording(root: Path, call_id: str) -> list[dict[str, Any]]:
+    path = root / "tools" / "tool-calls" / f"{call_id}.jsonl"
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
+def history_line(root: Path, call_id: str) -> dict[str, Any]:
+    lines = (root / "tools" / "history.jsonl").read_text("utf-8").splitlines()
+    return [json.loads(line) for line in lines if json.loads(line)["id"] == call_id][-1]
+
+
+_turns = iter(range(1, 10_000))
+
+# -- calls and their errors ----------------------------------------------------------------------
+
+
+def test_a_call_returns_the_host_result(shared: Kernel, host: Host) -> None:
+    run = host.run(shared, "a = await tools.double(x=21)\nb = await tools.double(4)\na + b")
+    assert run.status == "ok", run.error
+    assert run.result == "50"
+    assert host.calls() == [("double", {"x": 21}), ("double", {"x": 4})]  # positional by order
+    assert run.ptc is not None and run.ptc["tool_calls"] == {"reused": 0, "live": 2}
+
+
+def test_gather_of_three_calls_is_one_batch(shared: Kernel, host: Host, root: Path) -> None:
+    code = "import asyncio\nawait asyncio.gather(*(tools.double(x=i) for i in (1, 2, 3)))"
+    run = host.run(shared, code, call_id="gathered")
+    assert run.result == "[2, 4, 6]"
+    assert len(host.batches) == 1
+    assert [call["arguments"] for call in host.batches[0]] == [{"x": 1}, {"x": 2}, {"x": 3}]
+    # Made by tasks gather started, each call still knows the statement that awaits them.
+    assert [line["statement"] for line in recording(root, "gathered")] == [1, 1, 1]
+
+
+def test_a_failed_host_call_raises_tool_error_naming_the_tool(shared: Kernel, host: Host) -> None:
+    host.failing.add("db")
+    run = host.run(shared, "await tools.flaky(key='db')")
+    assert run.error is not None and run.error["ename"] == "ToolError"
+    assert run.error["evalue"] == "tools.flaky: ConnectionError: db is down"
+
+
+def test_an_unknown_tool_is_an_attribute_error_listing_the_tools(
+    shared: Kernel, host: Host
+) -> None:
+    run = host.run(shared, "await tools.dubble(x=1)")
+    assert run.error is not None
+    assert run.error["traceback"] == [
+        "AttributeError: there is no tool 'dubble'; the tools are: big, count, double, flaky, slow"
+    ]
+    assert host.batches == []
+    assert host.run(shared, "hasattr(tools, 'dubble'), sorted(dir(tools))").result == (
+        "(False, ['big', 'count', 'double', 'flaky', 'slow'])"
+    )
+
+
+def test_arguments_that_do_not_fit_are_refused_in_the_kernel(shared: Kernel, host: Host) -> None:
+    too_many = host.run(shared, "await tools.double(1, 2)")
+    not_json = host.run(shared, "await tools.double(x={1, 2})")
+    assert too_many.error is not None and not_json.error is not None
+    assert too_many.error["evalue"] == "tools.double(x: int): too many positional arguments"
+    assert "argument 'x' is a set, not JSON" in not_json.error["evalue"]
+    assert host.batches == []
+
+
+def test_help_shows_the_signature_and_description(shared: Kernel, host: Host) -> None:
+    run = host.run(shared, "help(tools.double)")
+    assert "async double(x: int)\n    Twice x.\n    \n    x: the number" in run.stdout
+
+
+def test_without_a_catalog_a_call_says_no_backend_is_attached(shared: Kernel, host: Host) -> None:
+    run = host.run(shared, "await tools.double(x=1)", catalog=False)
+    assert run.error is not None and run.error["ename"] == "ToolError"
+    assert "no agent backend is attached to this kernel" in run.error["evalue"]
+    assert host.batches == []
+
+
+def test_a_request_without_stdin_gets_a_clear_tool_error(shared: Kernel, host: Host) -> None:
+    run = host.run(shared, "await tools.double(x=1)", allow_stdin=False)
+    assert run.error is not None and run.error["ename"] == "ToolError"
+    assert "allow_stdin=True" in run.error["evalue"]
+
+
+def test_a_time_limit_stops_a_program_waiting_for_its_tools(shared: Kernel, host: Host) -> None:
+    for code in (
+        "await tools.slow(s=30)",
+        "await asyncio.gather(tools.slow(s=30), tools.slow(s=30))",
+    ):
+        started = time.monotonic()
+        run = host.run(shared, f"import asyncio\n{code}", time_limit=1)
+        assert run.ptc is not None and run.ptc["status"] == "interrupted", code
+        assert run.ptc["time_limit"] == 1
+        assert time.monotonic() - started < 10
+    after = host.run(shared, "await tools.double(x=5)")  # the late answers are not taken
+    assert after.result == "10"
+
+
+def test_a_user_variable_named_tools_is_left_alone(start_kernel: Any, host: Host) -> None:
+    kernel = start_kernel()
+    host.run(kernel, "tools = ['mine']")
+    second = host.run(kernel, "print(tools); await ptc_retry.tools.double(x=3)")
+    third = host.run(kernel, "await ptc_retry.tools.double(x=4)")
+    assert second.stdout == "['mine']\n"
+    assert second.result == "6" and third.result == "8"
+    said = "`tools` is a name of this kernel's own, so the agent's tools are at `ptc_retry.tools`"
+    assert said in second.stderr and third.stderr == ""
+
+
+# -- the recording -------------------------------------------------------------------------------
+
+
+def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, root: Path) -> None:
+    host.failing.add("line")
+    code = (
+        "a = await tools.double(x=2)\n"
+        "try:\n    await tools.flaky(key='line')\nexcept ptc_retry.ToolError:\n    pass"
+    )
+    run = host.run(shared, code, call_id="lines")
+    assert run.status == "ok", run.error
+    ok, failed = recording(root, "lines")
+    assert ok.keys() == {
+        "k", "tool", "arguments", "ok", "result", "duration", "reused", "statement", "time"
+    }  # fmt: skip
+    assert (ok["k"], ok["tool"], ok["arguments"], ok["ok"], ok["result"]) == (
+        1, "double", {"x": 2}, True, 4
+    )  # fmt: skip
+    assert ok["reused"] is False and ok["statement"] == 0 and ok["duration"] >= 0
+    assert (failed["k"], failed["ok"], failed["statement"]) == (2, False, 1)
+    assert failed["error"] == "ConnectionError: line is down"
+    assert oct((root / "tools" / "tool-calls" / "lines.jsonl").stat().st_mode & 0o777) == "0o600"
+    assert history_line(root, "lines")["tool_calls"] == {"reused": 0, "live": 2}
+
+
+def test_programs_without_tool_calls_record_nothing(shared: Kernel, root: Path) -> None:
+    run = shared.execute("x = 1", {"call_id": "plain"})
+    assert run.ptc is not None and "tool_calls" not in run.ptc
+    assert "tool_calls" not in history_line(root, "plain")
+    assert not (root / "tools" / "tool-calls" / "plain.jsonl").exists()
+
+
+def test_ptc_show_lists_the_tool_calls_after_the_program(
+    shared: Kernel, host: Host, root: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    host.failing.add("show")
+    code = "await tools.double(x=1)\nawait tools.flaky(key='show')"
+    failed = host.run(shared, code, call_id="shown")
+    assert failed.ptc is not None
+    reference = failed.ptc["reference"]
+
+    shown = shared.execute(f"%ptc_show {reference}").stdout
+
+    assert shown.startswith(f"# {reference} (shown): ")
+    table = shown.split(code + "\n", 1)[1]
+    rows = table.strip("\n").splitlines()
+    assert rows[0] == "# tool calls: 2 (tool-calls/shown.jsonl)"
+    assert rows[1].split() == ["#", "k", "tool", "status", "seconds", "reused"]
+    assert rows[2].split()[:4] == ["#", "1", "double", "ok"]
+    assert rows[3].split()[:4] == ["#", "2", "flaky", "error"]
+    capsys.readouterr()
+    assert cli(["show", reference, "--root", str(root), "--session", "tools"]) == 0
+    out, err = capsys.readouterr()
+    assert out == code + "\n"  # stdout stays the program
+    assert err.splitlines()[1:] == rows
+
+
+# -- reuse -----------------------------------------------------------------------------------------
+
+COUNTING = """\
+first = await tools.count(name="{name}")
+second = await tools.count(name="{name}")
+print(first, second)
+print(undefined_name)
+"""
+
+
+def test_a_replay_reuses_the_recorded_results(shared: Kernel, host: Host, root: Path) -> None:
+    failed = host.run(shared, COUNTING.format(name="reuse"))
+    assert failed.ptc is not None and failed.stdout == "1 2\n"
+    reference, requests = failed.ptc["reference"], len(host.batches)
+
+    fixed = host.run(
+        shared, f"await ptc_retry.replay({reference!r}, 'print(undefined_name)', 'pass')"
+    )
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "1 2\n"  # the recorded results, not 3 4
+    assert len(host.batches) == requests and host.counts["reuse"] == 2
+    assert (
+        fixed.stderr == f"ptc-retry: 2 tool results reused from {reference}; 0 calls made live.\n"
+    )
+    assert fixed.ptc is not None
+    assert history_line(root, fixed.ptc["call_id"])["tool_calls"] == {"reused": 2, "live": 0}
+    reused = recording(root, fixed.ptc["call_id"])
+    assert [line["reused"] for line in reused] == [True, True]
+    assert {line["reused_from"] for line in reused} == {failed.ptc["call_id"]}
+
+
+def test_an_edited_call_and_every_later_one_go_live(shared: Kernel, host: Host) -> None:
+    program = "".join(f"{v} = await tools.double(x={x})\n" for v, x in zip("abc", (1, 2, 3)))
+    program += "print(a, b, c, d)"
+    failed = host.run(shared, program)
+    assert failed.ptc is not None
+    host.batches.clear()
+
+    fixed = host.run(
+        shared,
+        f"await ptc_retry.replay({failed.ptc['reference']!r}, edits=[('x=2', 'x=20'), "
+        "(', d)', ')')])",
+    )
+
+    assert fixed.stdout == "2 40 6\n"
+    assert host.calls() == [("double", {"x": 20}), ("double", {"x": 3})]
+    assert "1 tool result reused" in fixed.stderr and "2 calls made live" in fixed.stderr
+
+
+def test_fresh_makes_every_call_live(shared: Kernel, host: Host) -> None:
+    failed = host.run(shared, COUNTING.format(name="fresh"))
+    assert failed.ptc is not None
+
+    fixed = host.run(
+        shared,
+        f"await ptc_retry.replay({failed.ptc['reference']!r}, 'print(undefined_name)', 'pass', "
+        "fresh=True)",
+    )
+
+    assert fixed.stdout == "3 4\n" and host.counts["fresh"] == 4
+    assert fixed.stderr == ""  # nothing reused, nothing to say
+    assert fixed.ptc is not None and fixed.ptc["tool_calls"] == {"reused": 0, "live": 2}
+
+
+def test_a_failed_call_goes_live_again(shared: Kernel, host: Host) -> None:
+    host.failing.add("retry")
+    program = (
+        "# try 1\nn = await tools.count(name='failed')\ns = await tools.flaky(key='retry')\n"
+        "print(n, s)"
+    )
+    failed = host.run(shared, program)
+    assert failed.error is not None and failed.error["ename"] == "ToolError"
+    assert failed.ptc is not None
+    host.batches.clear()
+
+    fixed = host.run(
+        shared, f"await ptc_retry.replay({failed.ptc['reference']!r}, 'try 1', 'try 2')"
+    )
+
+    assert fixed.stdout == "1 retry: up\n"
+    assert host.calls() == [("flaky", {"key": "retry"})]
+
+
+def test_a_chained_replay_uses_the_recording_of_the_program_it_replays(
+    shared: Kernel, host: Host, root: Path
+) -> None:
+    program = (
+        "a = await tools.count(name='chain')\nb = await tools.double(x=2)\nprint(a, b)\n"
+        "print(one)\nprint(two)"
+    )
+    first = host.run(shared, program)
+    assert first.ptc is not None
+    second = host.run(
+        shared,
+        f"await ptc_retry.replay({first.ptc['reference']!r}, edits=[('x=2', 'x=7'), "
+        "('print(one)', 'pass')])",
+    )
+    assert second.ptc is not None and second.stdout == "1 14\n"
+    assert second.ptc["tool_calls"] == {"reused": 1, "live": 1}
+    host.batches.clear()
+
+    third = host.run(
+        shared, f"await ptc_retry.replay({second.ptc['reference']!r}, 'print(two)', 'pass')"
+    )
+
+    assert third.status == "ok", third.error
+    assert third.stdout == "1 14\n" and host.batches == [] and host.counts["chain"] == 1
+    assert third.ptc is not None
+    assert {line["reused_from"] for line in recording(root, third.ptc["call_id"])} == {
+        second.ptc["call_id"]
+    }
+
+
+def test_a_resume_reuses_the_calls_of_the_statement_it_restarts(shared: Kernel, host: Host) -> None:
+    host.failing.add("k2")
+    program = """\
+base = await tools.double(x=1)
+out = {}
+for key in ("k0", "k1", "k2", "k3"):
+    out[key] = await tools.flaky(key=key)
+print(base, list(out.values()))
+"""
+    failed = host.run(shared, program, turn=next(_turns))
+    assert failed.error is not None and failed.error["ename"] == "ToolError"
+    assert failed.ptc is not None
+    host.batches.clear()
+
+    resumed = host.run(shared, f"await ptc_retry.resume({failed.ptc['reference']!r})")
+
+    assert resumed.status == "ok", resumed.error
+    assert resumed.stdout == "2 ['k0: up', 'k1: up', 'k2: up', 'k3: up']\n"
+    # Statement 0 did not run again; in the loop, k0 and k1 came from the recording.
+    assert host.calls() == [("flaky", {"key": "k2"}), ("flaky", {"key": "k3"})]
+    assert "2 tool results reused" in resumed.stderr
+
+
+def test_a_resume_that_skips_a_statement_does_not_take_its_results(
+    shared: Kernel, host: Host
+) -> None:
+    # The same call in a skipped statement and in the resumed one: positions count by
+    # statement, so the resumed call is not given the skipped one's result.
+    program = (
+        "a = await tools.count(name='same')\nb = await tools.count(name='same')\nprint(a, b, c)"
+    )
+    failed = host.run(shared, program, turn=next(_turns))
+    assert failed.ptc is not None and host.counts["same"] == 2
+
+    resumed = host.run(
+        shared,
+        f"await ptc_retry.replay({failed.ptc['reference']!r}, ', c)', ')', resume=True)",
+    )
+
+    assert resumed.stdout == "1 2\n"  # statement 2 only: a and b are still there
+    assert host.counts["same"] == 2
+
+
+# -- recorded functions ----------------------------------------------------------------------------
+
+RECORDED = """\
+import asyncio
+calls = globals().get("calls", 0)
+
+@ptc_retry.recorded
+def lookup(key, *, upper=False):
+    global calls
+    calls += 1
+    return {"key": key.upper() if upper else key, "n": calls}
+
+@ptc_retry.recorded
+async def fetch(key):
+    global calls
+    calls += 1
+    await asyncio.sleep(0)
+    return [key, calls]
+
+@ptc_retry.recorded
+def pair(key):
+    global calls
+    calls += 1
+    return (key, calls)  # a tuple would come back a list from JSON: not reused
+
+a = lookup("a", upper=True)
+b = await fetch("b")
+c = pair("c")
+print(a, b, c)
+print(missing)
+"""
+
+
+def test_recorded_functions_are_reused_in_a_load_ext_kernel(
+    start_kernel: Any, checkpoint_root: Path
+) -> None:
+    kernel = start_kernel("python3")  # the stock kernel: no backend, no reply metadata
+    kernel.execute("%load_ext ptc_retry")
+    failed = kernel.execute(RECORDED)  # program #1, c1
+    assert failed.error is not None and failed.error["ename"] == "NameError"
+    assert failed.stdout == "{'key': 'A', 'n': 1} ['b', 2] ('c', 3)\n"
+
+    fixed = kernel.execute("await ptc_retry.replay('#1', 'print(missing)', 'calls')")
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "{'key': 'A', 'n': 1} ['b', 2] ('c', 4)\n"
+    assert fixed.result == "4"  # one call again: pair's tuple was not reusable
+    assert fixed.stderr == "ptc-retry: 2 tool results reused from #1; 1 call made live.\n"
+    assert kernel.execute("lookup('z')['key'], calls").result == "('z', 5)"  # not a replay
+
+    path = checkpoint_root / "test" / "tool-calls" / "c1.jsonl"
+    lines = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    assert [line["tool"] for line in lines] == [
+        "recorded:__main__.lookup", "recorded:__main__.fetch", "recorded:__main__.pair"
+    ]  # fmt: skip
+    assert lines[0]["arguments"] == {"key": "a", "upper": True}
+    assert lines[2]["reusable"] is False and lines[2]["result"] is None
+
+
+def test_editing_a_recorded_function_calls_it_again(start_kernel: Any) -> None:
+    kernel = start_kernel("python3")
+    kernel.execute("%load_ext ptc_retry")
+    program = "@ptc_retry.recorded\ndef f(x):\n    return x + 1\n\nprint(f(1))\nboom"
+    assert kernel.execute(program).stdout == "2\n"  # program #1
+
+    fixed = kernel.execute("await ptc_retry.replay('#1', edits=[('x + 1', 'x + 2'), ('boom', '')])")
+
+    assert fixed.stdout == "3\n" and fixed.stderr == ""
+
+
+def test_a_recorded_function_outside_a_program_is_a_plain_call() -> None:
+    import ptc_retry
+
+    calls: list[int] = []
+
+    @ptc_retry.recorded
+    def twice(x: int) -> int:
+        calls.append(x)
+        return x * 2
+
+    assert twice(3) == 6 and twice(3) == 6 and calls == [3, 3]
+
+
+def test_a_full_disk_never_fails_a_program_that_calls_tools(
+    start_kernel: Any, tmpfs: Callable[[str], Path], host: Host
+) -> None:
+    disk = tmpfs("size=64k")
+    kernel = start_kernel(root=disk / "root")
+    code = "[len(await tools.big(n=40_000)) for _ in range(3)]"
+
+    run = host.run(kernel, code)
+
+    assert run.status == "ok", run.error
+    assert run.result == "[40000, 40000, 40000]"
+    assert run.stderr.count("could not record the tool calls of c1") == 1
+
+
+def test_after_a_kernel_died_a_resume_reuses_the_results_it_had_got(
+    start_kernel: Any, host: Host
+) -> None:
+    kernel = start_kernel()
+    program = "import os\nn = await tools.count(name='died')\nos._exit(1)\nprint(n)"
+    host.run_dying(kernel, program)
+    kernel.restart()
+
+    resumed = host.run(kernel, "await ptc_retry.replay('#1', 'os._exit(1)', 'pass', resume=True)")
+
+    assert resumed.status == "ok", resumed.error
+    assert resumed.stdout == "1\n" and host.counts["died"] == 1
+    assert "the kernel restarted" in resumed.stderr and "1 tool result reused" in resumed.stderr
