@@ -17,6 +17,9 @@ request; ``asyncio.gather`` of ten with ``tools``), on a local kernel and, when
 jupyter-kernel-gateway is installed, through a Kernel Gateway on loopback. The ratios
 compare figures of this one run.
 
+Last, the cost of recording: a function called in a loop, plain and under
+``@ptc_retry.recorded`` (one line appended a call), in the same program.
+
 A script that prints figures, not a test: the numbers depend on the machine.
 """
 
@@ -84,6 +87,36 @@ async def measure(kb: KernelBackend, way: str, batch: int, calls: int, rounds: i
         assert result.status == "ok" and result.value is not None, result.text
         per_call.append(float(result.value) / (calls // batch * batch))
     return statistics.median(per_call)
+
+
+RECORDING = """\
+import time as _time
+def _plain(x):
+    return x
+@ptc_retry.recorded
+def _kept(x):
+    return x
+def _per_call(function):
+    started = _time.perf_counter()
+    for i in range({calls}):
+        function(x=i)
+    return (_time.perf_counter() - started) / {calls}
+(_per_call(_plain), _per_call(_kept))
+"""
+
+
+async def recording_cost(kb: KernelBackend, calls: int, rounds: int) -> tuple[float, float]:
+    """Seconds per call of a plain function and of the same function under
+    ``@ptc_retry.recorded`` in one program (each recorded call appends one line to the
+    program's ``tool-calls/`` file): the medians over ``rounds``."""
+    plain, kept = [], []
+    for _ in range(rounds + 1):  # the first warms up
+        result = await kb.run_code(RECORDING.format(calls=calls))
+        assert result.status == "ok" and result.value is not None, result.text
+        a, b = (float(x) for x in result.value.strip("()").split(","))
+        plain.append(a)
+        kept.append(b)
+    return statistics.median(plain[1:]), statistics.median(kept[1:])
 
 
 async def bare_input(kb: KernelBackend, calls: int, rounds: int) -> float:
@@ -185,10 +218,15 @@ async def main(args: argparse.Namespace) -> None:
     async with KernelBackend(root=root, env=env, tools=[echo]) as kb:
         results["local kernel"] = await figures(kb, args)
         floor = await bare_input(kb, args.calls, args.rounds)
+        plain, kept = await recording_cost(kb, args.calls, args.rounds)
     report("local kernel", results["local kernel"])
     print(
         f"  bare jupyter_client input() round trip: {floor * 1000:.3f} ms; one tool call "
         f"(wire, batch 1) costs {results['local kernel'][('wire', 1)] / floor:.2f}x that"
+    )
+    print(
+        f"  recording a call: a plain function {plain * 1e6:.1f} us a call, the same under "
+        f"@ptc_retry.recorded {kept * 1e6:.1f} us (+{(kept - plain) * 1e6:.1f} us a call)"
     )
     with gateway(prefix) as url:
         if url is None:
