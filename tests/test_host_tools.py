@@ -20,6 +20,7 @@ import pytest
 
 from ptc_retry.backend import KernelBackend
 from ptc_retry.backend.host_tools import HostTools
+from ptc_retry.backend.input_requests import stdin_connected
 from ptc_retry.backend.results import RUN_CODE_DESCRIPTION
 from ptc_retry.core.notice import CODE_PROMPT, TOOLS_PROMPT, prompt_section
 
@@ -429,6 +430,34 @@ def test_a_replay_reuses_the_recorded_results(
     assert host.calls["add"] == calls  # no call made again
     if backend.gateway_url is None:
         assert line_of(backend.session_dir, "call_t7")["replay_of"] == "call_t6"
+
+
+# The kernel's stdin socket drops the input_requests it sends before the client's stdin
+# connection is through (after a restart, each socket reconnects on its own timer).
+DROP_ONE_INPUT_REQUEST = """
+kernel = get_ipython().kernel
+send = kernel.session.send
+dropped = []
+def drop_one(stream, msg_or_type, *args, **kwargs):
+    if msg_or_type == "input_request" and not dropped:
+        dropped.append(msg_or_type)
+        return None
+    return send(stream, msg_or_type, *args, **kwargs)
+kernel.session.send = drop_one
+"""
+
+
+def test_the_backend_waits_until_input_requests_come_through(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    assert run(backend.run_code(DROP_ONE_INPUT_REQUEST, call_id="call_d1")).status == "ok"
+
+    tries = run(stdin_connected(backend.transport, 30))
+
+    assert tries == 2  # the first request was dropped: interrupted and asked again
+    after = run(backend.run_code("await tools.add(a=4)", call_id="call_d2"))
+    assert after.value == "6"
+    assert run(backend.run_code("len(dropped)", call_id="call_d3")).value == "1"
 
 
 # -- last: the kernel dies ----------------------------------------------------------------

@@ -14,13 +14,14 @@ from typing import Any, Callable, TypeVar
 
 from jupyter_core.utils import run_sync
 
-from ..core.errors import BackendError, GatewayError
+from ..core.errors import BackendError, GatewayError, KernelStartError
 from ..core.fs import default_root
 from ..core.layout import sanitize
 from ..core.notice import prompt_section
 from ..native import NativeTools, ToolResult
 from .code_mode import CodeSession
 from .execution import Execution, ExecutionSettings
+from .input_requests import stdin_connected
 from .kernels import kernel_transport
 from .local import NATIVE_KERNEL_DIR, check_checkpoints
 from .native_mode import KERNEL_OPTIONS, NativeSession, native_definitions
@@ -356,6 +357,11 @@ class KernelBackend:
         root = kernel_dir.parent if kernel_dir is not None else self.root
         options = KERNEL_OPTIONS if self.mode == "native" else ()
         session_dir = await self.transport.start(KernelSetup(self.session_id, root, options))
+        try:
+            await self._stdin_connected()
+        except BaseException:
+            await self.transport.shutdown(None)
+            raise
         if self.session_dir is None:
             self.session_dir = session_dir  # as the remote kernel said
         self._running = True
@@ -477,6 +483,7 @@ class KernelBackend:
             raise BackendError(_NOT_RUNNING)
         try:
             await self.transport.restart()
+            await self._stdin_connected()
         except GatewayError:
             raise  # says itself what is wrong with the gateway
         except Exception as exc:
@@ -486,6 +493,20 @@ class KernelBackend:
                 "shut this backend down and start a new one"
             ) from exc
         log.info("restarted the %r kernel of %s", self.kernel_name, self.session_dir)
+
+    async def _stdin_connected(self) -> None:
+        """With host tools, wait until the kernel's input_requests reach this backend: the
+        first tool call of a program must not be lost to a stdin connection still opening."""
+        if not len(self._code.host_tools):
+            return
+        try:
+            await stdin_connected(self.transport, self.transport.startup_timeout)
+        except asyncio.TimeoutError:
+            raise KernelStartError(
+                f"the {self.kernel_name!r} kernel answers, but its input requests (which carry "
+                f"the programs' tool calls) did not reach the backend within "
+                f"{self.transport.startup_timeout:g} s"
+            ) from None
 
     # -- sync twins ---------------------------------------------------------------------------
 

@@ -5,19 +5,25 @@ Why stdin: while a program runs, the kernel reads no further shell messages (a c
 waits behind the running execute_request), but ``kernel.raw_input`` sends an input_request
 and blocks the program until the reply, on ipykernel 6.29 and 7.x alike; a gateway's
 websocket carries the stdin channel as well, so the same calls work locally and remotely.
+
+One catch: the kernel's stdin socket drops what it sends to a client whose stdin connection
+is not through yet (a zmq ROUTER socket), and after a restart each of the client's sockets
+reconnects on its own timer, so a kernel can answer on shell and iopub while its
+input_requests still go nowhere. ``stdin_connected`` waits until one gets through.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
-from ..core.protocol import parse_tool_request, tool_reply
+from ..core.protocol import execute_request, parse_tool_request, tool_reply
 from .host_tools import HostTools
 from .transport import Transport
 
-__all__ = ["EOF", "InputRequests"]
+__all__ = ["EOF", "InputRequests", "stdin_connected"]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +31,46 @@ log = logging.getLogger(__name__)
 EOF = "\x04"
 #: Seconds ``cancel`` waits for a cancelled batch's functions to let go.
 _CANCEL_WAIT = 1.0
+#: Seconds a stdin probe waits for its input_request before it interrupts and tries again.
+_PROBE_WAIT = 1.0
+
+
+async def stdin_connected(kernel: Transport, timeout: float) -> int:
+    """Return once an input_request of ``kernel`` reaches this client; the number of tries.
+
+    Each try runs ``input()`` silently (no history, no checkpoint) and answers its request;
+    a request that does not come within a second was dropped, so the try is interrupted
+    and made again. asyncio.TimeoutError when none got through within ``timeout`` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    tries = 0
+    while time.monotonic() < deadline:
+        tries += 1
+        request = execute_request("input()", silent=True, allow_stdin=True)
+        if await _probe(kernel, await kernel.send_execute(request, {}), deadline):
+            return tries
+        log.info("the kernel's input_request did not come through: trying again")
+    raise asyncio.TimeoutError
+
+
+async def _probe(kernel: Transport, msg_id: str, deadline: float) -> bool:
+    """Whether the probe ``msg_id`` asked for input; False once it ended without asking."""
+    interrupt_at = time.monotonic() + _PROBE_WAIT
+    asked = interrupted = False
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise asyncio.TimeoutError
+        message = await kernel.receive(msg_id, min(left, 0.1))
+        if message is None:
+            if not (asked or interrupted) and time.monotonic() >= interrupt_at:
+                await kernel.interrupt()  # input() waits for a request that was dropped
+                interrupted = True
+        elif message["msg_type"] == "input_request":
+            asked = True
+            await kernel.send_input_reply("", message)
+        elif message["msg_type"] == "execute_reply":
+            return asked
 
 
 class InputRequests:

@@ -28,6 +28,9 @@ class KernelSetup:
 class Transport(Protocol):
     """One kernel, started and reached one way; each instance serves one backend."""
 
+    #: Seconds a kernel gets to answer after it starts or restarts.
+    startup_timeout: float
+
     @property
     def kernel_name(self) -> str:
         """The kernelspec the kernel runs."""
