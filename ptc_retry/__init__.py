@@ -21,7 +21,7 @@ from .core.notice import failure_notice, prompt_section
 from .core.store import CheckpointStore
 from .core.version import __version__
 from .kernel.recorded import recorded
-from .kernel.replay import replay, resume
+from .kernel.replay import extend, replay, resume
 from .kernel.tools import TOOLS as tools
 
 __all__ = [
@@ -31,6 +31,7 @@ __all__ = [
     "ReplayError",
     "StoreError",
     "ToolError",
+    "extend",
     "failure_notice",
     "load_ipython_extension",
     "prompt_section",

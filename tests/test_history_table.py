@@ -68,6 +68,15 @@ def test_without_steps_turn_step_and_ordinal_are_left_out() -> None:
     assert rows(table)[0] == ["ref", "id", "status", "bytes", "ename", "replay_of", "when"]
 
 
+def test_a_call_that_completes_a_cut_off_one_shows_it_in_extend_of() -> None:
+    table = format_history([line(1, "partial", ename="CallCutOff"), line(2, extend_of="c1")])
+    assert rows(table)[0] == [
+        "ref", "id", "status", "bytes", "ename", "replay_of", "extend_of", "when"
+    ]  # fmt: skip
+    assert rows(table)[1][:5] == ["#1", "c1", "partial", "12", "CallCutOff"]
+    assert rows(table)[2][:5] == ["#2", "c2", "ok", "12", "c1"]
+
+
 def test_with_steps_the_table_shows_turn_step_and_ordinal() -> None:
     lines = [
         line(1, turn=3, step=1, ordinal=1),

@@ -968,11 +968,12 @@ def check_schema(schema: Any, where: str = "schema") -> None:
 def test_the_edit_tool_schema_is_well_formed() -> None:
     check_schema(EDIT_TOOL_PARAMETERS)
     properties = EDIT_TOOL_PARAMETERS["properties"]
-    assert set(properties) == {"previous_ordinal", "call_id", "patch"}
+    assert set(properties) == {"previous_ordinal", "call_id", "patch", "append"}
     assert properties["previous_ordinal"]["type"] == "integer"
     assert properties["previous_ordinal"]["minimum"] == 1
     assert properties["call_id"]["type"] == "string"
-    assert EDIT_TOOL_PARAMETERS["required"] == ["patch"]
+    assert properties["append"]["type"] == "string"
+    assert "required" not in EDIT_TOOL_PARAMETERS  # patch, append, or both
     entry = properties["patch"]["items"]
     assert entry["required"] == ["path"]
     assert {k: v.get("type") for k, v in entry["properties"].items()} == {

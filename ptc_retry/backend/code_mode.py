@@ -8,6 +8,8 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any, Callable
 
+from ..core.notice import CUT_BEFORE_CODE
+from ..core.partial import cut_arguments
 from .host_tools import HostTools
 from .results import (
     RUN_CODE,
@@ -24,6 +26,9 @@ from .results import (
 )
 
 __all__ = ["CodeSession"]
+
+#: The cell a cut-off call is sent as: a kernel without ptc-retry runs nothing either.
+CUT_OFF_CELL = "# ptc-retry: a tool call cut off mid-stream (saved, not run)"
 
 
 class CodeSession:
@@ -66,6 +71,30 @@ class CodeSession:
         except ValueError as exc:
             return str(exc)
         return await tool.handler(arguments, raw, call_id, options)
+
+    async def invoke_partial(
+        self, name: str, raw: str, call_id: str | None, options: CallOptions
+    ) -> str:
+        """A ``run_code`` call cut off mid-stream: the start of its program saved, nothing
+        run; the text the model reads says how to send the rest."""
+        if name not in self.tools:
+            offered = ", ".join(self.tools)
+            return f"Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran."
+        try:
+            code = cut_arguments(raw).string("code")
+        except ValueError:
+            code = None
+        if code is None:
+            return CUT_BEFORE_CODE
+        result = await self.run(
+            CUT_OFF_CELL,  # the kernel decodes the program from the arguments; none runs
+            call_id=call_id,
+            arguments=raw,
+            turn=options.turn,
+            step=options.step,
+            partial=True,
+        )
+        return result.notice or result.text
 
     async def _run_code(
         self, arguments: dict[str, Any], raw: str, call_id: str | None, options: CallOptions

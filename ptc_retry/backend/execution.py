@@ -301,6 +301,8 @@ class Execution:
         ename = (error or {}).get("ename")
         if kernel_status == "refused" or ename == "RetryGuardPaused":
             return "refused"
+        if kernel_status == "partial" or ename == "CallCutOff":
+            return "partial"
         if reply.get("status") == "ok":
             return "ok"
         if self.interrupted:

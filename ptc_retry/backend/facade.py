@@ -303,6 +303,40 @@ class KernelBackend:
             return result.text
         return await self._code.invoke(name, raw_arguments, call_id, options)
 
+    async def handle_partial_tool_call(
+        self,
+        name: str,
+        partial_raw_arguments: str,
+        call_id: str | None = None,
+        *,
+        turn: int | None = None,
+        step: int | None = None,
+    ) -> str:
+        """Save a tool call whose arguments stopped part-way and return the text the model
+        reads: where the saved part ends, and the call that sends only the rest.
+
+        ``partial_raw_arguments`` is the arguments string exactly as far as it arrived (an
+        output-token limit, a dropped stream); the cut may fall anywhere. Code mode saves
+        the longest decodable start of its ``"code"`` (and the arguments as they arrived,
+        beside it) and runs nothing; ``await ptc_retry.extend("#n", "<rest>")`` then runs
+        the whole program. When not even the start of ``"code"`` arrived, nothing is saved
+        and the text says to send the call again. Native mode: see ``NativeTools``.
+        """
+        self.last_result = None
+        if isinstance(partial_raw_arguments, (bytes, bytearray)):
+            partial_raw_arguments = bytes(partial_raw_arguments).decode("utf-8", "replace")
+        if not isinstance(partial_raw_arguments, str):
+            raise TypeError(
+                "partial_raw_arguments must be the str that arrived, not "
+                f"{type(partial_raw_arguments).__name__}"
+            )
+        options = CallOptions(self.turn if turn is None else turn, step, None)
+        if self.mode == "native":
+            if self._native is None or not self._running:
+                raise BackendError(_NOT_RUNNING)
+            return await self._native.invoke_partial(name, partial_raw_arguments, call_id, options)
+        return await self._code.invoke_partial(name, partial_raw_arguments, call_id, options)
+
     # -- turns and steps ----------------------------------------------------------------------
 
     def new_turn(self) -> int:
@@ -412,6 +446,7 @@ class KernelBackend:
         turn: int | None = None,
         step: int | None = None,
         timeout: float | None = None,
+        partial: bool = False,
     ) -> RunResult:
         """Run ``code`` as one execute_request and return what it gave.
 
@@ -419,6 +454,9 @@ class KernelBackend:
         ``arguments``: the raw arguments string the model sent, saved byte for byte when its
         ``"code"`` is ``code``. ``turn``: default ``self.turn``. ``step``: default a step of
         its own (see ``next_step``). ``timeout``: seconds, default ``default_timeout``.
+        ``partial``: ``arguments`` is what arrived of a call cut off mid-stream; the kernel
+        saves it and the start of its program, and runs nothing (status ``partial``; see
+        ``handle_partial_tool_call``).
         Calls on one backend run one at a time, in the order they were made.
         """
         if not isinstance(code, str):
@@ -439,6 +477,8 @@ class KernelBackend:
         }
         if arguments is not None:
             request["arguments"] = arguments
+        if partial:
+            request["partial"] = True
         if timeout is not None:
             request["time_limit"] = timeout
         async with self._lock:
@@ -513,6 +553,7 @@ class KernelBackend:
     start_sync = run_sync(start)
     run_code_sync = run_sync(run_code)
     handle_tool_call_sync = run_sync(handle_tool_call)
+    handle_partial_tool_call_sync = run_sync(handle_partial_tool_call)
     restart_sync = run_sync(restart)
     shutdown_sync = run_sync(shutdown)
 

@@ -115,6 +115,18 @@ class NativeSession:
         )
         return result, run_code.error
 
+    async def invoke_partial(
+        self, name: str, partial: str, call_id: str | None, options: CallOptions
+    ) -> str:
+        """Journal one call whose arguments were cut off mid-stream (``partial``, as they
+        arrived) and return the text the model reads; nothing runs (see
+        ``NativeTools.call_partial``). ``options.turn`` is the call's turn as the backend
+        resolved it (None records turn 0); ``options.step`` makes it part of a model message
+        as for :meth:`invoke`."""
+        position = Position(options.turn or 0, self._journal_step(options.step))
+        result = await self.tools.call_partial(name, partial, call_id, position=position)
+        return result.text
+
     def _journal_step(self, step: int | None) -> int | None:
         if step is None:
             return None

@@ -25,7 +25,7 @@ __all__ = [
 ]
 
 #: The statuses of a ``RunResult``.
-RESULT_STATUSES = ("ok", "error", "timeout", "died", "refused")
+RESULT_STATUSES = ("ok", "error", "timeout", "died", "refused", "partial")
 
 RUN_CODE = "run_code"
 RUN_CODE_DESCRIPTION = (
@@ -113,6 +113,7 @@ class RunCode(Protocol):
         turn: int | None = None,
         step: int | None = None,
         timeout: float | None = None,
+        partial: bool = False,
     ) -> Awaitable[RunResult]: ...
 
 

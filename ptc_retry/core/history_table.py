@@ -25,7 +25,8 @@ def format_history(
     only when some call belongs to a backend's step, ``-`` in ``step`` for a call that was a
     step of its own; ``bytes``, the program's UTF-8 size (``code_bytes``; lines of older
     versions and unfinished lines only have the size of the saved arguments, ``bytes``);
-    ``ename``, ``replay_of`` and ``when``. A line ``-- kernel restarted ---...`` separates the
+    ``ename``, ``replay_of``, ``extend_of`` (the cut-off call a call completed) only when some
+    call has one, and ``when``. A line ``-- kernel restarted ---...`` separates the
     rows between which the kernel restarted: see ``restarts``.
     """
     lines = list(lines)
@@ -87,7 +88,9 @@ def _columns(lines: list[dict[str, Any]]) -> list[str]:
     columns = ["ref", "id", "status"]
     columns += ["turn"] if turns else []
     columns += ["step", "ordinal"] if stepped else []
-    return columns + ["bytes", "ename", "replay_of", "when"]
+    columns += ["bytes", "ename", "replay_of"]
+    columns += ["extend_of"] if any("extend_of" in line for line in lines) else []
+    return columns + ["when"]
 
 
 def _is_int(value: object) -> bool:

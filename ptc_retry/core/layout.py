@@ -6,6 +6,8 @@ reads by them.
     <root>/<session>/
     ├── history.jsonl              one JSON object a line, appended, never rewritten
     ├── by-id/<sanitize(id)>.json  the only real copy of each call's arguments
+    ├── by-id/<sanitize(id)>.partial  a cut-off call's arguments as they arrived (the .json
+    │                              beside it holds what they decode to)
     ├── previous/<n>.json          the calls of the latest step (links into by-id/)
     ├── calls/<n>.json             session number n (link into by-id/), once a notice names it
     ├── tool-calls/<id>.jsonl      the tool calls a program made, one JSON object a line
@@ -31,14 +33,17 @@ CALLS = "calls"
 OWNER = ".owner"
 #: Made at a session's first tool call (see :mod:`ptc_retry.kernel.recording`).
 TOOL_CALLS = "tool-calls"
+#: Beside ``by-id/<id>.json`` of a call cut off mid-stream: its arguments as they arrived.
+PARTIAL_SUFFIX = ".partial"
 #: In ``previous/`` where the filesystem refuses links: the id of each copy, a line each.
 IDS = ".ids"
 
 #: The statuses a history line may have.
-HISTORY_STATUSES = frozenset({"ok", "error", "interrupted", "unfinished", "refused"})
+HISTORY_STATUSES = frozenset({"ok", "error", "interrupted", "unfinished", "refused", "partial"})
 #: The keys the store writes on every history line (extra keys may not override them).
 LINE_KEYS = frozenset(
-    "id n tool turn step ordinal status time duration bytes code_bytes replay_of sent_id".split()
+    "id n tool turn step ordinal status time duration bytes code_bytes replay_of extend_of "
+    "sent_id".split()
 )
 #: How a message about an unusable checkpoint ends: what the model does instead.
 RESEND = "send the call again in full instead of replaying it"

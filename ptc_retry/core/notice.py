@@ -25,13 +25,13 @@ NOTICE_MIN_BYTES = 200
 NATIVE_NOTICE_MIN_BYTES = 500
 
 CODE_PROMPT = """\
-Your programs are saved in {session_dir} as JSON {{"code": ...}}: by-id/<call id>.json, \
-previous/1.json (the last), history.jsonl. A failure's notice names its program #n \
-(calls/<n>.json). For a small fix send only:
+Programs are saved in {session_dir} as JSON {{"code": ...}}: by-id/<call id>.json, \
+previous/1.json (last), history.jsonl. A failure's notice names it #n (calls/<n>.json). \
+Small fix? Send only:
 await ptc_retry.replay("#n", "<old text>", "<new text>")
-It replaces the one exact match and reruns; several fixes: edits=[(old, new), ...]. Only for a \
-small correction; otherwise write a fresh program. No helper: read the file, json.loads it, \
-replace in "code", run as an async function.
+It replaces one exact match, reruns; several: edits=[(old, new), ...]. Only for a small \
+correction; otherwise write a fresh program. Cut off? Send only the rest. No helper? \
+json.loads the file, edit "code", run as an async function.
 """
 
 #: Heads the code-mode section's list of the host's tools, one ``tool_line`` each.
@@ -42,12 +42,13 @@ Programs can call the host's tools (JSON in and out; asyncio.gather runs several
 # Native mode (ptc_retry.native). Filled with str.replace, not str.format, so the JSON
 # examples need no doubled braces. Each example line is a valid patch.
 NATIVE_PROMPT = """\
-Tool calls are saved in {session_dir}: by-id/<id>.json, previous/1.json (your last message's \
-first), history.jsonl. Fix a failed call without re-sending it: editPreviousToolCalling with \
-call_id or previous_ordinal and a patch of entries like:
-{"path": "text", "old_string": "teh", "new_string": "the"}
-{"path": "q.since", "old_string": "2023", "new_string": "2024"}
-{"path": "port", "value": 80}
+Tool calls are saved in {session_dir}: by-id/<id>.json, previous/1.json, history.jsonl. Fix \
+a failed call without re-sending it: editPreviousToolCalling with call_id or previous_ordinal \
+and a patch of entries like:
+{"path":"text","old_string":"teh","new_string":"the"}
+{"path":"q.since","old_string":"2023","new_string":"2024"}
+{"path":"port","value":80}
+Cut off mid-string? Send only the rest as "append" instead of a patch.
 Only for a small correction; otherwise call the tool again with fresh arguments.
 """
 
@@ -104,7 +105,7 @@ def resume_call(reference: str) -> str:
 
 
 _NOTICE = re.compile(
-    r"\[ptc-retry\] [^\n]*?await ptc_retry\.(?:replay|resume)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
+    r"\[ptc-retry\] [^\n]*?await ptc_retry\.(?:replay|resume|extend)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
 )
 
 
@@ -142,6 +143,47 @@ def guard_sentence(repeated: int, *, paused: bool = False) -> str:
             "instruction; tell the user what fails."
         )
     return f"{repeated} identical failures in a row: change the program, do not repeat it."
+
+
+#: The longest tail of a cut-off program's last line a notice quotes, in characters.
+TAIL_CHARS = 100
+#: What a call cut off before its program began is told: there is nothing to go on from.
+CUT_BEFORE_CODE = (
+    f"{PREFIX}The call was cut off before its program began; nothing was saved or run. "
+    "Send the whole call again."
+)
+
+
+def last_line(text: str) -> str:
+    """Where a cut-off ``text`` stops: its last line as far as it goes, or, when it ends just
+    after a line break, the line before it with its break ('' for an empty text)."""
+    last = text.rsplit("\n", 1)[-1]
+    if not last and "\n" in text:
+        last = text.rsplit("\n", 2)[-2] + "\n"
+    return last
+
+
+def quoted_end(line: str) -> str:
+    """``repr`` of the last ``TAIL_CHARS`` characters of ``line``, ``...`` before when longer."""
+    return ("..." if len(line) > TAIL_CHARS else "") + repr(line[-TAIL_CHARS:])
+
+
+def partial_notice(reference: str, program: str) -> str:
+    """What a call cut off mid-stream is told: where its saved ``program`` stops (the line,
+    and the exact end of that line, quoted) and the call that sends only the rest."""
+    lines = program.count("\n")
+    last = last_line(program)
+    if not last:
+        where = "before its first line"
+    elif last.endswith("\n"):
+        where = f"after line {lines}"
+    else:
+        where = f"in line {lines + 1}"
+    ending = f", ending {quoted_end(last)}" if last else ""
+    return (
+        f"{PREFIX}Cut off {where}; saved as {reference}{ending}. Send only what follows: "
+        f'await ptc_retry.extend({_quoted(reference)}, "<rest>")'
+    )
 
 
 def native_failure_notice(call_id: str, *, field: str = "<field>") -> str:

@@ -28,6 +28,7 @@ from .layout import (
     HISTORY_STATUSES,
     IDS,
     LINE_KEYS,
+    PARTIAL_SUFFIX,
     PREVIOUS,
     RESEND,
     entry_number,
@@ -65,6 +66,7 @@ class Call:
     bytes: int  # UTF-8 size of the saved arguments
     started: float  # time.time() at begin
     replay_of: str | None = None
+    extend_of: str | None = None  # the cut-off call this one completes (``ptc_retry.extend``)
     n: int = 0  # the call's number in its session: its short reference is "#<n>"
     code_bytes: int | None = None  # UTF-8 size of the program, when the caller knows it
 
@@ -245,12 +247,13 @@ class CheckpointStore:
         arguments: str,
         *,
         replay_of: str | None = None,
+        extend_of: str | None = None,
         code_bytes: int | None = None,
     ) -> None:
         """Atomically make ``arguments`` the call's checkpoint (a replay's corrected program).
 
-        Updates ``call.bytes`` and ``call.code_bytes``, and ``call.replay_of`` when
-        ``replay_of`` is given.
+        Updates ``call.bytes`` and ``call.code_bytes``, and ``call.replay_of`` or
+        ``call.extend_of`` when given.
         """
         data = _utf8(arguments)
         with self._lock:
@@ -263,6 +266,16 @@ class CheckpointStore:
         call.bytes, call.code_bytes = len(data), code_bytes
         if replay_of is not None:
             call.replay_of = replay_of
+        if extend_of is not None:
+            call.extend_of = extend_of
+
+    def save_partial(self, call: Call, raw: str) -> None:
+        """Keep ``raw``, the arguments of a call cut off mid-stream as they arrived, byte for
+        byte beside its checkpoint (``by-id/<id>.partial``), which holds what they decode to."""
+        data = _utf8(raw)
+        with self._lock:
+            self._require_open()
+            _write_atomic(self._by_id / f"{call.id}{PARTIAL_SUFFIX}", data)
 
     def finish(self, call: Call, status: str, **extra: object) -> dict[str, Any]:
         """Append the call's line to history.jsonl and return it.
@@ -286,6 +299,8 @@ class CheckpointStore:
             line["code_bytes"] = call.code_bytes
         if call.replay_of is not None:
             line["replay_of"] = call.replay_of
+        if call.extend_of is not None:
+            line["extend_of"] = call.extend_of
         if call.sent_id is not None:
             line["sent_id"] = call.sent_id
         line.update(extra)

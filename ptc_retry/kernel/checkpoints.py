@@ -133,18 +133,39 @@ class Checkpoints:
             except _STORE_ERRORS as exc:
                 self._failed(f"could not save calls/{call.n}.json", exc)
 
-    def save_corrected(self, call: Call, corrected: str, *, replay_of: str) -> None:
-        """``call``'s checkpoint becomes ``corrected``, the program its replay runs."""
+    def save_corrected(
+        self,
+        call: Call,
+        corrected: str,
+        *,
+        replay_of: str | None = None,
+        extend_of: str | None = None,
+    ) -> None:
+        """``call``'s checkpoint becomes ``corrected``, the program its replay (or the
+        extend of a cut-off call) runs."""
         if self.store is not None:
             try:
                 self.store.replace_arguments(
                     call,
                     json.dumps({"code": corrected}, ensure_ascii=False),
                     replay_of=replay_of,
+                    extend_of=extend_of,
                     code_bytes=len(corrected.encode("utf-8")),
                 )
             except _STORE_ERRORS as exc:
                 self._failed("could not save the corrected program", exc)
+
+    def save_partial(self, call: Call, raw: str) -> bool:
+        """Keep the arguments of a call cut off mid-stream as they arrived, beside its
+        checkpoint; False (and a warning, once) when they cannot be."""
+        if self.store is None:
+            return False
+        try:
+            self.store.save_partial(call, raw)
+        except _STORE_ERRORS as exc:
+            self._failed("could not save the cut-off arguments", exc)
+            return False
+        return True
 
     def record_tool_call(self, call: Call, line: dict[str, Any]) -> None:
         """Append ``line`` to the recording of ``call``'s tool calls."""

@@ -4,6 +4,7 @@ tells the backend. The README is its manual; the guard's rules live in core/guar
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 import threading
@@ -12,7 +13,8 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from ..core.guard import RepeatedFailureGuard, refusal_message
-from ..core.notice import failure_notice, short_failure_notice
+from ..core.notice import CUT_BEFORE_CODE, failure_notice, partial_notice, short_failure_notice
+from ..core.partial import cut_arguments
 from ..core.store import CheckpointStore
 from ..core.time_limit import TimeLimit, valid_limit
 from . import host
@@ -20,7 +22,13 @@ from .catalog import Catalogs
 from .checkpoints import Checkpoints
 from .config import PtcRetry
 from .magics import MAGIC_NAMES, PtcRetryMagics, is_person_reset, only_own_magics
-from .refusal import InterruptedBeforeRun, Refuser, RetryGuardPaused, refusal_output
+from .refusal import (
+    CallCutOff,
+    InterruptedBeforeRun,
+    Refuser,
+    RetryGuardPaused,
+    refusal_output,
+)
 from .requests import Request, checkpoint_arguments, read_request
 from .resume import KERNEL_TOKEN, ResumePolicy
 from .running import Failure, Programs, Running
@@ -96,7 +104,8 @@ class PtcRetryExtension:
         running = Running(info, None, tool=request.tool, turn=request.turn, msg_id=request.msg_id)
         # Not calls: a cell a program runs (it is part of that program) and a cell that only
         # runs our magics. They take no number or id and leave previous/ as it is.
-        running.own_magics = outermost and only_own_magics(source)
+        partial = outermost and bool(request.fields.get("partial"))
+        running.own_magics = outermost and not partial and only_own_magics(source)
         self.programs.stack.append(running)  # first: whatever happens next, post_run_cell finds it
         if outermost:
             running.task = current_task()
@@ -105,10 +114,12 @@ class PtcRetryExtension:
                 running.catalog = self.tool_catalogs.read(catalog)
                 self._offer_tools()
         try:
-            if outermost and not running.own_magics:
+            if partial:
+                self._cut_off(running, request)
+            elif outermost and not running.own_magics:
                 running.arguments = checkpoint_arguments(source, request.fields.get("arguments"))
                 running.call = self.checkpoints.begin(source, running.arguments, request)
-            if outermost:
+            if outermost and running.cut_off is None:
                 self._before_program(running, request)
         except KeyboardInterrupt:
             # An interrupt while the program was being saved: it must not run unsaved and
@@ -116,6 +127,34 @@ class PtcRetryExtension:
             running.stopped_before_start = True
             logger.info("interrupted while %s was being saved: it did not run", _name(running))
             self._refuser.refuse(InterruptedBeforeRun())
+
+    def _cut_off(self, running: Running, request: Request) -> None:
+        """A call cut off mid-stream (``KernelBackend.handle_partial_tool_call``): the start
+        of its program, decoded from its arguments as they arrived, is saved with them, and
+        nothing runs (the cell is a placeholder); its notice says how to go on."""
+        self._new_program(running, request)
+        raw = request.fields.get("arguments")
+        try:
+            found = cut_arguments(raw).string("code") if raw is not None else None
+        except ValueError:
+            found = None
+        call = None
+        if found is not None:
+            program = found[0]
+            running.arguments = json.dumps({"code": program}, ensure_ascii=False)
+            call = running.call = self.checkpoints.begin(program, running.arguments, request)
+        if found is None:
+            running.notice = CUT_BEFORE_CODE
+        elif call is not None and self.checkpoints.save_partial(call, str(raw)):
+            running.notice = partial_notice(call.reference, found[0])
+            self.checkpoints.link_number(call)
+        else:
+            running.notice = (
+                "[ptc-retry] This call was cut off and could not be saved (see the warning "
+                "above); nothing ran. Send the whole call again."
+            )
+        running.cut_off = CallCutOff(running.notice)
+        self._refuser.refuse(running.cut_off)
 
     def _offer_tools(self) -> None:
         """``tools`` in the namespace, unless that name is the user's own (then said once)."""
@@ -130,12 +169,16 @@ class PtcRetryExtension:
                 file=sys.stderr,
             )
 
-    def _before_program(self, running: Running, request: Request) -> None:
-        """The guard's decision, the resume budget and the time limit of an agent's call."""
+    def _new_program(self, running: Running, request: Request) -> None:
+        """A new instruction lifts the guard; it, or a new turn, renews the resume budget."""
         new_instruction = bool(request.fields.get("new_instruction"))
         if new_instruction:
             self.guard.reset()
         self.resumes.begin_program(running.turn, new_instruction=new_instruction)
+
+    def _before_program(self, running: Running, request: Request) -> None:
+        """The guard's decision, the resume budget and the time limit of an agent's call."""
+        self._new_program(running, request)
         running.person_reset = is_person_reset(
             running.info.raw_cell, from_backend=request.from_backend
         )
@@ -178,7 +221,7 @@ class PtcRetryExtension:
             failure = failure_of(self.shell, running, error, self._run_code)
         self._record_history(running, status, error, failure)
         guard = running.refused
-        if outermost and guard is None and not running.own_magics:
+        if outermost and guard is None and not running.own_magics and status != "partial":
             guard = self._record_guard(running, status, error, failure)
         self._keep_reply_metadata(running, status, guard, outermost=outermost)
         for replay in running.replays:
@@ -200,12 +243,13 @@ class PtcRetryExtension:
         error = None
         if result is not None:
             error = result.error_before_exec or result.error_in_exec
-        if running.refusal is not None:
-            if result is not None and error is not running.refusal:
-                # Input that fails before the transformer (a syntax error) is refused
-                # too: the reply must say RetryGuardPaused, as the output did.
-                result.error_before_exec = error = running.refusal
-            return error, "refused"
+        refusal = running.refusal or running.cut_off
+        if refusal is not None:
+            if result is not None and error is not refusal:
+                # Input that fails before the transformer (a syntax error: a cut-off program
+                # often is one) is refused too: the reply must say what the output did.
+                result.error_before_exec = error = refusal
+            return error, "refused" if running.cut_off is None else "partial"
         if running.stopped_before_start:
             return error, "interrupted"
         if result is None or isinstance(error, KeyboardInterrupt):
@@ -303,7 +347,10 @@ class PtcRetryExtension:
         """
         try:
             running = self.programs.current()
-            if running is not None and running.refusal is not None:
+            if running is not None and running.cut_off is not None:
+                cut_off = running.cut_off
+                etype, evalue, stb = type(cut_off), cut_off, cut_off._render_traceback_()
+            elif running is not None and running.refusal is not None:
                 first = not running.refusal_shown
                 running.refusal_shown = True
                 etype, evalue, stb = refusal_output(running.refusal, show_report=first)

@@ -2,7 +2,8 @@
 
 The repeated-failure guard refuses a program with :class:`RetryGuardPaused`; an
 interrupt that arrives while a program is being saved refuses it with
-:class:`InterruptedBeforeRun`, so that nothing runs unsaved.
+:class:`InterruptedBeforeRun`, so that nothing runs unsaved; a program that is only the
+start of a call cut off mid-stream is saved and refused with :class:`CallCutOff`.
 """
 
 from __future__ import annotations
@@ -33,6 +34,14 @@ class InterruptedBeforeRun(InputRejected):
 
     def _render_traceback_(self) -> list[str]:
         return [f"KeyboardInterrupt: {self}"]
+
+
+class CallCutOff(InputRejected):
+    """The backend saved a tool call cut off mid-stream as far as it arrived: it does not
+    run, and its notice says how to send the rest."""
+
+    def _render_traceback_(self) -> list[str]:
+        return [str(self)]
 
 
 class _Rejecter(ast.NodeTransformer):

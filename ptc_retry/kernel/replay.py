@@ -1,6 +1,8 @@
 """The replay helper: ``await ptc_retry.replay("#3", "retries=3", "retries=5")`` reads a
 saved program, applies literal replacements, saves the result as this call's own
 checkpoint and runs it in the kernel's namespace, whole or from where it failed (resume).
+``await ptc_retry.extend("#4", "<rest>")`` does the same with the start of a call that was
+cut off mid-stream and the rest appended to it.
 """
 
 from __future__ import annotations
@@ -61,6 +63,33 @@ def replay(
     return pending
 
 
+def extend(target: str | int, rest: str) -> Replay:
+    """Append ``rest`` to the program of a call that was cut off mid-stream and run it whole.
+
+    ``await ptc_retry.extend("#4", "<rest>")``: ``rest`` is added exactly as written (the
+    program goes on from the very character where the cut fell, mid-line too), and the
+    whole program runs as a replay's does, saved as this call's own checkpoint. A target
+    that was not cut off is a ReplayError when awaited: fix a program with ``replay``.
+    """
+    if not isinstance(rest, str):
+        raise ReplayError(
+            f"extend takes the rest of the program as a str, not {type(rest).__name__}"
+        )
+    if isinstance(target, bool) or not isinstance(target, (str, int)):
+        raise ReplayError(
+            f'extend target must be a reference like "#4" or a call id, not {type(target).__name__}'
+        )
+    try:
+        host = current_host()
+    except PtcRetryError as exc:
+        raise ReplayError(str(exc)) from None
+    pending = Replay(host, target, [], replace_all=False, rest=rest)
+    running = host.programs.current()
+    if running is not None:
+        running.replays.append(pending)
+    return pending
+
+
 def resume(target: str | int, *, fresh: bool = False) -> Replay:
     """Run a saved program again from the statement where it failed or was interrupted.
 
@@ -82,6 +111,7 @@ class Replay:
         replace_all: bool,
         resume: bool = False,
         fresh: bool = False,
+        rest: str | None = None,
     ) -> None:
         self.host = host
         self.target = target
@@ -89,6 +119,8 @@ class Replay:
         self.replace_all = replace_all
         self.resume = resume
         self.fresh = fresh
+        #: ``extend``: what is appended to the cut-off program (None: a replay).
+        self.rest = rest
         self.awaited = False
 
     def __await__(self) -> Generator[Any, None, Any]:
@@ -98,10 +130,13 @@ class Replay:
     def __repr__(self) -> str:
         # Shown as the value when a cell ends with the call; the message itself follows once.
         state = "" if self.awaited else ", not awaited"
-        return f"<ptc_retry replay of {self.target!r}{state}>"
+        what = "replay" if self.rest is None else "extend"
+        return f"<ptc_retry {what} of {self.target!r}{state}>"
 
     def not_awaited_message(self) -> str:
-        if self.resume and not self.edits:
+        if self.rest is not None:
+            call = f"extend({self.target!r}, ...)"
+        elif self.resume and not self.edits:
             call = f"resume({self.target!r})"
         else:
             call = f"replay({self.target!r}, ...)"
@@ -129,9 +164,11 @@ class Replay:
             raise ReplayError(
                 f"{call_id!r} is this replay call itself; replay the call that failed before it"
             )
-        # 2. The literal replacements.
+        # 2. The literal replacements, or the rest of a cut-off program.
         corrected = code
-        if self.edits:
+        if self.rest is not None:
+            corrected = code + self._rest_of(store, call_id)
+        elif self.edits:
             corrected = apply_edits(code, self.edits, replace_all=self.replace_all)
         # 3. This call's checkpoint becomes the corrected program.
         try:
@@ -151,10 +188,12 @@ class Replay:
             running.call is not None
             and running.program is None
             and running.call.replay_of is None
+            and running.call.extend_of is None
             and _only_statement(cell_text(host.shell, running.info))
         )
         if running.call is not None and whole_call:
-            host.checkpoints.save_corrected(running.call, corrected, replay_of=call_id)
+            of = {"replay_of" if self.rest is None else "extend_of": call_id}
+            host.checkpoints.save_corrected(running.call, corrected, **of)
             name = running.call.id
         # 4. Run it as an async function in the kernel's namespace, from the statement
         #    where a resume starts.
@@ -183,6 +222,19 @@ class Replay:
             sentence = reuse.sentence()
             if sentence is not None:
                 print(sentence, file=sys.stderr)
+
+    def _rest_of(self, store: CheckpointStore, call_id: str) -> str:
+        """``self.rest``, once ``call_id`` is known to be a call that was cut off."""
+        assert self.rest is not None
+        status = (history_line(store, call_id) or {}).get("status")
+        if status != "partial":
+            reference = store.reference_of(call_id) or call_id
+            said = f"its status is {status}" if status else "it has no history line"
+            raise ReplayError(
+                f"{reference} was not cut off ({said}): extend only goes on with a call whose "
+                "arguments stopped part-way; fix a program with ptc_retry.replay"
+            )
+        return self.rest
 
     def _reuse(self, store: CheckpointStore, call_id: str, start: int) -> Reuse:
         records = [] if self.fresh else self.host.checkpoints.tool_calls(call_id)

@@ -19,6 +19,7 @@ _REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
     "new_instruction": (bool,),
     "time_limit": (int, float),
     "tools": (list,),
+    "partial": (bool,),
 }
 
 

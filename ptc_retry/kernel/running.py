@@ -13,7 +13,7 @@ from ..core.time_limit import TimeLimit
 
 if TYPE_CHECKING:
     from .catalog import Catalog
-    from .refusal import RetryGuardPaused
+    from .refusal import CallCutOff, RetryGuardPaused
 
 
 class PendingReplay(Protocol):
@@ -62,6 +62,8 @@ class Running:
     refused: dict[str, Any] | None = None
     refusal: RetryGuardPaused | None = None
     refusal_shown: bool = False
+    #: The start of a call cut off mid-stream: saved, not run; the error it shows.
+    cut_off: CallCutOff | None = None
     #: A person's ``%ptc_guard reset`` (see :func:`.magics.is_person_reset`).
     person_reset: bool = False
     #: A cell that only runs ptc-retry's magics: not a call, the guard does not see it.

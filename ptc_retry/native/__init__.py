@@ -1,5 +1,6 @@
 """Native mode: an agent loop's own tools, journaled call by call, and the
-``editPreviousToolCalling`` tool that re-runs a failed call with a small fix.
+``editPreviousToolCalling`` tool that re-runs a failed call with a small fix or completes
+a call that was cut off mid-stream.
 
     from ptc_retry.native import NativeTools
 """

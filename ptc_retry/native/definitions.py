@@ -24,6 +24,8 @@ occur exactly once (replace_all: true replaces every occurrence)
 - {path, value}: replace the whole value (any JSON type)
 - {path}: delete the key (or array item)
 A path names a value from the top-level keys: content, config.mode, items[0].name.
+For a call cut off mid-string, give append: the rest, exactly as it goes on (a patch may \
+follow).
 Only for a small correction; otherwise call the tool again with fresh arguments."""
 
 #: JSON schema of the replay tool's arguments.
@@ -66,8 +68,11 @@ EDIT_TOOL_PARAMETERS: dict[str, Any] = {
                 "additionalProperties": False,
             },
         },
+        "append": {
+            "type": "string",
+            "description": "Rest of the string a cut-off call stopped in.",
+        },
     },
-    "required": ["patch"],
     "additionalProperties": False,
 }
 

@@ -1,4 +1,5 @@
-"""``editPreviousToolCalling``: check an edit call, find the call it names, apply its patch.
+"""``editPreviousToolCalling``: check an edit call, find the call it names, apply its patch,
+or complete a call that was cut off mid-stream with its ``append``.
 
 Nothing here runs a tool; :class:`~ptc_retry.native.tools.NativeTools` runs what
 :func:`prepare_edit` returns. Every refusal is a ``PatchError`` or ``CheckpointError``
@@ -14,6 +15,7 @@ from typing import Any
 
 from ..core.errors import CheckpointError, PatchError
 from ..core.patch import apply_patch, validate_patch
+from ..core.patch_path import json_kind
 from .definitions import EDIT_TOOL
 from .journal import ToolJournal
 
@@ -24,12 +26,14 @@ _LOCATORS = ("previous_ordinal", "call_id")
 
 @dataclass(frozen=True)
 class Edit:
-    """An edit that applies: re-run ``tool`` with ``arguments`` (``target``'s, patched)."""
+    """An edit that applies: re-run ``tool`` with ``arguments`` (``target``'s, completed and
+    patched)."""
 
     target: str  # the id of the call it re-runs
     tool: str
     arguments: dict[str, Any]
     entries: int  # how many patch entries it applied
+    completes: bool = False  # it appended the rest of ``target``, a call that was cut off
 
 
 def decode_arguments(raw: str) -> dict[str, Any]:
@@ -52,20 +56,36 @@ def prepare_edit(
     aims: MutableMapping[str, str],
     own_id: str | None,
 ) -> Edit:
-    """Check the edit call ``own_id`` (arguments ``raw``) and apply its patch.
+    """Check the edit call ``own_id`` (arguments ``raw``) and apply its ``append`` and patch.
 
     ``tools``: the names of the tools that can re-run. ``aims`` records, by edit call id,
-    the call each edit named, so a refusal can point back at it.
+    the call each edit named, so a refusal can point back at it. ``append`` goes at the end
+    of the string value a cut-off call stopped in (``journal.open_key``), exactly as
+    written; then the patch entries apply. A cut-off ``editPreviousToolCalling`` call,
+    once completed, is the edit that runs: the result is what it names, re-run.
     """
     try:
         arguments = decode_arguments(raw)
     except ValueError as exc:
         raise PatchError(f"the arguments {exc}") from None
-    unknown = sorted(key for key in arguments if key not in (*_LOCATORS, "patch"))
+    return _prepare(arguments, journal, tools, aims, own_id, ())
+
+
+def _prepare(
+    arguments: dict[str, Any],
+    journal: ToolJournal,
+    tools: Collection[str],
+    aims: MutableMapping[str, str],
+    own_id: str | None,
+    chain: tuple[str, ...],
+) -> Edit:
+    """``prepare_edit`` of decoded ``arguments``; ``chain``: the cut-off edit calls being
+    completed around this one, outermost first."""
+    unknown = sorted(key for key in arguments if key not in (*_LOCATORS, "patch", "append"))
     if unknown:
         raise PatchError(
             f"unknown argument {', '.join(map(repr, unknown))}; {EDIT_TOOL} takes "
-            "call_id or previous_ordinal, and patch"
+            "call_id or previous_ordinal, and patch or append"
         )
     # A null locator counts as absent: some clients send every optional field as null.
     given = [key for key in _LOCATORS if arguments.get(key) is not None]
@@ -75,17 +95,25 @@ def prepare_edit(
             'give exactly one of "call_id" (e.g. "call_3") and "previous_ordinal" '
             f"(1 = the first call of your previous message), {which}"
         )
-    if "patch" not in arguments:
+    append = arguments.get("append")
+    if arguments.get("patch") is None and append is None:
         raise PatchError(
             '"patch" is missing: give a list of entries, e.g. '
-            '[{"path": "content", "old_string": "...", "new_string": "..."}]'
+            '[{"path": "content", "old_string": "...", "new_string": "..."}]; to complete a '
+            'call that was cut off, give "append": the rest of it'
         )
-    entries = validate_patch(arguments["patch"])
+    if append is not None and not isinstance(append, str):
+        raise PatchError(
+            f'"append" must be a string (the rest of the value the call was cut off in, '
+            f"exactly as it goes on), got {json_kind(append)}"
+        )
+    entries = validate_patch(arguments["patch"]) if arguments.get("patch") is not None else []
     target_id, decoded = _load_target(journal, given[0], arguments[given[0]], own_id)
     if own_id is not None:
         aims[own_id] = target_id
     tool = journal.tool_of(target_id)
-    if tool == EDIT_TOOL:
+    open_key = journal.open_key(target_id)
+    if tool == EDIT_TOOL and open_key is None:
         aim = aims.get(target_id)
         fix = f'fix the call it was aimed at (call_id "{aim}")' if aim else "fix its target"
         raise PatchError(
@@ -97,12 +125,44 @@ def prepare_edit(
             f"cannot tell which tool {target_id} called (no record names it); "
             "call the tool again with fresh arguments"
         )
-    if tool not in tools:
+    if tool not in tools and tool != EDIT_TOOL:
         raise PatchError(
             f"{target_id} was a call of {tool!r}, which is not a tool here "
             f"({', '.join(tools) or 'none'}); call a tool with fresh arguments"
         )
-    return Edit(target_id, tool, apply_patch(decoded, entries), len(entries))
+    if append is not None:
+        decoded = _completed(target_id, decoded, open_key, append)
+    if entries:
+        decoded = apply_patch(decoded, entries)
+    if tool != EDIT_TOOL:
+        return Edit(target_id, tool, decoded, len(entries), completes=append is not None)
+    # A cut-off edit call, now whole: the edit it holds is what runs.
+    if target_id in chain:
+        raise PatchError(
+            f"{target_id} is already being completed by this chain of cut-off {EDIT_TOOL} "
+            "calls; name the call they were aimed at"
+        )
+    inner = _prepare(decoded, journal, tools, aims, target_id, (*chain, target_id))
+    completes = inner.completes or append is not None
+    return Edit(inner.target, inner.tool, inner.arguments, inner.entries, completes)
+
+
+def _completed(
+    target_id: str, decoded: dict[str, Any], open_key: str | None, append: str
+) -> dict[str, Any]:
+    """``decoded`` with ``append`` at the end of the string value ``open_key`` names."""
+    if open_key is None:
+        raise PatchError(
+            f'{target_id} was not cut off, so "append" has nothing to go on from; fix it '
+            "with a patch (old_string/new_string, or value) instead"
+        )
+    value = decoded.get(open_key)
+    if not isinstance(value, str):
+        raise CheckpointError(
+            f"the saved arguments of {target_id} hold no string at {open_key!r} to append to "
+            f"(they hold {json_kind(value)}); send the whole call again"
+        )
+    return {**decoded, open_key: value + append}
 
 
 def _load_target(

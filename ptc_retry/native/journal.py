@@ -3,13 +3,18 @@ byte before the tool runs, and its history line after, on the kernel's checkpoin
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..core.errors import StoreError
 from ..core.layout import previous_count
+from ..core.partial import CutArguments
 from ..core.store import Call, CheckpointStore
+from .partial import partial_arguments
 
 __all__ = ["Position", "ToolJournal"]
 
@@ -52,6 +57,7 @@ class ToolJournal:
         steps = [line.get("step") for line in self.store.history()]
         self._last_step = max((s for s in steps if type(s) is int), default=0)
         self._tools: dict[str, str] = {}  # call id -> the tool its checkpoint is for
+        self._open: dict[str, str] = {}  # cut-off call id -> the key of the string it stopped in
 
     @property
     def session_dir(self) -> Path:
@@ -94,18 +100,60 @@ class ToolJournal:
         self._tools[call.id] = tool
         return call
 
+    def begin_partial(
+        self,
+        raw_arguments: str,
+        cut: CutArguments,
+        *,
+        tool: str,
+        call_id: str | None = None,
+        position: Position | None = None,
+    ) -> Call:
+        """Save a call cut off inside a string value (``cut``: what ``raw_arguments`` holds).
+
+        ``by-id/<id>.json`` holds what the arguments decode to so far (the string it stopped
+        in last), ``by-id/<id>.partial`` ``raw_arguments`` byte for byte; from here on
+        :meth:`open_key` names the string. ``finish`` it with status ``"partial"``. Raises
+        ``OSError`` or ``StoreError`` when the store cannot save (a call that got its
+        checkpoint is then finished as an error, where the history can still be written).
+        """
+        assert cut.open_key is not None
+        arguments = json.dumps(partial_arguments(cut), ensure_ascii=False)
+        call = self.begin(arguments, tool=tool, call_id=call_id, position=position)
+        try:
+            self.store.save_partial(call, raw_arguments)
+        except (OSError, StoreError) as exc:
+            with contextlib.suppress(OSError, StoreError):
+                self.finish(call, "error", ename=type(exc).__name__)
+            raise
+        self._open[call.id] = cut.open_key
+        return call
+
     def finish(self, call: Call, status: str, *, ename: str | None = None) -> dict[str, Any]:
-        """Append the call's history line (``status`` ok / error / interrupted) and return it."""
+        """Append the call's history line (``status`` ok / error / interrupted / partial) and
+        return it; a cut-off call's line also names its ``open_key``."""
         extra = {"ename": ename} if ename is not None else {}
+        if status == "partial" and call.id in self._open:
+            extra["open_key"] = self._open[call.id]
         return self.store.finish(call, status, **extra)
 
-    def save_replay(self, call: Call, arguments: str, *, tool: str, replay_of: str) -> None:
-        """Make ``arguments`` (a patched copy of ``replay_of``'s) the checkpoint of ``call``.
+    def save_replay(
+        self,
+        call: Call,
+        arguments: str,
+        *,
+        tool: str,
+        replay_of: str | None = None,
+        extend_of: str | None = None,
+    ) -> None:
+        """Make ``arguments`` (a patched copy of ``replay_of``'s, or the completed arguments
+        of ``extend_of``, a call that was cut off) the checkpoint of ``call``.
 
         From then on ``call`` counts as a call of ``tool``: a later edit of it re-runs
-        ``tool`` with these arguments, and its history line names ``tool`` and ``replay_of``.
+        ``tool`` with these arguments, and its history line names ``tool`` and ``replay_of``
+        or ``extend_of``.
         """
-        self.store.replace_arguments(call, arguments, replay_of=replay_of)
+        self.store.replace_arguments(call, arguments, replay_of=replay_of, extend_of=extend_of)
         call.tool = tool
         self._tools[call.id] = tool
 
@@ -121,6 +169,22 @@ class ToolJournal:
         for line in reversed(self.store.history()):
             if line.get("id") == call_id and isinstance(line.get("tool"), str):
                 return line["tool"]
+        return None
+
+    def open_key(self, call_id: str) -> str | None:
+        """The key of the string value the call ``call_id`` was cut off in, or None when it
+        was not cut off (its arguments arrived whole).
+
+        Calls of this journal are known from ``begin_partial`` on; older ones from their
+        history line (status ``partial``).
+        """
+        key = self._open.get(call_id)
+        if key is not None or call_id in self._tools:
+            return key
+        for line in reversed(self.store.history()):
+            if line.get("id") == call_id:
+                key = line.get("open_key")
+                return key if line.get("status") == "partial" and isinstance(key, str) else None
         return None
 
     def load(self, target: str | int) -> tuple[str, str, dict[str, Any]]:

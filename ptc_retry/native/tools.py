@@ -1,5 +1,6 @@
 """``NativeTools``: an agent loop's own tools by name, each call journaled before it runs,
-plus ``editPreviousToolCalling``, which re-runs a failed call with a small patch.
+plus ``editPreviousToolCalling``, which re-runs a failed call with a small patch or completes
+a call that was cut off mid-stream.
 
 Plain Python: no IPython, no Jupyter kernel. The README's "In an agent loop" section and
 ``notebooks/04-native-mode.ipynb`` show it in use.
@@ -20,13 +21,15 @@ from typing import Any, Callable, TypeVar, Union
 from jupyter_core.utils import run_sync
 
 from ..core.errors import PtcRetryError, StoreError
-from ..core.notice import NATIVE_NOTICE_MIN_BYTES, native_failure_notice, prompt_section
+from ..core.notice import NATIVE_NOTICE_MIN_BYTES, PREFIX, native_failure_notice, prompt_section
+from ..core.partial import CutArguments, cut_arguments
 from ..core.patch import format_path
 from ..core.store import Call
 from ..core.warn import WarnOnce
 from .definitions import EDIT_TOOL, first_paragraph, signature_schema, tool_definitions
 from .edit import decode_arguments, prepare_edit
 from .journal import Position, ToolJournal
+from .partial import CUT_OUTSIDE_STRING, partial_notice
 
 __all__ = ["NativeTools", "ToolFailure", "ToolResult", "current_call"]
 
@@ -65,16 +68,17 @@ class ToolFailure(Exception):
 
 @dataclass
 class ToolResult:
-    """What one direct call or replay produced; ``text`` is what the model reads."""
+    """What one direct call, replay or cut-off call produced; ``text`` is what the model reads."""
 
     text: str
-    status: str  # "ok" or "error"
+    status: str  # "ok" or "error"; "partial" for a cut-off call that was saved (nothing ran)
     tool: str  # the tool that ran or was asked for; for a replay, the original tool
     call_id: str | None  # the journal id; None when the arguments could not be saved
     checkpoint: Path | None  # by-id/<call_id>.json
-    notice: str | None = None  # the native failure notice, already at the end of ``text``
+    notice: str | None = None  # the native notice, already at the end of ``text``
     ename: str | None = None
     replay_of: str | None = None  # for a replay: the id of the call it re-ran
+    extend_of: str | None = None  # for a completion: the id of the cut-off call it completed
 
 
 @dataclass
@@ -88,7 +92,8 @@ class NativeTools:
     """The loop's tool callables by name, each call journaled, plus ``editPreviousToolCalling``.
 
     ``await tools.call(name, raw_arguments, call_id)`` returns the text the model reads;
-    ``invoke`` returns the whole :class:`ToolResult`. Tools may be sync or async; they are
+    ``invoke`` returns the whole :class:`ToolResult`; ``call_partial`` saves a call whose
+    arguments were cut off mid-stream. Tools may be sync or async; they are
     called with the decoded JSON arguments as keyword arguments. Calls begin (and are
     numbered within their message) in the order ``call``/``invoke`` is entered. A failed
     call whose arguments are at least ``notice_min_bytes`` UTF-8 bytes gets the native
@@ -235,11 +240,72 @@ class NativeTools:
             result = await self._edit(raw_arguments, call, functions or {})
         else:
             result = await self._direct(name, raw_arguments, call, functions or {})
+        return self._with_notes(result)
+
+    async def call_partial(
+        self,
+        name: str,
+        partial_raw_arguments: str,
+        call_id: str | None = None,
+        *,
+        position: Position | None = None,
+    ) -> ToolResult:
+        """Journal a call whose arguments stream stopped part-way (an output-token limit, a
+        dropped connection); nothing runs. ``name`` may be ``editPreviousToolCalling``.
+
+        Cut inside a string value: the call is saved with status ``partial``
+        (``by-id/<id>.json`` holds what its arguments decode to so far,
+        ``by-id/<id>.partial`` the text exactly as it arrived) and the text tells the model
+        where it stopped and how to send only the rest: ``editPreviousToolCalling`` with
+        ``append``, which completes and runs it. Cut anywhere else (inside a key or a
+        number, before the object began), or for an unknown tool, nothing is saved and the
+        text asks for the whole call again. ``position`` as for :meth:`invoke`. Never raises
+        for what the model sent.
+        """
+        if name not in self:
+            text = self._unknown_tool(name)
+            return self._with_notes(
+                ToolResult(text, "error", name, None, None, None, "UnknownTool")
+            )
+        try:
+            cut = cut_arguments(partial_raw_arguments)
+        except (ValueError, RecursionError):  # not an object: nothing to go on from
+            cut = CutArguments()
+        if cut.open_key is None:
+            return self._with_notes(ToolResult(CUT_OUTSIDE_STRING, "error", name, None, None))
+        try:
+            call = self.journal.begin_partial(
+                partial_raw_arguments, cut, tool=name, call_id=call_id, position=position
+            )
+        except (OSError, StoreError) as exc:
+            text = (
+                f"{PREFIX}The call was cut off, and could not be saved ({exc}); nothing ran. "
+                "Send the whole call again."
+            )
+            return self._with_notes(ToolResult(text, "error", name, None, None))
+        self._warn.reset()  # the store works again: a new problem is news
+        self._finish(call, "partial", None)
+        notice = partial_notice(call.id, cut.open_key, cut.open_prefix)
+        return self._with_notes(ToolResult(notice, "partial", name, call.id, call.path, notice))
+
+    def call_partial_sync(
+        self, name: str, partial_raw_arguments: str, call_id: str | None = None
+    ) -> ToolResult:
+        """``call_partial`` for a synchronous loop; also works inside a running event loop."""
+        result: ToolResult = run_sync(self.call_partial)(name, partial_raw_arguments, call_id)
+        return result
+
+    def _with_notes(self, result: ToolResult) -> ToolResult:
+        """``result`` with the store problems not yet told, a line each, at the end of its text."""
         notes = list(self._notes)
         self._notes.clear()
         for note in notes:
-            result.text = f"{result.text}\n[ptc-retry] {note}"
+            result.text = f"{result.text}\n{PREFIX}{note}"
         return result
+
+    def _unknown_tool(self, name: str) -> str:
+        known = ", ".join([*self._tools, EDIT_TOOL])
+        return f"unknown tool {name!r}; the tools are: {known}"
 
     def _function(self, name: str, functions: Mapping[str, ToolFunction]) -> ToolFunction | None:
         tool = self._tools.get(name)
@@ -252,9 +318,7 @@ class NativeTools:
     ) -> ToolResult:
         function = self._function(name, functions)
         if function is None:
-            known = ", ".join([*self._tools, EDIT_TOOL])
-            text = f"unknown tool {name!r}; the tools are: {known}"
-            return self._refused(call, name, text, "UnknownTool")
+            return self._refused(call, name, self._unknown_tool(name), "UnknownTool")
         try:
             arguments = decode_arguments(raw)
         except ValueError as exc:
@@ -300,19 +364,26 @@ class NativeTools:
                 unchanged = f", {aim} ({aim_tool}) is unchanged"
             text = f"{EDIT_TOOL} failed, nothing ran{unchanged}: {exc}"
             return self._refused(call, EDIT_TOOL, text, type(exc).__name__)
+        # A completion names the cut-off call it completed (extend_of), a replay the call it
+        # re-ran (replay_of), as the kernel's ptc_retry.extend and ptc_retry.replay do.
+        replay_of, extend_of = (None, edit.target) if edit.completes else (edit.target, None)
         if call is not None:
             try:
                 patched = json.dumps(edit.arguments, ensure_ascii=False)
-                self.journal.save_replay(call, patched, tool=edit.tool, replay_of=edit.target)
+                self.journal.save_replay(
+                    call, patched, tool=edit.tool, replay_of=replay_of, extend_of=extend_of
+                )
             except (OSError, StoreError) as exc:  # the replay still runs; only a re-fix is lost
-                call.tool, call.replay_of = edit.tool, edit.target
+                call.tool, call.replay_of, call.extend_of = edit.tool, replay_of, extend_of
                 self._warn(f"the patched arguments were not saved ({exc})")
         function = self._function(edit.tool, functions)
         assert function is not None  # prepare_edit checked that the tool is registered
         result = await self._run(edit.tool, function, edit.arguments, call)
-        result.replay_of = edit.target
-        noun = "entry" if edit.entries == 1 else "entries"
-        head = f"replayed {edit.target} ({edit.tool}) with {edit.entries} patch {noun}"
+        result.replay_of, result.extend_of = replay_of, extend_of
+        head = f"{'completed' if edit.completes else 'replayed'} {edit.target} ({edit.tool})"
+        if edit.entries:
+            noun = "entry" if edit.entries == 1 else "entries"
+            head = f"{head} with {edit.entries} patch {noun}"
         joiner = ": " if result.status == "ok" else "; it failed: "
         result.text = f"{head}{joiner}{result.text}"
         return result

@@ -1,0 +1,639 @@
+"""Native mode: a direct tool call cut off mid-stream is saved, and completed with ``append``.
+
+A model streams a call's JSON arguments; when the stream stops part-way, ``call_partial``
+journals what arrived (status ``partial``) and runs nothing, and an
+``editPreviousToolCalling`` call with ``append`` sends only the rest and runs the whole
+call. The pure tests drive ``NativeTools`` with one recording tool; the kernel tests drive
+``KernelBackend(mode="native")``'s ``run_code``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ptc_retry.backend import KernelBackend
+from ptc_retry.core.notice import prompt_section
+from ptc_retry.core.partial import cut_arguments
+from ptc_retry.native import EDIT_TOOL, EDIT_TOOL_DESCRIPTION, NativeTools, ToolResult
+from ptc_retry.native.partial import CUT_OUTSIDE_STRING, partial_notice
+from ptc_retry.tokens import load_tokenizer
+
+from .helpers import Run, history, line_of, raw
+
+# A letter with every kind of character a model streams: accents, CJK, an emoji (a surrogate
+# pair when escaped), a tab, quotes, a backslash and Windows line ends.
+LETTER = (
+    "Chère équipe,\r\n"
+    "le rapport de juin est prêt: 売上 +12% 🎉\r\n"
+    '\tVoir "annexe" et C:\\rapports\\juin.\r\n'
+    "Merci!"
+)
+ARGUMENTS = {"path": "notes/juin.txt", "content": LETTER}
+OPENAI_ID = "call_Wd3kq0fJ2xLmN8pQ4rT6vY1z"
+ANTHROPIC_ID = "toolu_01Wd3kq0fJ2xLmN8pQ4rT6v"
+
+
+@dataclass
+class Desk:
+    """``NativeTools`` with one tool, ``write_file``, that records what it was called with."""
+
+    tools: NativeTools
+    written: list[dict[str, Any]] = field(default_factory=list)
+
+    def cut(
+        self, raw_arguments: str, call_id: str | None = None, name: str = "write_file"
+    ) -> ToolResult:
+        return self.tools.call_partial_sync(name, raw_arguments, call_id)
+
+    def send(self, name: str, arguments: Any, call_id: str | None = None) -> ToolResult:
+        return asyncio.run(self.tools.invoke(name, arguments, call_id))
+
+    def complete(
+        self, target: str, rest: str, call_id: str | None = None, **more: Any
+    ) -> ToolResult:
+        return self.send(EDIT_TOOL, {"call_id": target, "append": rest, **more}, call_id)
+
+    @property
+    def by_id(self) -> Path:
+        return self.tools.journal.session_dir / "by-id"
+
+    def saved(self, call_id: str) -> Any:
+        return json.loads((self.by_id / f"{call_id}.json").read_text("utf-8"))
+
+    def line(self, call_id: str) -> dict[str, Any]:
+        return line_of(self.tools.journal.session_dir, call_id)
+
+
+@pytest.fixture
+def desk(tmp_path: Path) -> Iterator[Desk]:
+    tools = NativeTools(root=tmp_path / "root", session="s")
+    desk = Desk(tools)
+
+    @tools.register
+    def write_file(path: str, content: str) -> str:
+        """Write a text file."""
+        if "TODO" in content:
+            raise ValueError("content still has a TODO")
+        desk.written.append({"path": path, "content": content})
+        return f"wrote {len(content)} characters to {path}"
+
+    yield desk
+    tools.journal.close()
+
+
+def cut_inside(raw_arguments: str, marker: str) -> str:
+    """``raw_arguments`` up to (not including) the first ``marker``."""
+    return raw_arguments[: raw_arguments.index(marker)]
+
+
+def rest_of(cut: str, arguments: dict[str, Any]) -> tuple[str, str]:
+    """``(key, rest)``: the string value ``cut`` stopped in, and what of it did not arrive."""
+    found = cut_arguments(cut)
+    assert found.open_key is not None
+    return found.open_key, arguments[found.open_key][len(found.open_prefix) :]
+
+
+# -- a cut inside a string value is saved, and nothing runs ------------------------------------
+
+
+def test_a_call_cut_mid_string_is_saved_as_partial_and_runs_nothing(desk: Desk) -> None:
+    whole = json.dumps(ARGUMENTS, ensure_ascii=False)
+    cut = cut_inside(whole, "\\tVoir")
+
+    result = desk.cut(cut, "call_1")
+
+    assert (result.status, result.call_id, result.tool) == ("partial", "call_1", "write_file")
+    assert result.notice == (
+        '[ptc-retry] Saved; cut off in "content" after \'le rapport de juin est prêt: 売上 '
+        '+12% 🎉\\r\\n\'. Send only the rest: editPreviousToolCalling({"call_id": "call_1", '
+        '"append": "<rest>"})'
+    )
+    assert result.text == result.notice
+    assert desk.written == []
+    # The checkpoint: what decoded, the open string last; beside it, the text as it arrived.
+    assert desk.saved("call_1") == {
+        "path": "notes/juin.txt",
+        "content": LETTER[: LETTER.index("\tVoir")],
+    }
+    assert (desk.by_id / "call_1.partial").read_bytes() == cut.encode("utf-8")
+    line = desk.line("call_1")
+    assert (line["tool"], line["status"], line["open_key"]) == ("write_file", "partial", "content")
+
+
+def test_the_partial_file_holds_the_escaped_text_byte_for_byte(desk: Desk) -> None:
+    escaped = json.dumps(ARGUMENTS, ensure_ascii=True)  # \u00e8, \ud83c\udf89, \r\n, \\
+    cut = cut_inside(escaped, "\\tVoir")
+
+    desk.cut(cut, "call_1")
+
+    assert (desk.by_id / "call_1.partial").read_bytes() == cut.encode("ascii")
+    assert desk.saved("call_1")["content"] == LETTER[: LETTER.index("\tVoir")]
+
+
+@pytest.mark.parametrize("keep", range(1, 6), ids=lambda n: f"{n}-of-6")
+def test_a_cut_inside_an_escape_keeps_the_text_before_it(desk: Desk, keep: int) -> None:
+    whole = json.dumps({"path": "a.txt", "content": "café au lait"})  # "caf\u00e9 au lait"
+    cut = whole[: whole.index("\\u00e9") + keep]  # "\", "\u", ... "\u00e": never whole
+
+    result = desk.cut(cut, "call_1")
+
+    assert result.status == "partial"
+    assert desk.saved("call_1") == {"path": "a.txt", "content": "caf"}
+    assert "after 'caf'" in result.text
+    done = desk.complete("call_1", "é au lait", "call_2")
+    assert done.text == "completed call_1 (write_file): wrote 12 characters to a.txt"
+    assert desk.written == [{"path": "a.txt", "content": "café au lait"}]
+
+
+def test_a_cut_between_the_halves_of_an_escaped_emoji_keeps_neither(desk: Desk) -> None:
+    whole = json.dumps({"path": "a.txt", "content": "ok 🎉!"})  # "ok \ud83c\udf89!"
+    cut = cut_inside(whole, "\\udf89")
+
+    desk.cut(cut, "call_1")
+    desk.complete("call_1", "🎉!", "call_2")
+
+    assert desk.saved("call_1")["content"] == "ok "
+    assert desk.written == [{"path": "a.txt", "content": "ok 🎉!"}]
+
+
+def test_a_cut_right_after_the_opening_quote_saves_an_empty_string(desk: Desk) -> None:
+    result = desk.cut('{"path": "a.txt", "content": "', "call_1")
+
+    assert desk.saved("call_1") == {"path": "a.txt", "content": ""}
+    assert result.text == (
+        '[ptc-retry] Saved; cut off at the start of "content". Send only the rest: '
+        'editPreviousToolCalling({"call_id": "call_1", "append": "<rest>"})'
+    )
+    desk.complete("call_1", "all of it", "call_2")
+    assert desk.written == [{"path": "a.txt", "content": "all of it"}]
+
+
+@pytest.mark.parametrize(
+    "cut",
+    [
+        pytest.param("", id="nothing"),
+        pytest.param("  ", id="blank"),
+        pytest.param("{", id="brace"),
+        pytest.param('{"path": "a.txt", "cont', id="inside-a-key"),
+        pytest.param('{"path": "a.txt", "content"', id="after-a-key"),
+        pytest.param('{"path": "a.txt", "content": ', id="before-a-value"),
+        pytest.param('{"path": "a.txt", "size": 12', id="inside-a-number"),
+        pytest.param('{"path": "a.txt", "tags": ["a", "b', id="inside-a-list"),
+        pytest.param('{"path": "a.txt"', id="after-a-whole-string"),
+        pytest.param('["a.txt", "con', id="not-an-object"),
+    ],
+)
+def test_a_cut_outside_a_string_value_saves_nothing(desk: Desk, cut: str) -> None:
+    result = desk.cut(cut, "call_1")
+
+    assert result.text == CUT_OUTSIDE_STRING
+    assert (result.status, result.call_id, result.checkpoint) == ("error", None, None)
+    assert list(desk.by_id.iterdir()) == []
+    assert history(desk.tools.journal.session_dir) == []
+    assert desk.written == []
+
+
+def test_a_cut_call_of_an_unknown_tool_saves_nothing(desk: Desk) -> None:
+    result = desk.cut('{"q": "wea', "call_1", name="search")
+
+    assert (
+        result.text == "unknown tool 'search'; the tools are: write_file, editPreviousToolCalling"
+    )
+    assert (result.status, result.ename, result.call_id) == ("error", "UnknownTool", None)
+    assert list(desk.by_id.iterdir()) == []
+
+
+def test_a_store_failure_asks_for_the_whole_call(
+    desk: Desk, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def refuse(call: Any, raw_arguments: str) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(desk.tools.journal.store, "save_partial", refuse)
+
+    result = desk.cut('{"path": "a.txt", "content": "abc', "call_1")
+
+    assert result.status == "error" and result.call_id is None
+    assert result.text == (
+        "[ptc-retry] The call was cut off, and could not be saved ([Errno 28] No space left "
+        "on device); nothing ran. Send the whole call again."
+    )
+    assert desk.line("call_1")["status"] == "error"  # its checkpoint was written: say so
+
+
+def test_call_partial_sync_works_inside_a_running_event_loop(desk: Desk) -> None:
+    async def in_loop() -> ToolResult:
+        return desk.tools.call_partial_sync("write_file", '{"content": "ab', "call_1")
+
+    assert asyncio.run(in_loop()).status == "partial"
+
+
+# -- the notice ---------------------------------------------------------------------------------
+
+
+def test_the_notice_quotes_the_last_100_characters_of_the_last_line() -> None:
+    line = "x" * 95 + "abcdefghij"
+
+    notice = partial_notice("c1", "text", f"first line\n{line}")
+
+    assert f"after ...'{line[-100:]}'." in notice
+    assert "first line" not in notice
+    assert "after 'short'." in partial_notice("c1", "text", "first\nshort")
+
+
+def test_the_notice_after_a_line_break_quotes_the_line_it_ended() -> None:
+    assert "after 'def f():\\n'." in partial_notice("c1", "code", "import os\ndef f():\n")
+    assert "after '\\r\\n'." in partial_notice("c1", "text", "a\r\n\r\n")
+
+
+def test_the_notice_example_is_a_valid_completion_call() -> None:
+    notice = partial_notice(OPENAI_ID, 'a "b"', "x")
+    example = json.loads(notice[notice.index("(") + 1 : -1])
+
+    assert example == {"call_id": OPENAI_ID, "append": "<rest>"}
+    assert 'cut off in "a \\"b\\"" after' in notice
+
+
+@pytest.mark.parametrize("call_id", [OPENAI_ID, ANTHROPIC_ID, "c1"])
+def test_the_notice_costs_at_most_40_tokens_beyond_the_tail_and_the_id(call_id: str) -> None:
+    tokenizer = load_tokenizer()
+    if not tokenizer.available:
+        pytest.skip(tokenizer.problem)
+    tail = "    for row in rows:"
+    notice = partial_notice(call_id, "content", f"import os\n{tail}")
+    fixed = tokenizer.count(notice) - tokenizer.count(repr(tail)) - tokenizer.count(call_id)
+
+    assert fixed <= 40, notice
+    assert tokenizer.count(CUT_OUTSIDE_STRING) <= 40
+    assert "\n" not in notice and "\x1b" not in notice
+
+
+# -- completing: append --------------------------------------------------------------------------
+
+
+def test_a_completion_gives_the_result_of_the_uncut_call(desk: Desk) -> None:
+    whole = json.dumps(ARGUMENTS, ensure_ascii=False)
+    uncut = desk.send("write_file", whole, "call_whole")
+    cut = cut_inside(whole, "juin.\\r")
+    key, rest = rest_of(cut, ARGUMENTS)
+
+    desk.cut(cut, "call_1")
+    done = desk.complete("call_1", rest, "call_2")
+
+    assert key == "content"
+    assert done.text == f"completed call_1 (write_file): {uncut.text}"
+    assert (done.status, done.tool, done.extend_of, done.replay_of) == (
+        "ok",
+        "write_file",
+        "call_1",
+        None,
+    )
+    assert desk.written == [ARGUMENTS, ARGUMENTS]
+    # The completion is a call of write_file with the whole arguments, naming what it completed.
+    assert desk.saved("call_2") == ARGUMENTS
+    line = desk.line("call_2")
+    assert (line["tool"], line["status"], line["extend_of"]) == ("write_file", "ok", "call_1")
+    assert "replay_of" not in line
+    assert desk.line("call_1")["status"] == "partial"  # the cut-off call stays as it arrived
+
+
+@pytest.mark.parametrize("ascii_only", [False, True], ids=["utf-8", "escaped"])
+def test_every_cut_position_completes_to_the_uncut_call_or_saves_nothing(
+    desk: Desk, ascii_only: bool
+) -> None:
+    whole = json.dumps(ARGUMENTS, ensure_ascii=ascii_only)
+    completed = refused = 0
+    for end in range(len(whole)):
+        cut = whole[:end]
+        result = desk.cut(cut)
+        if result.status != "partial":
+            assert result.text == CUT_OUTSIDE_STRING, cut
+            refused += 1
+            continue
+        assert result.call_id is not None
+        _, rest = rest_of(cut, ARGUMENTS)
+        # Keys that never arrived come with the completion, as a patch.
+        missing = [
+            {"path": k, "value": v}
+            for k, v in ARGUMENTS.items()
+            if k not in desk.saved(result.call_id)
+        ]
+        more = {"patch": missing} if missing else {}
+        done = desk.complete(result.call_id, rest, **more)
+        assert done.status == "ok", (cut, done.text)
+        assert desk.written[-1] == ARGUMENTS, cut
+        assert (desk.by_id / f"{result.call_id}.partial").read_bytes() == cut.encode()
+        completed += 1
+    assert completed > len(LETTER) and refused > 10
+    assert len(desk.written) == completed
+
+
+def test_windows_line_ends_survive_a_cut_between_cr_and_lf(desk: Desk) -> None:
+    whole = json.dumps({"path": "a.txt", "content": "one\r\ntwo\r\n"})
+    cut = cut_inside(whole, "\\ntwo")  # ends with the escaped \r
+
+    result = desk.cut(cut, "call_1")
+    desk.complete("call_1", "\ntwo\r\n", "call_2")
+
+    assert "after 'one\\r'" in result.text
+    assert desk.written == [{"path": "a.txt", "content": "one\r\ntwo\r\n"}]
+
+
+def test_a_completion_that_was_itself_cut_off_is_completed_in_turn(desk: Desk) -> None:
+    whole = json.dumps(ARGUMENTS, ensure_ascii=False)
+    cut = cut_inside(whole, "le rapport")
+    _, rest = rest_of(cut, ARGUMENTS)
+    desk.cut(cut, "call_1")
+    first = json.dumps({"call_id": "call_1", "append": rest}, ensure_ascii=False)
+
+    # The completion's own arguments are cut off twice; each part is saved, none runs.
+    second = desk.cut(cut_inside(first, "\\tVoir"), "call_2", name=EDIT_TOOL)
+    assert second.text == (
+        '[ptc-retry] Saved; cut off in "append" after \'le rapport de juin est prêt: 売上 '
+        '+12% 🎉\\r\\n\'. Send only the rest: editPreviousToolCalling({"call_id": "call_2", '
+        '"append": "<rest>"})'
+    )
+    sent_second = rest[: rest.index("\tVoir")]
+    third_whole = json.dumps({"call_id": "call_2", "append": rest[len(sent_second) :]})
+    third = desk.cut(cut_inside(third_whole, "juin"), "call_3", name=EDIT_TOOL)
+    assert third.status == "partial" and desk.written == []
+
+    done = desk.complete("call_3", "juin.\r\nMerci!", "call_4")
+
+    assert (
+        done.text
+        == f"completed call_1 (write_file): wrote {len(LETTER)} characters to notes/juin.txt"
+    )
+    assert desk.written == [ARGUMENTS]
+    for call_id in ("call_2", "call_3"):
+        line = desk.line(call_id)
+        assert (line["tool"], line["status"], line["open_key"]) == (EDIT_TOOL, "partial", "append")
+    line = desk.line("call_4")
+    assert (line["tool"], line["extend_of"]) == ("write_file", "call_1")
+    assert desk.saved("call_4") == ARGUMENTS
+
+
+def test_append_and_a_patch_add_the_keys_that_never_arrived(desk: Desk) -> None:
+    result = desk.cut('{"content": "Hello, wor', "call_1")  # "path" was to come after it
+
+    done = desk.complete("call_1", "ld", "call_2", patch=[{"path": "path", "value": "a.txt"}])
+
+    assert result.status == "partial"
+    assert (
+        done.text
+        == "completed call_1 (write_file) with 1 patch entry: wrote 12 characters to a.txt"
+    )
+    assert desk.written == [{"content": "Hello, world", "path": "a.txt"}]
+
+
+def test_a_patch_alone_edits_what_arrived_and_runs_it(desk: Desk) -> None:
+    desk.cut('{"path": "a.txt", "content": "Helo, world', "call_1")
+
+    done = desk.send(
+        EDIT_TOOL,
+        {
+            "call_id": "call_1",
+            "patch": [{"path": "content", "old_string": "Helo", "new_string": "Hello"}],
+        },
+        "call_2",
+    )
+
+    assert (
+        done.text == "replayed call_1 (write_file) with 1 patch entry: wrote 12 characters to a.txt"
+    )
+    assert desk.line("call_2")["replay_of"] == "call_1"
+
+
+def test_a_completion_that_fails_gets_the_notice_and_can_be_fixed_by_a_patch(desk: Desk) -> None:
+    desk.tools.notice_min_bytes = 0
+    desk.cut('{"path": "a.txt", "content": "RETRIES = 3', "call_1")
+
+    failed = desk.complete("call_1", "  # TODO: read it from the environment", "call_2")
+    fix = {
+        "path": "content",
+        "old_string": "  # TODO: read it from the environment",
+        "new_string": "",
+    }
+    fixed = desk.send(EDIT_TOOL, {"call_id": "call_2", "patch": [fix]}, "call_3")
+
+    assert failed.text.startswith("completed call_1 (write_file); it failed: ValueError")
+    assert failed.notice is not None and '"call_id": "call_2"' in failed.notice
+    assert (
+        fixed.text
+        == "replayed call_2 (write_file) with 1 patch entry: wrote 11 characters to a.txt"
+    )
+
+
+def test_append_to_a_call_that_was_not_cut_off_is_refused(desk: Desk) -> None:
+    desk.send("write_file", {"path": "a.txt", "content": "whole"}, "call_1")
+
+    refused = desk.complete("call_1", " and more", "call_2")
+
+    assert refused.text == (
+        f"{EDIT_TOOL} failed, nothing ran, call_1 (write_file) is unchanged: call_1 was not cut "
+        'off, so "append" has nothing to go on from; fix it with a patch (old_string/new_string, '
+        "or value) instead"
+    )
+    assert desk.written == [{"path": "a.txt", "content": "whole"}]
+    assert desk.line("call_2")["status"] == "error"
+
+
+def test_a_completed_call_takes_no_second_append(desk: Desk) -> None:
+    desk.cut('{"path": "a.txt", "content": "ab', "call_1")
+    desk.complete("call_1", "c", "call_2")
+
+    refused = desk.complete("call_2", "d", "call_3")
+    again = desk.complete("call_1", "cd", "call_4")  # the cut-off call itself: as often as needed
+
+    assert "call_2 was not cut off" in refused.text
+    assert again.status == "ok"
+    assert [w["content"] for w in desk.written] == ["abc", "abcd"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        pytest.param(
+            {"call_id": "call_1", "append": 3},
+            '"append" must be a string (the rest of the value the call was cut off in, exactly '
+            "as it goes on), got a number",
+            id="not-a-string",
+        ),
+        pytest.param(
+            {"call_id": "call_1"},
+            '"patch" is missing: give a list of entries, e.g. [{"path": "content", '
+            '"old_string": "...", "new_string": "..."}]; to complete a call that was cut off, '
+            'give "append": the rest of it',
+            id="neither",
+        ),
+        pytest.param(
+            {"call_id": "call_1", "append": "x", "extra": 1},
+            "unknown argument 'extra'; editPreviousToolCalling takes call_id or previous_ordinal, "
+            "and patch or append",
+            id="unknown-argument",
+        ),
+    ],
+)
+def test_a_wrong_append_is_refused_and_runs_nothing(
+    desk: Desk, arguments: dict[str, Any], message: str
+) -> None:
+    desk.cut('{"path": "a.txt", "content": "ab', "call_1")
+
+    refused = desk.send(EDIT_TOOL, arguments, "call_2")
+
+    assert refused.text == f"{EDIT_TOOL} failed, nothing ran: {message}"
+    assert desk.written == []
+
+
+def test_a_null_append_counts_as_absent(desk: Desk) -> None:
+    desk.cut('{"path": "a.txt", "content": "ab', "call_1")
+    fix = {"path": "content", "old_string": "ab", "new_string": "abc"}
+
+    done = desk.send(EDIT_TOOL, {"call_id": "call_1", "append": None, "patch": [fix]}, "call_2")
+
+    assert done.text.startswith("replayed call_1 (write_file) with 1 patch entry")
+
+
+def test_a_cut_off_call_is_completed_by_previous_ordinal(desk: Desk) -> None:
+    desk.tools.journal.new_message()
+    desk.send("write_file", {"path": "a.txt", "content": "first"}, "call_1")
+    desk.cut('{"path": "b.txt", "content": "sec', "call_2")
+    desk.tools.journal.new_message()
+
+    done = desk.send(EDIT_TOOL, {"previous_ordinal": 2, "append": "ond"}, "call_3")
+
+    assert done.text == "completed call_2 (write_file): wrote 6 characters to b.txt"
+
+
+def test_a_cut_off_edit_call_that_names_itself_is_refused(desk: Desk) -> None:
+    desk.cut('{"call_id": "call_1", "append": "ab', "call_1", name=EDIT_TOOL)
+
+    refused = desk.complete("call_1", "c", "call_2")
+
+    assert "call_1 is this editPreviousToolCalling call itself" in refused.text
+    assert desk.written == []
+
+
+def test_a_reopened_session_completes_a_cut_off_call_of_an_earlier_process(
+    desk: Desk, tmp_path: Path
+) -> None:
+    desk.cut('{"path": "a.txt", "content": "ab', "call_1")
+    desk.tools.journal.close()
+    later = Desk(NativeTools(root=tmp_path / "root", session="s"))
+    later.tools.register(lambda path, content: f"{path}: {content}", name="write_file")
+
+    done = later.complete("call_1", "c", "call_2")
+
+    assert later.tools.journal.store.warning is None  # the .partial file is no stray entry
+    assert done.text == "completed call_1 (write_file): a.txt: abc"
+    later.tools.journal.close()
+
+
+# -- what the model is told up front ------------------------------------------------------------
+
+
+def test_the_edit_tool_teaches_append() -> None:
+    line = "For a call cut off mid-string, give append: the rest, exactly as it goes on"
+    assert line in EDIT_TOOL_DESCRIPTION
+
+
+def test_the_native_prompt_teaches_append_in_one_sentence() -> None:
+    text = prompt_section("native", session_dir="/s")
+    [sentence] = [line for line in text.splitlines() if "append" in line]
+
+    assert sentence == 'Cut off mid-string? Send only the rest as "append" instead of a patch.'
+
+
+# -- through a kernel: KernelBackend(mode="native") ---------------------------------------------
+
+PROGRAM = """\
+prices = {"café": 3.5, "thé": 2.0, "crêpe": 4.25}
+order = ["café", "crêpe", "café"]
+total = sum(prices[item] for item in order)
+print(f"{len(order)} items: {', '.join(order)}")
+print(f"total: {total:.2f} €")
+round(total * 1.1, 2)
+"""
+
+
+@pytest.fixture(scope="module")
+def backend(
+    run: Run[Any], jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[KernelBackend]:
+    kb = KernelBackend(
+        mode="native",
+        root=tmp_path_factory.mktemp("checkpoints"),
+        env={"IPYTHONDIR": str(tmp_path_factory.mktemp("ipython"))},
+    )
+    run(kb.start())
+    yield kb
+    run(kb.shutdown())
+
+
+def test_a_cut_off_program_runs_nothing_and_its_completion_gives_the_uncut_result(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    whole = raw(PROGRAM)
+    uncut = run(backend.handle_tool_call("run_code", whole, "k_whole"))
+    kernel_calls = len(history(backend.kernel_session_dir))
+    cut = cut_inside(whole, "sum(")
+    _, rest = rest_of(cut, {"code": PROGRAM})
+
+    text = run(backend.handle_partial_tool_call("run_code", cut, "k_cut"))
+
+    assert text == partial_notice("k_cut", "code", PROGRAM[: PROGRAM.index("sum(")])
+    assert "after 'total = '" in text
+    assert len(history(backend.kernel_session_dir)) == kernel_calls  # nothing reached the kernel
+    assert (backend.session_dir / "by-id" / "k_cut.partial").read_bytes() == cut.encode()
+    assert line_of(backend.session_dir, "k_cut")["status"] == "partial"
+
+    done = run(backend.handle_tool_call(EDIT_TOOL, {"call_id": "k_cut", "append": rest}, "k_done"))
+
+    assert uncut == "3 items: café, crêpe, café\ntotal: 11.25 €\n12.38"
+    assert done == f"completed k_cut (run_code): {uncut}"
+    assert line_of(backend.session_dir, "k_done")["extend_of"] == "k_cut"
+    kernel = backend.kernel_session_dir
+    assert line_of(kernel, "k_done")["status"] == "ok"  # the kernel ran it under the edit's id
+    assert json.loads((kernel / "by-id" / "k_done.json").read_text("utf-8")) == {"code": PROGRAM}
+
+
+def test_a_cut_off_completion_of_a_program_is_completed_in_turn(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    whole = json.dumps({"code": PROGRAM})  # escaped: "caf\u00e9", "cr\u00eape"
+    cut = whole[: whole.index("\\u00e9") + 3]  # inside the escape
+    run(backend.handle_partial_tool_call("run_code", cut, "k_c1"))
+    _, rest = rest_of(cut, {"code": PROGRAM})
+    completion = json.dumps({"call_id": "k_c1", "append": rest})
+    second = cut_inside(completion, "\\u00eape")
+
+    text = run(backend.handle_partial_tool_call(EDIT_TOOL, second, "k_c2"))
+    _, more = rest_of(second, {"append": rest})
+
+    assert text == partial_notice("k_c2", "append", rest[: -len(more)])
+    done = run(backend.handle_tool_call(EDIT_TOOL, {"call_id": "k_c2", "append": more}, "k_c3"))
+
+    assert done == "completed k_c1 (run_code): 3 items: café, crêpe, café\ntotal: 11.25 €\n12.38"
+
+
+def test_cut_off_calls_of_one_message_are_numbered_for_previous_ordinal(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    step = backend.next_step()
+    first = run(backend.handle_tool_call("run_code", raw("print('one')"), "k_m1", step=step))
+    run(backend.handle_partial_tool_call("run_code", '{"code": "print(\'tw', "k_m2", step=step))
+    assert first == "one"
+    assert [line_of(backend.session_dir, i)["ordinal"] for i in ("k_m1", "k_m2")] == [1, 2]
+
+    done = run(
+        backend.handle_tool_call(EDIT_TOOL, {"previous_ordinal": 2, "append": "o')"}, "k_m3")
+    )
+
+    assert done == "completed k_m2 (run_code): two"

@@ -1,0 +1,276 @@
+"""Tool calls cut off mid-stream: the start of the program saved, the rest sent with
+``await ptc_retry.extend("#n", "<rest>")``.
+
+Reading a cut arguments string and the notice are pure; the calls run on real kernels,
+once locally and once behind a real Jupyter Kernel Gateway.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ptc_retry.backend import KernelBackend
+from ptc_retry.core.notice import CUT_BEFORE_CODE, parse_notice, partial_notice
+from ptc_retry.core.partial import cut_arguments, string_prefix
+from ptc_retry.tokens import load_tokenizer
+
+from . import test_backend_transports as transports
+from .helpers import Run, raw
+
+roots, gateway, transport, options = (
+    transports.roots,
+    transports.gateway,
+    transports.transport,
+    transports.options,
+)
+
+# About 5 KB, with string literals, quotes, an accent (\u00e9 in ASCII JSON) and comments.
+LINES = ["data = {}"]
+LINES += [f"data['k{i}'] = 'valeur é \"{i}\"' * 2  # note {i}" for i in range(110)]
+LINES += ["print(len(data), sum(len(v) for v in data.values()))"]
+PROGRAM = "\n".join(LINES) + "\n"
+ARGUMENTS = json.dumps({"code": PROGRAM})  # ASCII: é is the escape \u00e9
+
+
+def _after(text: str, marker: str, extra: int = 0) -> int:
+    return text.index(marker) + len(marker) + extra
+
+
+#: Where a stream may stop, as offsets into ARGUMENTS.
+CUTS = {
+    "mid-line": _after(ARGUMENTS, "# note 40", -2),
+    "mid-string-literal": _after(ARGUMENTS, "data['k70'] = 'val"),
+    "mid-escape": _after(ARGUMENTS, "data['k90'] = 'valeur \\u00"),
+    "mid-quote-escape": _after(ARGUMENTS, "data['k95'] = 'valeur \\u00e9 \\"),
+    "after-the-opening-quote": len('{"code": "'),
+    "after-a-line-break": _after(ARGUMENTS, "# note 100\\n"),
+}
+
+
+# -- reading what arrived ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("text", [ARGUMENTS, json.dumps({"code": PROGRAM}, ensure_ascii=False)])
+def test_every_cut_decodes_to_a_start_of_the_program(text: str) -> None:
+    starts = 0
+    for end in range(len(text) + 1):
+        found = cut_arguments(text[:end]).string("code")
+        if found is None:
+            assert end < len('{"code": "')
+            continue
+        start, whole = found
+        assert PROGRAM.startswith(start)
+        assert whole == (end >= len(text) - 1)  # its closing quote arrived
+        assert start == PROGRAM or not whole
+        starts += 1
+    assert starts == len(text) - len('{"code": "') + 1
+
+
+def test_a_cut_escape_or_surrogate_half_is_left_out() -> None:
+    assert string_prefix("caf\\u00") == "caf"
+    assert string_prefix("say \\") == "say "
+    assert string_prefix("a \\\\") == "a \\"  # an escaped backslash is whole
+    assert string_prefix("smile \\ud83d") == "smile "  # its low half may still come
+    assert string_prefix("smile \\ud83d\\ude00") == "smile \U0001f600"
+
+
+def test_keys_before_and_after_the_program() -> None:
+    text = json.dumps({"timeout": 30, "code": "print(1)\n", "note": "x"})
+    assert cut_arguments(text[: text.index("print")]).string("code") == ("", False)
+    whole = cut_arguments(text[: text.index('"note"') + 3])
+    assert whole.string("code") == ("print(1)\n", True)
+    assert whole.values == {"timeout": 30, "code": "print(1)\n"}
+    assert cut_arguments('{"co').string("code") is None
+    assert cut_arguments("").string("code") is None
+    assert cut_arguments('{"code": 12').string("code") is None
+    with pytest.raises(ValueError, match="JSON object"):
+        cut_arguments('["code"')
+
+
+def test_the_notice_quotes_where_the_program_stops_and_stays_short() -> None:
+    tokenizer = load_tokenizer()
+    for held, where in [
+        ("x = 1\ny = [1, 2", "in line 2; saved as #4, ending 'y = [1, 2'."),
+        ("x = 1\nprint(x)\n", "after line 2; saved as #4, ending 'print(x)\\n'."),
+        ("", "before its first line; saved as #4."),
+    ]:
+        notice = partial_notice("#4", held)
+        assert notice.startswith(f"[ptc-retry] Cut off {where} Send only what follows: ")
+        assert notice.endswith('await ptc_retry.extend("#4", "<rest>")')
+        assert parse_notice(notice) == "#4"
+        tail = notice.partition(", ending ")[2].partition(". Send")[0]
+        if tokenizer.available:
+            assert tokenizer.count(notice) - tokenizer.count(tail) <= 40
+    long_line = partial_notice("#4", "x = '" + "ab" * 200)
+    assert ", ending ...'" + "ab" * 50 + "'. Send" in long_line  # the line's last 100
+
+
+# -- on real kernels --------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def backend(options: dict[str, Any], run: Run[Any]) -> Iterator[KernelBackend]:
+    kb = KernelBackend(**options)
+    run(kb.start())
+    yield kb
+    run(kb.shutdown())
+
+
+@pytest.fixture(scope="module")
+def expected(backend: KernelBackend, run: Run[Any]) -> str:
+    """What the program prints when it arrives whole."""
+    text = run(backend.handle_tool_call("run_code", ARGUMENTS, "call_whole"))
+    assert text.startswith("110 "), text
+    return text
+
+
+def _extend_line(reference: str, rest: str) -> str:
+    return raw(f"await ptc_retry.extend({reference!r}, {rest!r})")
+
+
+@pytest.mark.parametrize("cut", sorted(CUTS))
+def test_a_cut_call_goes_on_from_where_it_stopped(
+    backend: KernelBackend, expected: str, run: Run[Any], cut: str
+) -> None:
+    arrived = ARGUMENTS[: CUTS[cut]]
+    text = run(backend.handle_partial_tool_call("run_code", arrived, f"call_{cut}"))
+
+    result = backend.last_result
+    assert result is not None and result.status == "partial"
+    assert text == result.notice and text.startswith("[ptc-retry] Cut off ")
+    assert result.reference is not None and f"extend({result.reference!r}"[:-1] in text.replace(
+        '"', "'"
+    )
+    held, whole = cut_arguments(arrived).string("code") or ("", True)
+    assert not whole
+    rest = PROGRAM[len(held) :]
+    extended = run(
+        backend.handle_tool_call("run_code", _extend_line(result.reference, rest), f"x_{cut}")
+    )
+    assert extended == expected
+    if backend.gateway_url is None:  # the files are on this machine
+        by_id = Path(str(result.checkpoint)).parent
+        assert (by_id / f"call_{cut}.partial").read_bytes() == arrived.encode()
+        assert json.loads((by_id / f"call_{cut}.json").read_text()) == {"code": held}
+        history = [json.loads(line) for line in (by_id.parent / "history.jsonl").open()]
+        lines = {line["id"]: line for line in history}
+        assert lines[f"call_{cut}"]["status"] == "partial"
+        assert lines[f"x_{cut}"]["extend_of"] == f"call_{cut}"
+        assert json.loads((by_id / f"x_{cut}.json").read_text()) == {"code": PROGRAM}
+
+
+def test_a_program_whose_arguments_stopped_after_it_runs_with_nothing_added(
+    backend: KernelBackend, expected: str, run: Run[Any]
+) -> None:
+    arguments = json.dumps({"code": PROGRAM, "timeout": 30})
+    arrived = arguments[: arguments.index('"timeout"') + 4]  # inside a later key
+    text = run(backend.handle_partial_tool_call("run_code", arrived, "call_later_key"))
+    assert text.startswith("[ptc-retry] Cut off after line 112; ")
+    reference = backend.last_result.reference if backend.last_result else None
+    assert reference is not None
+    assert run(backend.handle_tool_call("run_code", _extend_line(reference, ""))) == expected
+
+
+@pytest.mark.parametrize("arrived", ['{"co', "", '{"timeout": 3', '{"code": 5'])
+def test_a_call_cut_before_its_program_began_saves_nothing(
+    backend: KernelBackend, run: Run[Any], arrived: str
+) -> None:
+    text = run(backend.handle_partial_tool_call("run_code", arrived, "call_nothing"))
+    assert text == CUT_BEFORE_CODE
+    assert backend.last_result is None  # nothing ran
+    line = "await ptc_retry.extend('call_nothing', 'x')"
+    refused = run(backend.handle_tool_call("run_code", raw(line)))
+    assert "ReplayError" in refused and "call_nothing" in refused
+
+
+def test_a_continuation_cut_off_in_turn_is_extended_again(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    program = "parts = ['one', 'two', 'three']\nprint('-'.join(parts))\n"
+    arrived = json.dumps({"code": program})[:30]
+    run(backend.handle_partial_tool_call("run_code", arrived, "call_chain1"))
+    first = backend.last_result
+    assert first is not None and first.reference is not None
+    held = (cut_arguments(arrived).string("code") or ("", False))[0]
+    # The extend call is cut off too, inside its rest.
+    continuation = json.loads(_extend_line(first.reference, program[len(held) :]))["code"]
+    arguments = json.dumps({"code": continuation})
+    arrived_again = arguments[: arguments.index("three")]
+    run(backend.handle_partial_tool_call("run_code", arrived_again, "call_chain2"))
+    second = backend.last_result
+    assert second is not None and second.reference is not None
+    held_again = (cut_arguments(arrived_again).string("code") or ("", False))[0]
+    text = run(
+        backend.handle_tool_call(
+            "run_code", _extend_line(second.reference, continuation[len(held_again) :])
+        )
+    )
+    assert text.rstrip() == "one-two-three"
+
+
+def test_a_combined_program_that_fails_gets_the_notice_and_is_replayed(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    program = "prices = {'tea': 3, 'milk': 2}\n" * 8 + "print(prices['cofee'])\n"
+    arrived = json.dumps({"code": program})[:-20]
+    run(backend.handle_partial_tool_call("run_code", arrived, "call_fails"))
+    cut = backend.last_result
+    assert cut is not None and cut.reference is not None
+    held = (cut_arguments(arrived).string("code") or ("", False))[0]
+    rest = program[len(held) :] + "# " + "padding " * 30  # long enough for a notice
+    failed = run(backend.handle_tool_call("run_code", _extend_line(cut.reference, rest)))
+    assert "KeyError: 'cofee'" in failed
+    combined = backend.last_result
+    assert combined is not None and combined.reference is not None
+    assert f"ptc_retry.replay({json.dumps(combined.reference)}" in failed
+    line = f"await ptc_retry.replay({combined.reference!r}, 'cofee', 'tea')"
+    assert run(backend.handle_tool_call("run_code", raw(line))).rstrip() == "3"
+
+
+def test_extending_a_call_that_was_not_cut_off_is_refused(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    run(backend.handle_tool_call("run_code", raw("whole = 1"), "call_not_cut"))
+    line = "await ptc_retry.extend('call_not_cut', 'more = 2')"
+    text = run(backend.handle_tool_call("run_code", raw(line)))
+    assert "ReplayError: " in text
+    assert "was not cut off (its status is ok)" in text and "ptc_retry.replay" in text
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_unicode_and_crlf_programs(backend: KernelBackend, run: Run[Any], newline: str) -> None:
+    program = newline.join(["mot = 'naïve 日本 😀'", "print(mot, len(mot))"]) + newline
+    arguments = json.dumps({"code": program}, ensure_ascii=False)
+    arrived = arguments[: arguments.index("本") + 1]
+    run(backend.handle_partial_tool_call("run_code", arrived, f"call_u{len(newline)}"))
+    cut = backend.last_result
+    assert cut is not None and cut.reference is not None
+    held = (cut_arguments(arrived).string("code") or ("", False))[0]
+    assert held.endswith("日本")
+    text = run(
+        backend.handle_tool_call("run_code", _extend_line(cut.reference, program[len(held) :]))
+    )
+    assert text.rstrip() == "naïve 日本 😀 10"
+
+
+def test_a_cut_off_call_is_no_failure_for_the_guard_and_takes_a_new_instruction(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    backend.new_turn()
+    run(backend.run_code('%config PtcRetry.guard_mode = "pause"'))
+    try:
+        for _ in range(2):
+            run(backend.run_code("1 / 0"))
+        run(backend.handle_partial_tool_call("run_code", '{"code": "1 / ', "call_g1"))
+        third = run(backend.run_code("1 / 0"))  # the third identical failure in a row
+        assert third.metadata is not None and third.metadata["guard"]["paused"] is True
+        backend.new_turn()  # the new instruction reaches the kernel with a cut-off call
+        run(backend.handle_partial_tool_call("run_code", '{"code": "print(', "call_g2"))
+        assert run(backend.run_code("print('runs')")).text.rstrip() == "runs"
+    finally:
+        run(backend.run_code('%config PtcRetry.guard_mode = "observe"'))
