@@ -1,0 +1,183 @@
+"""smolagents' ``CodeAgent`` on a ptc-retry kernel through ``PtcRetryExecutor``: a real agent,
+a scripted model (no network), a real kernel."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+smolagents = pytest.importorskip("smolagents", reason="smolagents is an optional extra")
+
+from smolagents import CodeAgent, tool  # noqa: E402
+from smolagents.models import ChatMessage, MessageRole, Model  # noqa: E402
+
+from ptc_retry.core.notice import parse_notice  # noqa: E402
+from ptc_retry.integrations.smolagents import PtcRetryExecutor  # noqa: E402
+
+pytestmark = pytest.mark.kernel
+
+ORDERS = "\n".join(
+    f'    {{"item": "{item}", "qty": {qty}, "note": "order {n} for the weekly delivery run"}},'
+    for n, (item, qty) in enumerate([("tea", 2), ("milk", 3), ("tea", 1), ("milk", 4)] * 3)
+)
+#: About 1 KB: two tool calls, then a wrong key.
+STEP_ONE = f"""\
+prices = {{}}
+for item in ["tea", "milk"]:
+    prices[item] = lookup_price(item=item)
+orders = [
+{ORDERS}
+]
+total = 0
+for order in orders:
+    total += prices[order["item"]] * order["qyt"]
+final_answer(total)"""
+
+
+@tool
+def lookup_price(item: str) -> float:
+    """Look up the price of an item, writing each call to the file PTC_TEST_TOOL_LOG names.
+
+    Args:
+        item: The item's name.
+    """
+    import os
+
+    with open(os.environ["PTC_TEST_TOOL_LOG"], "a") as log:
+        log.write(item + "\n")
+    return {"tea": 3.0, "milk": 2.0}.get(item, 1.0)
+
+
+class ScriptedModel(Model):
+    """Answers each step with the next of ``steps``: a program, or a function of the
+    messages so far (the model reads its memory) that returns one."""
+
+    def __init__(self, steps: list[str | Callable[[list[Any]], str]]) -> None:
+        super().__init__(model_id="scripted")
+        self.steps = list(steps)
+        self.seen: list[list[Any]] = []
+
+    def generate(self, messages: list[Any], **kwargs: Any) -> ChatMessage:
+        self.seen.append(messages)
+        step = self.steps.pop(0)
+        code = step(messages) if callable(step) else step
+        return ChatMessage(
+            role=MessageRole.ASSISTANT, content=f"Thought: go.\n<code>\n{code}\n</code>"
+        )
+
+
+def _text(messages: list[Any]) -> str:
+    parts = []
+    for message in messages:
+        content = message.content if hasattr(message, "content") else message.get("content")
+        if isinstance(content, list):
+            parts += [str(part.get("text", "")) for part in content if isinstance(part, dict)]
+        else:
+            parts.append(str(content))
+    return "\n".join(parts)
+
+
+def replay_line(messages: list[Any]) -> str:
+    """What a model writes after reading the notice: the one-line fix."""
+    reference = parse_notice(_text(messages).split("Call id: call_1")[-1])
+    assert reference is not None, "the notice did not reach the model"
+    return f"await ptc_retry.replay({json.dumps(reference)}, 'order[\"qyt\"]', 'order[\"qty\"]')"
+
+
+@pytest.fixture
+def tool_log(tmp_path: Path) -> Path:
+    return tmp_path / "tool-calls.log"
+
+
+@pytest.fixture
+def executor(jupyter_path: Path, tmp_path: Path, tool_log: Path) -> Iterator[PtcRetryExecutor]:
+    executor = PtcRetryExecutor(
+        root=tmp_path / "checkpoints", keep=True, env={"PTC_TEST_TOOL_LOG": str(tool_log)}
+    )
+    yield executor
+    executor.cleanup()
+
+
+def test_a_failed_action_is_fixed_by_a_one_line_replay(
+    executor: PtcRetryExecutor, tool_log: Path
+) -> None:
+    model = ScriptedModel([STEP_ONE, replay_line])
+    agent = CodeAgent(tools=[lookup_price], model=model, executor=executor, max_steps=4)
+
+    answer = agent.run("What do the orders cost?")
+
+    assert answer == 3 * (3.0 * 2 + 2.0 * 3 + 3.0 * 1 + 2.0 * 4) and 1000 < len(STEP_ONE) < 1300
+    failed = agent.memory.steps[1]
+    assert failed.error is not None
+    message = str(failed.error)
+    assert "KeyError: 'qyt'" in message and "\x1b" not in message
+    assert message.rstrip().splitlines()[-1].startswith("[ptc-retry] Saved as #")
+    assert len(model.steps) == 0 and len(agent.memory.steps) == 3  # task, failure, replay
+    session = executor.backend.session_dir
+    assert session is not None
+    saved = json.loads((session / "by-id" / "call_1.json").read_text())
+    assert saved == {"code": STEP_ONE}  # step 1's program, byte for byte
+    assert tool_log.read_text().splitlines() == ["tea", "milk"]  # the replay reused both
+    history = [json.loads(line) for line in (session / "history.jsonl").open()]
+    replayed = next(line for line in history if line["id"] == "call_2")
+    assert replayed["replay_of"] == "call_1"
+    assert replayed["tool_calls"] == {"reused": 2, "live": 0}
+
+
+def test_final_answer_ends_the_run_without_a_notice(executor: PtcRetryExecutor) -> None:
+    model = ScriptedModel(["x = 6 * 7\nfinal_answer(x)"])
+    agent = CodeAgent(tools=[], model=model, executor=executor, max_steps=2)
+
+    assert agent.run("Compute.") == 42
+    assert "[ptc-retry]" not in str(agent.memory.steps[1].observations or "")
+    assert agent.memory.steps[1].error is None
+
+
+def test_a_kernel_death_in_a_step_is_reported_and_the_next_step_works(
+    executor: PtcRetryExecutor,
+) -> None:
+    model = ScriptedModel(
+        [
+            "print('before')\nimport os\nos._exit(3)",
+            "final_answer('alive')",
+        ]
+    )
+    agent = CodeAgent(tools=[], model=model, executor=executor, max_steps=3)
+
+    assert agent.run("Survive.") == "alive"
+    died = str(agent.memory.steps[1].error)
+    assert re.search(r"kernel died", died) and "exit code 3" in died
+
+
+def test_the_agent_s_runs_are_turns_and_its_actions_are_numbered_as_smolagents_does(
+    executor: PtcRetryExecutor,
+) -> None:
+    agent = CodeAgent(
+        tools=[], model=ScriptedModel(["a = 1", "final_answer(a)"]), executor=executor
+    )
+    agent.run("First.")
+    agent.model = ScriptedModel(["final_answer(a + 1)"])
+    assert agent.run("Second.", reset=False) == 2
+    session = executor.backend.session_dir
+    assert session is not None
+    history = [json.loads(line) for line in (session / "history.jsonl").open()]
+    actions = [(line["id"], line["turn"]) for line in history if line["id"].startswith("call_")]
+    assert actions == [("call_1", 1), ("call_2", 1), ("call_4", 2)]
+    tool_calls = [
+        step.tool_calls[0].id for step in agent.memory.steps if getattr(step, "tool_calls", None)
+    ]
+    assert tool_calls == ["call_1", "call_2", "call_4"]
+
+
+def test_cleanup_leaves_no_kernel_process(jupyter_path: Path, tmp_path: Path) -> None:
+    executor = PtcRetryExecutor(root=tmp_path / "checkpoints")
+    pid = executor.backend.kernel_manager.provisioner.pid
+    executor.cleanup()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
