@@ -290,6 +290,32 @@ for line in (kb.session_dir / "history.jsonl").read_text().splitlines():
 print(sorted(path.name for path in (kb.session_dir / "calls").iterdir()))
 """
     ),
+    md("""
+## A call cut off mid-stream
+
+When a model's stream stops part-way (an output-token limit, a dropped connection),
+the loop hands what arrived to `handle_partial_tool_call` instead of asking for the
+whole call again. Nothing runs: the model reads where its program stops, here in the
+middle of a name, and its next call sends only the rest, which `ptc_retry.extend`
+appends before it runs the whole program.
+"""),
+    code(
+        """
+fixed = PROGRAM.replace(*model.fix)  # the model writes the whole program...
+written = fixed[:600]  # ...and its stream stops after 600 characters of it
+arrived = json.dumps({"code": written})[:-2]  # the arguments so far: no closing "}
+whole = len(json.dumps({"code": fixed}))
+print(f"=== the stream of run_code stops after {len(arrived):,} of {whole:,} bytes")
+text = await kb.handle_partial_tool_call("run_code", arrived, new_call_id())
+print(f"=== the model reads ({kb.last_result.status})\\n{text}\\n")
+rest = fixed[len(written) :]
+line = f"await ptc_retry.extend({json.dumps(parse_notice(text))}, {rest!r})"
+raw = json.dumps({"code": line})
+print(f"=== the model calls run_code ({len(raw):,} bytes)\\n{line[:150]} [...]\\n")
+text = await kb.handle_tool_call("run_code", raw, new_call_id())
+print(f"=== the model reads ({kb.last_result.status})\\n{text}")
+"""
+    ),
     code("await kb.shutdown()  # stops the kernel and removes its session directory"),
 ]
 

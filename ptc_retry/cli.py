@@ -129,7 +129,8 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument(
         "--quick",
         action="store_true",
-        help="only nine scenarios: each size, and each case of references (for tests)",
+        help="a few scenarios and two cut-off calls: each size, and each case of references "
+        "(for tests)",
     )
     evaluate.set_defaults(run=run_eval)
     _add_session_commands(commands)

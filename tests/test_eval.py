@@ -2,12 +2,14 @@
 provider's call-id shape, writes a report in which both arms reach the expected result,
 replay sends less for long programs, and the replay by reference survives an inspection,
 a second failure in the same message, a kernel restart and a stray key beside "code", and
-a fix of a program that called the host's tools repeats none of its calls by replay."""
+a fix of a program that called the host's tools repeats none of its calls by replay. A call
+cut off mid-stream is extended and gives the whole program's output."""
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import hashlib
 import json
 import re
 import struct
@@ -21,22 +23,34 @@ from typing import Any
 
 import pytest
 
-from ptc_retry.core.notice import NOTICE_MIN_BYTES, failure_notice
+from ptc_retry.core.notice import NOTICE_MIN_BYTES, failure_notice, partial_notice
+from ptc_retry.core.partial import cut_arguments
 from ptc_retry.eval.chart import HEIGHT, WIDTH, savings_chart
 from ptc_retry.eval.figures import TARGETS, analyse
 from ptc_retry.eval.host import TOOL_NAMES, EvalTools
 from ptc_retry.eval.outcomes import (
     ID_SHAPES,
     ArmOutcome,
+    CutOutcome,
     ModelCall,
     Outcome,
     ShapeRun,
+    extend_line,
     literal,
     replay_line,
+    rest_literal,
     same_value,
 )
 from ptc_retry.eval.report import render_markdown
-from ptc_retry.eval.scenarios import QUICK, SCENARIOS, SIZES, by_name
+from ptc_retry.eval.scenarios import (
+    CUT_OFFS,
+    QUICK,
+    QUICK_CUT_OFFS,
+    SCENARIOS,
+    SIZES,
+    CutOff,
+    by_name,
+)
 from ptc_retry.tokens import Tokenizer, load_tokenizer
 
 LONG = ("5 KB", "20 KB")
@@ -139,6 +153,42 @@ def test_the_tool_scenarios_call_the_hosts_tools_then_fail_after_the_last_call()
         assert failing.calls == fixed.calls and failing.total >= 2, scenario.name
 
 
+def _rest(cut: CutOff) -> str:
+    """What follows the start of the program that arrived before the cut."""
+    arguments = json.dumps({"code": cut.program}, ensure_ascii=False)
+    found = cut_arguments(arguments[: int(len(arguments) * cut.at)]).string("code")
+    assert found is not None and not found[1], cut.name  # the cut falls inside the program
+    return cut.program[len(found[0]) :]
+
+
+def test_the_cut_off_calls_cut_long_programs_at_half_and_nine_tenths() -> None:
+    assert {(c.size, c.at) for c in CUT_OFFS} == {(size, at) for size in LONG for at in (0.5, 0.9)}
+    names = [c.name for c in CUT_OFFS]
+    assert len(set(names)) == len(names) and not set(names) & {s.name for s in SCENARIOS}
+    for cut in CUT_OFFS:
+        size = len(json.dumps({"code": cut.program}).encode())
+        low, high = RANGES[cut.size]
+        assert low <= size <= high, (cut.name, size)
+        compile(cut.program, cut.name, "exec")  # a whole program, with no mistake
+        share = len(_rest(cut)) / len(cut.program)
+        assert abs(share - (1 - cut.at)) < 0.1, (cut.name, share)
+    quick = [c for c in CUT_OFFS if c.name in QUICK_CUT_OFFS]
+    assert len(quick) == len(QUICK_CUT_OFFS)
+    assert {c.size for c in quick} == set(LONG) and {c.at for c in quick} == {0.5, 0.9}
+
+
+def test_the_rest_is_written_as_a_literal_that_reads_back_exactly() -> None:
+    for cut in CUT_OFFS:
+        rest = _rest(cut)
+        assert rest_literal(rest).startswith("r'''"), cut.name  # code as it reads
+        assert ast.literal_eval(rest_literal(rest)) == rest, cut.name
+    both = "a = '''x'''\nb = \"\"\"y\"\"\"\n"
+    for text in ("x = '''one'''\n", both, "path = 'C:\\\\'", "ends in a quote'", "tab\there\\"):
+        assert ast.literal_eval(rest_literal(text)) == text, text
+    assert rest_literal(both) == literal(both)  # no triple quotes can hold it: escaped
+    assert extend_line("#4", "x = 1\n") == "await ptc_retry.extend(\"#4\", r'''x = 1\n''')"
+
+
 def test_the_under_threshold_program_is_below_the_default_notice_size() -> None:
     (scenario,) = by_name(["150b-under-threshold"])
     assert len(json.dumps({"code": scenario.program}).encode()) < NOTICE_MIN_BYTES
@@ -213,6 +263,34 @@ def test_the_report_gives_every_target_for_every_id_shape() -> None:
         fixed = figures["id_shapes"][shape]["replay_fixed_part"]
         assert fixed["arguments"] == json.dumps({"code": 'await ptc_retry.replay("#1", "", "")'})
     assert figures["recommended_notice_min_bytes"] % 50 == 0
+
+
+def test_the_report_prices_what_a_cut_off_call_writes_in_each_arm() -> None:
+    (cut,) = [c for c in CUT_OFFS if c.name == "5k-cut-at-90"]
+    arguments = json.dumps({"code": cut.program}, ensure_ascii=False)
+    arrived = arguments[: int(len(arguments) * cut.at)]
+    notice = partial_notice("#1", "print(1)")
+    whole = _call(cut.program, "ok", cut.expected, role="regenerate")
+    line = _call(extend_line("#1", _rest(cut)), "ok", cut.expected, role="extend")
+    runs = _runs()
+    for run in runs:
+        regenerate = ArmOutcome("off", "regenerate", [_cut(arrived, "dropped"), whole])
+        extend = ArmOutcome("on", "extend", [_cut(arrived, "partial", notice), line])
+        run.cut_outcomes.append(CutOutcome(cut, regenerate, extend, run.shape.name))
+    figures = analyse(runs, load_tokenizer())
+    assert figures["unit"] == "bytes"  # the made-up calls carry no token counts
+    (row,) = figures["id_shapes"]["openai"]["cut_off"]["scenarios"]
+    written, extended, read = whole.bytes, line.bytes, len(notice.encode())
+    assert (row["regenerate"], row["extend"], row["notice"]) == (written, extended, read)
+    assert row["saved"] == pytest.approx((written - extended - read) / written)
+    assert row["saved_priced"] == pytest.approx((4 * written - 4 * extended - read) / written / 4)
+    assert row["arrived"] == len(arrived.encode()) and row["agree"]
+    figures["run"], figures["headline"] = _run_info(), "headline"
+    text = render_markdown(figures)
+    assert "## Cut-off calls" in text
+    assert f"| 5k-cut-at-90 | {whole.bytes:,} B | 90% | {row['arrived']:,} | {written:,} | " in text
+    # The scenarios' figures do not count the cut-off calls.
+    assert figures["id_shapes"]["openai"]["total"]["scenarios"] == 1
 
 
 def test_the_chart_is_a_valid_png_of_the_stated_size() -> None:
@@ -324,6 +402,25 @@ def _call(
         value=value,
         ename=None if status == "ok" else "KeyError",
         role=role,
+        reference="#1" if notice else None,
+    )
+
+
+def _cut(arrived: str, status: str, notice: str | None = None) -> ModelCall:
+    """A cut-off call as far as it arrived."""
+    return ModelCall(
+        arguments=arrived,
+        bytes=len(arrived.encode()),
+        tokens=None,
+        status=status,
+        duration=0.0,
+        notice=notice,
+        notice_tokens=None,
+        result_tokens=None,
+        result_bytes=0,
+        value=None,
+        ename=None,
+        role="cut",
         reference="#1" if notice else None,
     )
 
@@ -563,3 +660,53 @@ def test_the_report_states_the_overheads_and_the_break_even(report: dict[str, An
         report["id_shapes"][shape]["break_even"]["recommended_notice_min_bytes"] for shape in SHAPES
     )
     assert [t["key"] for t in report["targets"]] == [key for key, *_ in TARGETS]
+
+
+def test_every_quick_cut_off_call_is_extended_and_prints_what_the_whole_program_prints(
+    quick_run: Any, report: dict[str, Any]
+) -> None:
+    _, out = quick_run
+    markdown = (out / "report.md").read_text("utf-8")
+    cuts = {cut.name: cut for cut in CUT_OFFS}
+    for shape in SHAPES:
+        rows = report["id_shapes"][shape]["cut_off"]["scenarios"]
+        assert [row["name"] for row in rows] == list(QUICK_CUT_OFFS)
+        for row in rows:
+            cut = cuts[row["name"]]
+            played = report["cut_off_calls"][shape][cut.name]
+            dropped, whole = played["regenerate"]["calls"]
+            assert [dropped["role"], dropped["status"]] == ["cut", "dropped"]
+            assert [whole["role"], whole["status"]] == ["regenerate", "ok"]
+            saved, extend = played["extend"]["calls"]
+            assert [saved["role"], saved["status"]] == ["cut", "partial"]
+            assert saved["notice"].startswith("[ptc-retry] Cut off ")
+            assert f'extend("{saved["reference"]}", "<rest>")' in saved["notice"]
+            line = extend_line(saved["reference"], _rest(cut))
+            assert extend["role"] == "extend" and extend["status"] == "ok"
+            assert extend["code_sha256"] == hashlib.sha256(line.encode()).hexdigest()
+            # The kernel ran the whole program: what it printed, and its value.
+            assert extend["result_sha256"] == whole["result_sha256"]
+            assert same_value(extend["value"], cut.expected)
+            assert row["agree"] and row["extend"] + row["notice"] < row["regenerate"]
+            assert f"| {cut.name} | {whole['bytes']:,} B | {cut.at:.0%} |" in markdown
+
+
+def test_an_extended_program_that_prints_something_else_fails_the_check(
+    jupyter_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from ptc_retry.eval import runner
+
+    printed = 'print(f"{len(orders)} orders kept'
+
+    def without_a_print(target: str, rest: str) -> str:
+        assert printed in rest
+        return extend_line(target, rest.replace(printed, printed.removeprefix("print")))
+
+    monkeypatch.setattr(runner, "extend_line", without_a_print)
+    (cut,) = [c for c in CUT_OFFS if c.name == "5k-cut-at-50"]
+    runs, _ = runner.run_eval([], cut_offs=[cut], shapes=ID_SHAPES[:1])
+    (outcome,) = runs[0].cut_outcomes
+    extended = outcome.extend.calls[-1]
+    assert extended.status == "ok" and same_value(extended.value, cut.expected)
+    assert outcome.regenerate.problem is None and not outcome.agree
+    assert outcome.extend.problem == "the extended program's output differs from the whole one's"

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..core.layout import calls_path
 from ..tokens import Tokenizer
-from .outcomes import ArmOutcome, Outcome, ShapeRun, replay_line
+from .outcomes import ArmOutcome, CutOutcome, ModelCall, Outcome, ShapeRun, replay_line
 from .scenarios import SIZES
 
 __all__ = ["LOADER", "REFERENCE", "TARGETS", "analyse", "for_each_shape", "short_label"]
@@ -87,8 +87,10 @@ def analyse(runs: Sequence[ShapeRun], tokens: Tokenizer) -> dict[str, Any]:
     counted = all(
         arm.fix_tokens is not None and arm.calls[0].tokens is not None
         for run in runs
-        for o in run.outcomes
-        for arm in (o.off, o.on)
+        for arm in [
+            *(a for o in run.outcomes for a in (o.off, o.on)),
+            *(a for c in run.cut_outcomes for a in (c.regenerate, c.extend)),
+        ]
     )
     unit = "tokens" if tokens.available and counted else "bytes"
 
@@ -214,7 +216,65 @@ def _analyse_shape(run: ShapeRun, size_of: Any, unit: str) -> dict[str, Any]:
         "replay_fixed_part": _fixed_part(outcomes, size_of, unit),
         "break_even": _break_even(outcomes, run.prompt, size_of, unit),
         "reference": _reference(outcomes, rows, run, size_of, unit),
-        "all_agree": all(r["agree"] for r in rows),
+        "cut_off": _cut_offs(run.cut_outcomes, size_of, unit) if run.cut_outcomes else None,
+        "all_agree": all(r["agree"] for r in rows) and all(c.agree for c in run.cut_outcomes),
+    }
+
+
+def _cut_offs(outcomes: Sequence[CutOutcome], size_of: Any, unit: str) -> dict[str, Any]:
+    """What the model writes after a cut, per cut-off call: the whole call again
+    (regenerate) against the extend line, with the notice the extend arm reads. Saved:
+    ``(R - E - N) / R``; priced, with an output token at ``OUTPUT_WEIGHT`` input tokens:
+    ``(w * R - w * E - N) / (w * R)``."""
+
+    def written(arm: ArmOutcome) -> int:
+        return arm.fix_tokens if unit == "tokens" and arm.fix_tokens is not None else arm.fix_bytes
+
+    def saving(regenerate: int, extend: int, notice: int) -> dict[str, Any]:
+        weight = OUTPUT_WEIGHT
+        return {
+            "regenerate": regenerate,
+            "extend": extend,
+            "notice": notice,
+            "saved": _percent(regenerate - extend - notice, regenerate),
+            "saved_priced": _percent(weight * (regenerate - extend) - notice, weight * regenerate),
+        }
+
+    rows = []
+    for o in outcomes:
+        arrived = o.arrived
+        notices = [c.notice for c in o.extend.calls if c.notice]
+        rows.append(
+            {
+                "name": o.cut.name,
+                "size": o.cut.size,
+                "at": o.cut.at,
+                "program_bytes": o.regenerate.fix_bytes,  # the whole call's arguments
+                "arrived_bytes": arrived.bytes if arrived else None,
+                "arrived": None if arrived is None else _sent(arrived, unit),
+                **saving(
+                    written(o.regenerate),
+                    written(o.extend),
+                    sum(size_of(text) for text in notices),
+                ),
+                "extend_bytes": o.extend.fix_bytes,
+                "regenerate_seconds": round(o.regenerate.fix_seconds, 3),
+                "extend_seconds": round(o.extend.fix_seconds, 3),
+                "notice_text": notices[0] if notices else None,
+                "agree": o.agree,
+                "problems": [p for p in (o.regenerate.problem, o.extend.problem) if p],
+                "expected": o.cut.expected,
+            }
+        )
+    return {
+        "output_weight": OUTPUT_WEIGHT,
+        "scenarios": rows,
+        "total": {
+            "scenarios": len(rows),
+            **saving(*(sum(r[key] for r in rows) for key in ("regenerate", "extend", "notice"))),
+            "regenerate_bytes": sum(r["program_bytes"] for r in rows),
+            "extend_bytes": sum(r["extend_bytes"] for r in rows),
+        },
     }
 
 
@@ -231,6 +291,11 @@ def _tools(
         **{key: sum(r[key] for r in rows) for key in counts},
         "prompt_section": listed,
     }
+
+
+def _sent(call: ModelCall, unit: str) -> int:
+    """A call's arguments in the unit."""
+    return int(call.tokens) if unit == "tokens" and call.tokens is not None else int(call.bytes)
 
 
 def _notice_kind(text: str) -> str:

@@ -1,9 +1,10 @@
 """What the evaluation measured: the call-id shapes, each call the scripted model sent and
-what came back, and the outcome of each arm of each scenario. The runner fills these in;
-the report computes its figures from them."""
+what came back, and the outcome of each arm of each scenario and cut-off call. The runner
+fills these in; the report computes its figures from them."""
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import random
@@ -12,17 +13,21 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .scenarios import Scenario
+from ..core.partial import cut_arguments
+from .scenarios import CutOff, Scenario
 
 __all__ = [
     "ID_SHAPES",
     "ArmOutcome",
+    "CutOutcome",
     "IdShape",
     "ModelCall",
     "Outcome",
     "ShapeRun",
+    "extend_line",
     "literal",
     "replay_line",
+    "rest_literal",
     "same_value",
 ]
 
@@ -66,7 +71,8 @@ class ModelCall:
     calls after the failure (``ArmOutcome``).
 
     ``role``: ``"failed"`` (the message that failed), ``"inspect"`` (a look at the data
-    before the fix), ``"re-send"`` or ``"replay"`` (a fix).
+    before the fix), ``"re-send"`` or ``"replay"`` (a fix); for a cut-off call, ``"cut"``
+    (the arguments as far as they arrived), then ``"regenerate"`` or ``"extend"``.
     """
 
     arguments: str  # the raw JSON arguments, as a model sends them
@@ -87,13 +93,18 @@ class ModelCall:
     said_first: str = ""  # the first line of the text the model read (up to 200 characters)
     tool_calls: int = 0  # host tool calls the program made live (the host counted them)
     tools_reused: int = 0  # recorded tool results a replay reused instead (the kernel's count)
+    result_sha256: str = ""  # of the text the model read back
 
     def as_dict(self) -> dict[str, Any]:
-        arguments = json.loads(self.arguments)
-        code = arguments["code"]
+        if self.role == "cut":  # the arguments stop part-way: the start of the program
+            found = cut_arguments(self.arguments)
+            code, keys = (found.string("code") or ("", False))[0], set(found.values)
+        else:
+            arguments = json.loads(self.arguments)
+            code, keys = arguments["code"], set(arguments)
         return {
             "role": self.role,
-            "other_keys": sorted(set(arguments) - {"code"}),
+            "other_keys": sorted(keys - {"code"}),
             "call_id": self.call_id,
             "step": self.step,
             # Short calls (replays, small programs) as sent; long programs are in the corpus.
@@ -109,6 +120,7 @@ class ModelCall:
             "result_tokens": self.result_tokens,
             "result_bytes": self.result_bytes,
             "said_first": self.said_first,
+            "result_sha256": self.result_sha256,
             "value": self.value,
             "ename": self.ename,
             "tool_calls": self.tool_calls,
@@ -132,8 +144,9 @@ class ArmOutcome:
 
     @property
     def fixes(self) -> list[ModelCall]:
-        """Every call sent after the failure: fixes, and an inspection before them."""
-        return [call for call in self.calls if call.role != "failed"]
+        """Every call sent after the failure or the cut: fixes, and an inspection before
+        them."""
+        return [call for call in self.calls if call.role not in ("failed", "cut")]
 
     @property
     def replays(self) -> list[ModelCall]:
@@ -225,6 +238,29 @@ class Outcome:
 
 
 @dataclass
+class CutOutcome:
+    """Both arms of one cut-off call, played with one id shape: ``regenerate`` (the loop
+    drops the cut call and the model writes it whole again) and ``extend`` (the model
+    sends the rest of the program after the part the backend saved)."""
+
+    cut: CutOff
+    regenerate: ArmOutcome
+    extend: ArmOutcome
+    id_shape: str = ID_SHAPES[0].name
+
+    @property
+    def agree(self) -> bool:
+        """Both arms ran the whole program and it gave the same output and value."""
+        return self.regenerate.problem is None and self.extend.problem is None
+
+    @property
+    def arrived(self) -> ModelCall | None:
+        """The call as far as it arrived."""
+        cut = [call for call in self.extend.calls if call.role == "cut"]
+        return cut[0] if cut else None
+
+
+@dataclass
 class ShapeRun:
     """Every scenario played with one id shape, and what the ON model was told once."""
 
@@ -233,6 +269,7 @@ class ShapeRun:
     prompt: str  # the prompt section the ON model was given
     session_dir: str  # where the ON kernel saved the programs (gone after the run)
     tools_prompt: str | None = None  # the prompt section with the host tools, if played
+    cut_outcomes: list[CutOutcome] = field(default_factory=list)
 
 
 def same_value(shown: str | None, expected: str) -> bool:
@@ -261,3 +298,23 @@ def replay_line(target: str, edits: Sequence[tuple[str, str]], *, resume: bool =
     if resume:
         arguments += ", resume=True"
     return f"await ptc_retry.replay({arguments})"
+
+
+def rest_literal(text: str) -> str:
+    """The rest of a cut-off program as the Python string literal a model writes code in: a
+    raw triple-quoted string, which holds the code as it reads (``r'''...'''``, or the
+    same in double quotes when the code holds three single quotes); an escaped one-line
+    ``literal`` when neither can hold it."""
+    for quotes in ("'''", '"""'):
+        shown = f"r{quotes}{text}{quotes}"
+        try:
+            if ast.literal_eval(shown) == text:
+                return shown
+        except (SyntaxError, ValueError):
+            pass
+    return literal(text)
+
+
+def extend_line(target: str, rest: str) -> str:
+    """The one call a cut-off call's notice teaches, with the rest of the program."""
+    return f"await ptc_retry.extend({json.dumps(target)}, {rest_literal(rest)})"

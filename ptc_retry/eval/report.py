@@ -17,7 +17,7 @@ from ..tokens import Tokenizer
 from .chart import savings_chart
 from .figures import analyse, for_each_shape, short_label
 from .outcomes import ShapeRun
-from .scenarios import QUICK
+from .scenarios import QUICK, QUICK_CUT_OFFS
 
 __all__ = ["headline", "render_markdown", "write_report"]
 
@@ -50,6 +50,13 @@ def write_report(
     detail["calls"] = {
         run.shape.name: {
             o.scenario.name: {"off": o.off.as_dict(), "on": o.on.as_dict()} for o in run.outcomes
+        }
+        for run in runs
+    }
+    detail["cut_off_calls"] = {
+        run.shape.name: {
+            o.cut.name: {"regenerate": o.regenerate.as_dict(), "extend": o.extend.as_dict()}
+            for o in run.cut_outcomes
         }
         for run in runs
     }
@@ -235,6 +242,7 @@ def render_markdown(figures: dict[str, Any]) -> str:
             "",
         ]
     lines += _tools_section(figures, shapes)
+    lines += _cut_off_section(figures, shapes)
     lines += _overhead_section(figures, shapes)
     lines += _break_even_section(figures, shapes)
     lines += _reference_section(figures, shapes)
@@ -289,6 +297,62 @@ def _tools_section(figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) ->
             f"{listed[unit]:,} {unit} ({listed['bytes']:,} bytes), against {plain[unit]:,} "
             f"{unit} without tools (the figure the other sections use).",
         ]
+    return [*lines, ""]
+
+
+def _cut_off_section(figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) -> list[str]:
+    """The cut-off calls: what the model writes after the cut, regenerating against
+    extending, with the notice read and the saving, also priced."""
+    if not shapes[0].get("cut_off"):
+        return []
+    unit = figures["unit"]
+    u = "tok" if unit == "tokens" else "B"
+    order = " / ".join(short_label(s) for s in shapes)
+    weight = shapes[0]["cut_off"]["output_weight"]
+    lines = [
+        "## Cut-off calls",
+        "",
+        "A `run_code` call whose stream stopped part-way (an output-token limit, a dropped "
+        "connection), cut at a share of its JSON arguments; its program has no mistake. "
+        "**Regenerate**, what agent loops do today: the loop drops the cut call and the model "
+        "writes the whole call again (stock kernel). **Extend**: the backend saves what "
+        "arrived (`handle_partial_tool_call`, nothing runs), the model reads the notice and "
+        'writes only `await ptc_retry.extend("#n", <rest>)`, the rest of the program as a '
+        "string literal, and the kernel runs the whole program; it must print what the "
+        f"whole program prints and end with its value. Written: the tool-call arguments "
+        f"after the cut ({unit}); read: the notice, counted as input. Saved: regenerate "
+        f"against extend plus the notice; priced: with an output token at {weight} input "
+        f"tokens. Where the id shapes differ, a cell shows {order}.",
+        "",
+        f"| call | program | cut at | arrived {u} | regenerate writes {u} | extend writes {u} "
+        f"| notice read {u} | saved | saved, output at {weight}x | result |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+
+    def cells(group: Sequence[dict[str, Any]]) -> str:
+        return (
+            f"{for_each_shape(group, _count('regenerate'))} | "
+            f"{for_each_shape(group, _count('extend'))} | "
+            f"{for_each_shape(group, _count('notice'))} | "
+            f"{for_each_shape(group, lambda x: _fmt_pct(x['saved']))} | "
+            f"{for_each_shape(group, lambda x: _fmt_pct(x['saved_priced']))} |"
+        )
+
+    names = list(figures["id_shapes"])
+    for index, r in enumerate(shapes[0]["cut_off"]["scenarios"]):
+        rows = [s["cut_off"]["scenarios"][index] for s in shapes]
+        problems = [f"{name}: {p}" for name, row in zip(names, rows) for p in row["problems"]]
+        result = "both ok" if not problems else "FAILED: " + "; ".join(problems)
+        lines.append(
+            f"| {r['name']} | {r['program_bytes']:,} B | {r['at']:.0%} | "
+            f"{for_each_shape(rows, _count('arrived'))} | {cells(rows)} {result} |"
+        )
+    totals = [s["cut_off"]["total"] for s in shapes]
+    lines.append(f"| **all {totals[0]['scenarios']}** | | | | {cells(totals)} |")
+    example = shapes[0]["cut_off"]["scenarios"][0]["notice_text"]
+    if example:
+        shown = example.replace("|", "\\|")
+        lines += ["", f"The notice the first extend arm read: `{shown}`"]
     return [*lines, ""]
 
 
@@ -501,12 +565,19 @@ def _method_section(figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) -
         "traceback and re-sends, as on the stock kernel. Their ON arm runs on a `ptc-retry` "
         "kernel of its own with the tools, so only their prompt section lists them; each "
         "arm's host counts the calls.",
+        "- Cut-off calls: played after the scenarios, on the same kernels (the references the "
+        "scenarios' notices give stay as they were). The arguments are cut at a share of their "
+        "characters; the extend arm's model goes on from the end of what it sent (the notice "
+        "quotes it) and writes the rest as a raw triple-quoted string (`r'''...'''`), which "
+        "holds code as it reads, or an escaped one when that cannot hold it. The regenerate "
+        "arm reads nothing counted here (what a loop says to ask for the call again would "
+        "only add to it).",
         '- Sizes are of the tool call\'s JSON arguments (`{"code": ...}`), as the model '
         "writes them; the 5 KB and 20 KB programs are generated from seeds as agents write "
         "them: pipelines with many helpers and pasted data, a report template, config blobs, "
         "an API response.",
         f"- Tokens: {figures['tokenizer']}; bytes are UTF-8.",
         "- Re-run: `ptc-retry eval --out DIR` (about 50 s on two cores; `--quick` runs "
-        f"{len(QUICK)} of the scenarios).",
+        f"{len(QUICK)} of the scenarios and {len(QUICK_CUT_OFFS)} of the cut-off calls).",
         "",
     ]

@@ -1,4 +1,5 @@
-"""``ptc-retry eval``: play every scenario in two arms on real kernels and measure the fix.
+"""``ptc-retry eval``: play every scenario in two arms on real kernels and measure the fix,
+and every cut-off call in two arms and measure what the model writes after the cut.
 
 The arms and what the scripted model does in each are ``_Arm``'s; how the id shapes are
 played, ``run_eval``'s; what is measured, :mod:`.outcomes`'.
@@ -7,6 +8,7 @@ played, ``run_eval``'s; what is measured, :mod:`.outcomes`'.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import importlib.util
 import json
 import os
@@ -21,19 +23,22 @@ from typing import Any
 
 from ..backend import KernelBackend, RunResult
 from ..core.notice import parse_notice
+from ..core.partial import cut_arguments
 from ..tokens import Tokenizer, load_tokenizer
 from .host import EvalTools
 from .outcomes import (
     ID_SHAPES,
     ArmOutcome,
+    CutOutcome,
     IdShape,
     ModelCall,
     Outcome,
     ShapeRun,
+    extend_line,
     replay_line,
     same_value,
 )
-from .scenarios import QUICK, SCENARIOS, Scenario, by_name
+from .scenarios import CUT_OFFS, QUICK, QUICK_CUT_OFFS, SCENARIOS, CutOff, Scenario, by_name
 
 __all__ = ["main", "run_eval"]
 
@@ -82,6 +87,11 @@ def _programs(scenario: Scenario) -> list[_Program]:
     return programs
 
 
+def _arguments(code: str, extra_keys: dict[str, str] | None = None) -> str:
+    """The raw JSON arguments of a ``run_code`` call, as a model writes them."""
+    return json.dumps({"code": code, **(extra_keys or {})}, ensure_ascii=False)
+
+
 def _offers_resume(notice: str) -> bool:
     """A failure's notice offers ``resume=True``; a stopped program's, ``ptc_retry.resume``."""
     return "resume=True" in notice or "ptc_retry.resume(" in notice
@@ -105,6 +115,10 @@ class _Arm:
     notice (``notice_min_bytes`` out of reach), so its model reads the traceback as on the
     stock kernel and re-sends (``resends``); their ON arm, on a ptc-retry kernel with the
     tools, replays. Both count the calls the host made.
+
+    A cut-off call (``play_cut``): the OFF model writes the whole call again (regenerate,
+    what agent loops do today: they drop the cut call); the ON model sends the rest of the
+    program after the start the backend saved, as the notice teaches (extend).
     """
 
     def __init__(
@@ -136,12 +150,44 @@ class _Arm:
         step: int,
         extra_keys: dict[str, str] | None = None,
     ) -> ModelCall:
-        arguments = json.dumps({"code": code, **(extra_keys or {})}, ensure_ascii=False)
+        arguments = _arguments(code, extra_keys)
         before = self.host.total if self.host is not None else 0
         text = await self.backend.handle_tool_call(
             "run_code", arguments, call_id, step=step, timeout=timeout or _CALL_TIMEOUT
         )
+        return self._measured(arguments, text, role=role, call_id=call_id, step=step, before=before)
+
+    async def cut(self, arrived: str, call_id: str, step: int) -> ModelCall:
+        """A call whose arguments stopped after ``arrived``. ON: the backend saves its start
+        (``handle_partial_tool_call``) and the model reads the notice; OFF: the loop drops it,
+        as loops do today, and nothing reaches the kernel (status ``dropped``)."""
+        if self.resends:
+            return ModelCall(
+                arguments=arrived,
+                bytes=len(arrived.encode("utf-8")),
+                tokens=self.tokens.count(arrived),
+                status="dropped",
+                duration=0.0,
+                notice=None,
+                notice_tokens=None,
+                result_tokens=None,
+                result_bytes=0,
+                value=None,
+                ename=None,
+                role="cut",
+                call_id=call_id,
+                step=step,
+            )
+        text = await self.backend.handle_partial_tool_call("run_code", arrived, call_id, step=step)
+        return self._measured(arrived, text, role="cut", call_id=call_id, step=step)
+
+    def _measured(
+        self, arguments: str, text: str, *, role: str, call_id: str, step: int, before: int = 0
+    ) -> ModelCall:
+        """The call the model sent and what came back (``text``, ``backend.last_result``)."""
         result = self.backend.last_result
+        if result is None:  # a cut call that held no program: nothing was saved or run
+            result = RunResult(status="refused", text=text, call_id=call_id)
         assert isinstance(result, RunResult)
         notice = result.notice if self.backend.extension else None
         counted = (result.metadata or {}).get("tool_calls") or {}
@@ -164,6 +210,7 @@ class _Arm:
             said_first=text.split("\n", 1)[0][:200],
             tool_calls=self.host.total - before if self.host is not None else 0,
             tools_reused=int(counted.get("reused", 0)),
+            result_sha256=hashlib.sha256(text.encode("utf-8")).hexdigest(),
         )
 
     async def play(self, scenario: Scenario) -> ArmOutcome:
@@ -230,6 +277,40 @@ class _Arm:
                 break
         return outcome
 
+    async def play_cut(self, cut: CutOff) -> ArmOutcome:
+        """The call cut off at ``cut.at`` of its arguments, then the model's next call: the
+        whole call again (OFF) or the extend line the notice teaches, with the rest of the
+        program after the start the model sent (ON). It must end with the whole program's
+        value."""
+        backend = self.backend
+        backend.new_turn()
+        outcome = ArmOutcome(self.name, "regenerate" if self.resends else "extend")
+        arguments = _arguments(cut.program)
+        arrived = arguments[: int(len(arguments) * cut.at)]
+        cut_call = await self.cut(arrived, self.shape.call_id(cut.name, 1), backend.next_step())
+        outcome.calls.append(cut_call)
+        if self.resends:
+            role, code = "regenerate", cut.program
+        else:
+            target = parse_notice(cut_call.notice or "")
+            sent = cut_arguments(arrived).string("code")
+            if cut_call.status != "partial" or target is None or sent is None:
+                outcome.problem = f"the cut call was not saved: {cut_call.said_first!r}"
+                return outcome
+            if target != cut_call.reference:
+                outcome.problem = f"the notice names {target!r}, the reply {cut_call.reference!r}"
+                return outcome
+            # The model goes on from the end of what it sent, which the notice quotes.
+            role, code = "extend", extend_line(target, cut.program[len(sent[0]) :])
+        call_id = self.shape.call_id(cut.name, 2)
+        fix = await self.call(code, call_id, None, role=role, step=backend.next_step())
+        outcome.calls.append(fix)
+        if fix.status != "ok":
+            outcome.problem = f"the {role} call ended with {fix.status} ({fix.ename})"
+        elif not same_value(fix.value, cut.expected):
+            outcome.problem = f"the {role} call returned {fix.value!r}, expected {cut.expected!r}"
+        return outcome
+
     def fixes(
         self, program: _Program, failed: ModelCall, outcome: ArmOutcome
     ) -> list[tuple[str, str]]:
@@ -278,6 +359,7 @@ def _action(plans: list[list[tuple[str, str]]], scenario: Scenario) -> str:
 
 async def _play_all(
     scenarios: Sequence[Scenario],
+    cut_offs: Sequence[CutOff],
     tokens: Tokenizer,
     work: Path,
     progress: bool,
@@ -356,9 +438,10 @@ async def _play_all(
                 _Arm("on", on, tokens, work / f"on-tools-{shape.name}", shape, host=host)
                 for shape, on, host in zip(shapes, tool_backends[1:], hosts[1:])
             ]
+        count = len(scenarios) + len(cut_offs)
         for number, scenario in enumerate(scenarios, 1):
             if progress:
-                print(f"[{number}/{len(scenarios)}] {scenario.name} ...", end=" ", flush=True)
+                print(f"[{number}/{count}] {scenario.name} ...", end=" ", flush=True)
             if scenario.tools:
                 off_arm, on_arms = off_tools, on_tools
             else:
@@ -375,6 +458,24 @@ async def _play_all(
                 said.append(f"{run.shape.name} {verdict} ({outcome.on.action}; {saved:+,} B)")
             if progress:
                 print("; ".join(said))
+        # After the scenarios, so that the references their notices give stay as they were.
+        for number, cut in enumerate(cut_offs, len(scenarios) + 1):
+            if progress:
+                print(f"[{number}/{count}] {cut.name} ...", end=" ", flush=True)
+            regenerated = await off.play_cut(cut)
+            extended = await asyncio.gather(*(on.play_cut(cut) for on in ons))
+            said = []
+            for run, extend in zip(runs, extended):
+                whole, last = regenerated.calls[-1], extend.calls[-1]
+                if extend.problem is None and last.result_sha256 != whole.result_sha256:
+                    extend.problem = "the extended program's output differs from the whole one's"
+                cut_outcome = CutOutcome(cut, regenerated, extend, run.shape.name)
+                run.cut_outcomes.append(cut_outcome)
+                verdict = "ok" if cut_outcome.agree else "FAILED"
+                saved = regenerated.fix_bytes - extend.fix_bytes
+                said.append(f"{run.shape.name} {verdict} (extend; {saved:+,} B)")
+            if progress:
+                print("; ".join(said))
     finally:
         await asyncio.gather(*(backend.shutdown() for backend in backends))
     return runs
@@ -383,12 +484,14 @@ async def _play_all(
 def run_eval(
     scenarios: Sequence[Scenario] | None = None,
     *,
+    cut_offs: Sequence[CutOff] | None = None,
     tokenizer: Tokenizer | None = None,
     progress: bool = False,
     shapes: Sequence[IdShape] = ID_SHAPES,
 ) -> tuple[list[ShapeRun], Tokenizer]:
-    """Play ``scenarios`` (default: the whole corpus) once per id shape; return one
-    ``ShapeRun`` per shape and the tokenizer that counted.
+    """Play ``scenarios`` and then ``cut_offs`` (default: the whole corpus, every cut-off
+    call) once per id shape; return one ``ShapeRun`` per shape and the tokenizer that
+    counted.
 
     Every scenario is played in the ON arm once per id shape (``ID_SHAPES``): with the ids
     OpenAI's API gives tool calls and with Anthropic's, each shape on its own ON kernel and
@@ -398,16 +501,18 @@ def run_eval(
     the same machine load (the ON kernels, sharing it with each other, rather more).
 
     A scenario passes when both arms end with the expected value (every program of it,
-    when a message held two); any other outcome fails the evaluation, with the reason in
-    the report.
+    when a message held two); a cut-off call, when both arms end with the whole program's
+    value and the extended program printed what the whole one printed. Any other outcome
+    fails the evaluation, with the reason in the report.
     """
     from jupyter_core.utils import run_sync
 
     tokens = tokenizer or load_tokenizer()
     chosen = list(SCENARIOS if scenarios is None else scenarios)
+    cuts = list(CUT_OFFS if cut_offs is None else cut_offs)
     work = _work_dir()
     try:
-        runs = run_sync(_play_all)(chosen, tokens, work, progress, list(shapes))
+        runs = run_sync(_play_all)(chosen, cuts, tokens, work, progress, list(shapes))
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return runs, tokens
@@ -444,6 +549,7 @@ def main(out: str | os.PathLike[str] = "eval-report", quick: bool = False) -> in
         return 2
     out_dir = Path(out)
     scenarios = by_name(QUICK) if quick else list(SCENARIOS)
+    cut_offs = [c for c in CUT_OFFS if c.name in QUICK_CUT_OFFS] if quick else list(CUT_OFFS)
     # Old ipykernels import debugpy, which warns on stderr unless this is set.
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     tokens = load_tokenizer()
@@ -451,23 +557,25 @@ def main(out: str | os.PathLike[str] = "eval-report", quick: bool = False) -> in
         print(f"ptc-retry eval: {tokens.problem}; reporting bytes only.", file=sys.stderr)
     shapes = ", ".join(shape.label for shape in ID_SHAPES)
     print(
-        f"ptc-retry eval: {len(scenarios)} scenarios, two arms (stock python3 kernel, "
-        f"ptc-retry kernel), once with each id shape ({shapes}); tokens: {tokens.name}"
+        f"ptc-retry eval: {len(scenarios)} scenarios and {len(cut_offs)} cut-off calls, two "
+        f"arms (stock python3 kernel, ptc-retry kernel), once with each id shape ({shapes}); "
+        f"tokens: {tokens.name}"
     )
     started = time.monotonic()
-    runs, tokens = run_eval(scenarios, tokenizer=tokens, progress=True)
+    runs, tokens = run_eval(scenarios, cut_offs=cut_offs, tokenizer=tokens, progress=True)
     elapsed = time.monotonic() - started
     paths, headline = write_report(out_dir, runs, tokens, quick=quick, elapsed=elapsed)
     print(f"\n{headline}\n")
     for path in paths:
         print(f"wrote {path}")
     failed = sorted(
-        {
-            f"{o.scenario.name} ({run.shape.name})"
-            for run in runs
-            for o in run.outcomes
-            if not o.agree
-        }
+        f"{name} ({run.shape.name})"
+        for run in runs
+        for name, agree in [
+            *((o.scenario.name, o.agree) for o in run.outcomes),
+            *((o.cut.name, o.agree) for o in run.cut_outcomes),
+        ]
+        if not agree
     )
     if failed:
         print(

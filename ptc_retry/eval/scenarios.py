@@ -1,9 +1,9 @@
 """The evaluation corpus: agent programs, the mistake a model makes in each, and the fix.
 
 Every :class:`Scenario` is one failed model message of a code-mode agent (a program of
-about 150 B, 1 KB, 5 KB or 20 KB with one realistic mistake) and its correction. The big
-programs are generated as agents write them, from fixed seeds, so the corpus is the same
-on every run.
+about 150 B, 1 KB, 5 KB or 20 KB with one realistic mistake) and its correction; every
+:class:`CutOff`, a long program whose call was cut off mid-stream. The big programs are
+generated as agents write them, from fixed seeds, so the corpus is the same on every run.
 """
 
 from __future__ import annotations
@@ -13,7 +13,17 @@ from dataclasses import dataclass, field
 
 from ..core.edits import apply_edits
 
-__all__ = ["QUICK", "SCENARIOS", "SIZES", "Parallel", "Scenario", "by_name"]
+__all__ = [
+    "CUT_OFFS",
+    "QUICK",
+    "QUICK_CUT_OFFS",
+    "SCENARIOS",
+    "SIZES",
+    "CutOff",
+    "Parallel",
+    "Scenario",
+    "by_name",
+]
 
 #: The size classes, smallest first, as the report names them.
 SIZES = ("150 B", "1 KB", "5 KB", "20 KB")
@@ -85,6 +95,20 @@ class Scenario:
         if self.rewrite is not None:
             return self.rewrite
         return apply_edits(self.program, list(self.edits))
+
+
+@dataclass(frozen=True)
+class CutOff:
+    """A ``run_code`` call whose stream stopped part-way (an output-token limit, a dropped
+    connection): ``at`` is the share of the call's JSON arguments that arrived, in
+    characters. Its ``program`` has no mistake; ``expected`` is the ``repr`` of the value
+    the whole program ends with."""
+
+    name: str
+    size: str
+    program: str
+    expected: str
+    at: float
 
 
 # -- 150 B ------------------------------------------------------------------------------------
@@ -2439,6 +2463,23 @@ QUICK = (
     "20k-config-wrong-type",
     "1k-tools-wrong-key",
 )
+
+
+def _cut_off(source: str, at: float) -> CutOff:
+    """The corrected program of the corpus scenario ``source``, cut off at ``at``."""
+    (whole,) = [scenario for scenario in SCENARIOS if scenario.name == source]
+    name = f"{source.split('-')[0]}-cut-at-{round(at * 100)}"
+    return CutOff(name, whole.size, whole.corrected, whole.expected, at)
+
+
+#: Long programs cut off at half and at nine tenths of their arguments: a 5 KB sales
+#: report and a 20 KB data pipeline (the corrected programs of two scenarios above).
+CUT_OFFS: tuple[CutOff, ...] = tuple(
+    _cut_off(source, at) for source in ("5k-wrong-column", "20k-wrong-literal") for at in (0.5, 0.9)
+)
+
+#: The cut-off calls ``ptc-retry eval --quick`` plays: each size, each cut.
+QUICK_CUT_OFFS = ("5k-cut-at-50", "20k-cut-at-90")
 
 
 def by_name(names: list[str] | tuple[str, ...]) -> list[Scenario]:
