@@ -211,6 +211,8 @@ def test_a_continuation_cut_off_in_turn_is_extended_again(
         )
     )
     assert text.rstrip() == "one-two-three"
+    names = run(backend.run_code("parts"))  # the program's names are the kernel's now
+    assert names.value == "['one', 'two', 'three']"
 
 
 def test_a_combined_program_that_fails_gets_the_notice_and_is_replayed(
