@@ -1,6 +1,13 @@
-"""A real Jupyter Kernel Gateway for the tests: a ``python -m kernel_gateway`` subprocess on a
-free loopback port, with a token, that sees the ptc-retry kernelspec (``jupyter_path``) and
-gives its kernels ``PTC_RETRY_ROOT``."""
+"""Real gateways for the tests, each a subprocess on a free loopback port with a token, that
+sees the ptc-retry kernelspec (``jupyter_path``) and gives its kernels ``PTC_RETRY_ROOT``:
+
+- ``Gateway``: Jupyter Kernel Gateway, ``python -m kernel_gateway`` of the test venv;
+- ``EnterpriseGateway``: Jupyter Enterprise Gateway, ``python -m enterprise_gateway`` of a venv
+  of its own (it needs jupyter_client 6 and jupyter_server 1): ``.venv-enterprise-gateway/``
+  at the top of the checkout, or the venv ``$PTC_RETRY_ENTERPRISE_GATEWAY`` names. It starts local
+  kernels (its local process proxy) with the kernelspec's command, so the kernels run the
+  test venv's Python and ptc-retry; its own venv needs no ptc-retry.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +18,21 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 TOKEN = "test-token-" + uuid.uuid4().hex[:8]
+#: The test ids of the two gateways.
+KERNEL_GATEWAY, ENTERPRISE_GATEWAY = "kernel-gateway", "enterprise-gateway"
+GATEWAYS = [KERNEL_GATEWAY, ENTERPRISE_GATEWAY]
+#: Where the Enterprise Gateway venv is looked for, unless $PTC_RETRY_ENTERPRISE_GATEWAY says.
+ENTERPRISE_GATEWAY_VENV = Path(__file__).resolve().parent.parent / ".venv-enterprise-gateway"
+#: Enterprise Gateway refuses to start kernels for root (its unauthorized_users), the user the
+#: tests run as in CI: its kernels are started for this user, as a deployment names its users.
+KERNEL_USERNAME = "ptc-agent"
+#: What a gateway's kernels take from its environment when a client sends an ``env``.
+INHERITED = "PTC_RETRY_ROOT,IPYTHONDIR,PATH"
 
 
 def require_kernel_gateway() -> None:
@@ -28,8 +46,30 @@ def require_kernel_gateway() -> None:
         pytest.skip("these tests need jupyter-kernel-gateway >= 3")
 
 
+def require_enterprise_gateway() -> Path:
+    """The Python of the Enterprise Gateway venv; skips the calling test without one."""
+    venv = Path(os.environ.get("PTC_RETRY_ENTERPRISE_GATEWAY") or ENTERPRISE_GATEWAY_VENV)
+    python = venv / "bin" / "python"
+    if not python.exists() or not list(venv.glob("lib/python3*/site-packages/enterprise_gateway")):
+        pytest.skip(
+            f"Jupyter Enterprise Gateway is not installed in {venv}: make that venv with "
+            f"`python3.11 -m venv {venv} && {venv}/bin/pip install "
+            "jupyter-enterprise-gateway==3.3.0` (as .ci/run does), or name another in "
+            "PTC_RETRY_ENTERPRISE_GATEWAY"
+        )
+    return python
+
+
 class Gateway:
-    """A ``jupyter kernelgateway`` on a free loopback port, stopped by ``stop()``."""
+    """A ``jupyter kernelgateway`` on a free loopback port, stopped by ``stop()``.
+
+    ``args`` go on its command line, ``env`` into its environment. ``backend_options()`` are
+    the KernelBackend keywords that reach it.
+    """
+
+    kind = KERNEL_GATEWAY
+    #: The ``env`` its kernels are started with (none: they inherit the gateway's).
+    kernel_env: dict[str, str] = {}
 
     def __init__(
         self, root: Path, workdir: Path, *args: str, env: dict[str, str] | None = None
@@ -47,8 +87,15 @@ class Gateway:
             **(env or {}),
         )
         environ.pop("PTC_RETRY_SESSION", None)
-        self.log = workdir / "gateway.log"
-        command = [
+        self.log = workdir / f"{self.kind}.log"
+        with open(self.log, "w") as log:
+            self.process = subprocess.Popen(
+                self.command(*args), env=environ, cwd=workdir, stdout=log, stderr=subprocess.STDOUT
+            )
+        self._wait_until_it_answers()
+
+    def command(self, *args: str) -> list[str]:
+        return [
             sys.executable,
             "-m",
             "kernel_gateway",
@@ -58,11 +105,13 @@ class Gateway:
             f"--KernelGatewayApp.auth_token={TOKEN}",
             *args,
         ]
-        with open(self.log, "w") as log:
-            self.process = subprocess.Popen(
-                command, env=environ, cwd=workdir, stdout=log, stderr=subprocess.STDOUT
-            )
-        self._wait_until_it_answers()
+
+    def backend_options(self, **env: str) -> dict[str, Any]:
+        """KernelBackend keywords for a kernel behind this gateway, with ``env`` sent too."""
+        options: dict[str, Any] = {"gateway_url": self.url, "token": TOKEN, "startup_timeout": 30}
+        if self.kernel_env or env:
+            options["env"] = {**self.kernel_env, **env}
+        return options
 
     def _wait_until_it_answers(self, timeout: float = 30) -> None:
         import urllib.error
@@ -81,7 +130,7 @@ class Gateway:
             except (OSError, urllib.error.URLError):
                 time.sleep(0.1)
         self.stop()
-        pytest.fail(f"the gateway did not answer:\n{self.log.read_text()[-3000:]}")
+        pytest.fail(f"the {self.kind} did not answer:\n{self.log.read_text()[-3000:]}")
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -91,3 +140,46 @@ class Gateway:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
+
+
+class EnterpriseGateway(Gateway):
+    """A ``jupyter enterprisegateway`` on a free loopback port that starts ``ptc-retry``
+    kernels by default, as local processes; the kernels it starts give the environment
+    variables in ``INHERITED`` on to the kernel (a client's ``env`` replaces the rest)."""
+
+    kind = ENTERPRISE_GATEWAY
+    kernel_env = {"KERNEL_USERNAME": KERNEL_USERNAME}
+
+    def __init__(
+        self, root: Path, workdir: Path, *args: str, env: dict[str, str] | None = None
+    ) -> None:
+        self.python = require_enterprise_gateway()
+        super().__init__(root, workdir, *args, env={"EG_INHERITED_ENVS": INHERITED, **(env or {})})
+
+    def command(self, *args: str) -> list[str]:
+        return [
+            str(self.python),
+            "-m",
+            "enterprise_gateway",
+            "--EnterpriseGatewayApp.ip=127.0.0.1",
+            f"--EnterpriseGatewayApp.port={self.port}",
+            "--EnterpriseGatewayApp.port_retries=0",
+            f"--EnterpriseGatewayApp.auth_token={TOKEN}",
+            "--EnterpriseGatewayApp.default_kernel_name=ptc-retry",
+            *args,
+        ]
+
+
+def start_gateway(
+    kind: str, root: Path, workdir: Path, *args: str, env: dict[str, str] | None = None
+) -> Gateway:
+    """A gateway of ``kind`` (``GATEWAYS``); skips the calling test when it is not installed.
+
+    Its kernels started with a client's ``env`` keep ``PTC_RETRY_ROOT``, ``IPYTHONDIR`` and
+    ``PATH`` from its environment (Kernel Gateway's ``KG_ENV_PROCESS_WHITELIST``, Enterprise
+    Gateway's ``EG_INHERITED_ENVS``), as an operator sets up.
+    """
+    if kind == ENTERPRISE_GATEWAY:
+        return EnterpriseGateway(root, workdir, *args, env=env)
+    require_kernel_gateway()
+    return Gateway(root, workdir, *args, env={"KG_ENV_PROCESS_WHITELIST": INHERITED, **(env or {})})

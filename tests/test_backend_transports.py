@@ -1,12 +1,16 @@
 """KernelBackend's behaviour that does not depend on how the kernel is reached: each test runs
-once on a local kernel and once on a kernel behind a real Jupyter Kernel Gateway.
+on a local kernel, on a kernel behind a real Jupyter Kernel Gateway and on one behind a real
+Jupyter Enterprise Gateway (skipped where it is not installed: ``gateway_server``).
 
 Tests that leave the kernel usable share one backend per transport (``backend``) and use
-distinct call ids; tests that kill or restart a kernel share another (``fragile``).
+distinct call ids; tests that kill or restart a kernel share another (``fragile``). Other
+modules reuse the fixtures ``roots, gateway, transport, options``: theirs run on a local
+kernel and behind Kernel Gateway only (``TRANSPORTS``).
 """
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import logging
 import os
@@ -22,12 +26,16 @@ from tornado.httpclient import AsyncHTTPClient
 from ptc_retry.backend import KernelBackend
 from ptc_retry.core.notice import parse_notice
 
-from .gateway_server import TOKEN, Gateway, require_kernel_gateway
+from .gateway_server import ENTERPRISE_GATEWAY, KERNEL_GATEWAY, TOKEN, Gateway, start_gateway
 from .helpers import DYING, ORDERS, ORDERS_FIX, Run, line_of, raw
 
-TRANSPORTS = ["local", "gateway"]
-#: How long noticing a death and restarting may take: the gateway notices on its own clock.
-DEATH_SECONDS = {"local": 15, "gateway": 20}
+#: The transports of the modules that reuse these fixtures.
+TRANSPORTS = ["local", KERNEL_GATEWAY]
+#: This module's tests run behind Enterprise Gateway too.
+ALL_TRANSPORTS = [*TRANSPORTS, ENTERPRISE_GATEWAY]
+pytestmark = pytest.mark.parametrize("transport", ALL_TRANSPORTS, indirect=True, scope="module")
+#: How long noticing a death and restarting may take: a gateway notices on its own clock.
+DEATH_SECONDS = {"local": 15, KERNEL_GATEWAY: 20, ENTERPRISE_GATEWAY: 20}
 FIXED = "regions: ['east', 'north', 'south']\nmean order: 113.70"
 SUMMARY = "{'north': 162.75, 'south': 95.75, 'east': 310.0}"
 
@@ -35,15 +43,33 @@ SUMMARY = "{'north': 162.75, 'south': 95.75, 'east': 310.0}"
 @pytest.fixture(scope="module")
 def roots(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Where each transport's kernels keep their checkpoints (all on this machine here)."""
-    return {name: tmp_path_factory.mktemp(f"{name}-checkpoints") for name in TRANSPORTS}
+    return {name: tmp_path_factory.mktemp(f"{name}-checkpoints") for name in ALL_TRANSPORTS}
 
 
 @pytest.fixture(scope="module")
 def gateway(roots: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    require_kernel_gateway()
-    gateway = Gateway(roots["gateway"], tmp_path_factory.mktemp("gateway"))
+    """A Kernel Gateway."""
+    workdir = tmp_path_factory.mktemp(KERNEL_GATEWAY)
+    gateway = start_gateway(KERNEL_GATEWAY, roots[KERNEL_GATEWAY], workdir)
     yield gateway
     gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def enterprise_gateway(
+    roots: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    workdir = tmp_path_factory.mktemp(ENTERPRISE_GATEWAY)
+    gateway = start_gateway(ENTERPRISE_GATEWAY, roots[ENTERPRISE_GATEWAY], workdir)
+    yield gateway
+    gateway.stop()
+
+
+def gateway_of(transport: str, request: pytest.FixtureRequest) -> Gateway:
+    """The gateway behind ``transport``."""
+    name = "gateway" if transport == KERNEL_GATEWAY else "enterprise_gateway"
+    found: Gateway = request.getfixturevalue(name)
+    return found
 
 
 @pytest.fixture(scope="module", params=TRANSPORTS)
@@ -59,9 +85,8 @@ def options(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, Any]:
     """KernelBackend keyword arguments for ``transport``, every file in temporary directories."""
-    if transport == "gateway":
-        gateway: Gateway = request.getfixturevalue("gateway")
-        return {"gateway_url": gateway.url, "token": TOKEN, "startup_timeout": 30}
+    if transport != "local":
+        return gateway_of(transport, request).backend_options()
     ipython = str(tmp_path_factory.mktemp("ipython"))
     return {"root": roots["local"], "env": {"IPYTHONDIR": ipython}}
 
@@ -117,6 +142,27 @@ def test_scripted_agent_fails_reads_the_notice_replays_and_succeeds(
     assert line_of(backend.session_dir, "call_a2")["replay_of"] == "call_a1"
     by_id = f"await ptc_retry.replay('call_a1', {ORDERS_FIX[0]!r}, {ORDERS_FIX[1]!r})"
     assert run(backend.handle_tool_call("run_code", raw(by_id), "call_a3")) == second
+
+
+def test_env_reaches_the_kernel_beside_what_the_gateway_passes_on(
+    run: Run[Any], options: dict[str, Any], transport: str, roots: dict[str, Path]
+) -> None:
+    """``env=``: the ``KERNEL_*`` names a gateway passes on (Enterprise Gateway's
+    ``KERNEL_USERNAME`` among them), while the kernel keeps what its operator passes on from the
+    gateway's environment (here ``PTC_RETRY_ROOT``)."""
+    env = {**options.get("env", {}), "KERNEL_TEAM": "blue"}
+    kb = KernelBackend(**{**options, "env": env})
+    run(kb.start())
+    try:
+        code = "import os\nsorted((k, v) for k, v in os.environ.items() if k.startswith('KERNEL_'))"
+        result = run(kb.run_code(code, call_id="call_e1"))
+        session_dir = kb.session_dir
+    finally:
+        run(kb.shutdown())
+
+    given = [item for item in ast.literal_eval(result.value or "[]") if item[0] in env]
+    assert given == sorted(item for item in env.items() if item[0].startswith("KERNEL_"))
+    assert session_dir is not None and session_dir.parent == roots[transport]
 
 
 # -- time limits ------------------------------------------------------------------------------
@@ -213,7 +259,7 @@ def test_death_between_calls_is_noticed_by_the_next_call(
         while run(fragile.kernel_manager.is_alive()) and time.monotonic() < deadline:
             time.sleep(0.05)
     else:
-        run(_delete_kernel(request.getfixturevalue("gateway"), old_id))
+        run(_delete_kernel(gateway_of(transport, request), old_id))
 
     result = run(fragile.run_code("print('gone' in globals())", call_id="call_d1"))
 
@@ -221,7 +267,7 @@ def test_death_between_calls_is_noticed_by_the_next_call(
     assert result.text.startswith("[ptc-retry] The kernel had died since the last call")
     assert result.text.endswith("\nFalse")
     assert result.metadata["checkpoint"] == str(fragile.session_dir / "by-id" / "call_d1.json")
-    if transport == "gateway":
+    if transport != "local":
         assert fragile.connection.kernel_id != old_id
 
 

@@ -1,16 +1,21 @@
-"""KernelBackend through a real Jupyter Kernel Gateway, on 127.0.0.1 with a token.
+"""KernelBackend through a real Jupyter Kernel Gateway and a real Jupyter Enterprise Gateway,
+on 127.0.0.1 with a token.
 
-Each gateway is a ``python -m kernel_gateway`` subprocess (``gateway_server.Gateway``); the
-backend only talks to it over REST and the websocket. The tests read checkpoint files only
-to check what the kernel wrote: the backend never does. What the gateway and the local
-transport share is tested over both in ``test_backend_transports.py``; the reading of the
-remote kernel's answer is tested here without a gateway.
+Each gateway is a subprocess (``gateway_server``); the backend only talks to it over REST and
+the websocket. The tests read checkpoint files only to check what the kernel wrote: the
+backend never does. What the gateways and the local transport share is tested over all three
+in ``test_backend_transports.py``; here, what a gateway says: each error it answers, tested
+against both; and the reading of the remote kernel's answer, without a gateway.
 """
 
 from __future__ import annotations
 
 import asyncio
+import getpass
+import io
 import json
+import os
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -18,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tornado.httpclient import AsyncHTTPClient, HTTPRequest
+from tornado.httpclient import AsyncHTTPClient, HTTPClientError, HTTPRequest, HTTPResponse
 from tornado.websocket import websocket_connect
 
 from ptc_retry.backend import (
@@ -30,34 +35,77 @@ from ptc_retry.backend import (
     KernelStartError,
     RunResult,
 )
+from ptc_retry.backend.gateway import MAX_SAID_CHARS, gateway_said
 from ptc_retry.backend.remote import REMOTE_API, remote_session_dir
 from ptc_retry.core.notice import parse_notice
 from ptc_retry.core.version import __version__
 
-from .gateway_server import TOKEN, Gateway, require_kernel_gateway
+from .gateway_server import (
+    ENTERPRISE_GATEWAY,
+    GATEWAYS,
+    KERNEL_GATEWAY,
+    TOKEN,
+    Gateway,
+    require_kernel_gateway,
+    start_gateway,
+)
 from .helpers import ORDERS, Run, raw
 
 PROGRAM = ORDERS  # over notice_min_bytes, one wrong literal: "regoin" for "region"
+#: A kernelspec whose kernel exits at once, as one whose image lacks a package does.
+BROKEN = {
+    "argv": [
+        sys.executable,
+        "-c",
+        "import sys; print('ModuleNotFoundError: numpy', file=sys.stderr); sys.exit(3)",
+        "{connection_file}",
+    ],
+    "display_name": "Broken",
+    "language": "python",
+}
 
 
-@pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("gateway-checkpoints")
-
-
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="module", params=GATEWAYS)
 def gateway(
-    jupyter_path: Path, root: Path, tmp_path_factory: pytest.TempPathFactory
+    jupyter_path: Path, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[Gateway]:
-    require_kernel_gateway()
-    gateway = Gateway(root, tmp_path_factory.mktemp("gateway"))
+    """Each kind of gateway in turn."""
+    kind = str(request.param)
+    root = tmp_path_factory.mktemp(f"{kind}-checkpoints")
+    gateway = start_gateway(kind, root, tmp_path_factory.mktemp(kind))
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="module", params=GATEWAYS)
+def limited(
+    jupyter_path: Path, request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """Each kind of gateway in turn, running one kernel at most, knowing the ``broken``
+    kernelspec, and giving up on a kernel that exits after one restart (checking every
+    second, not every 3)."""
+    kind = str(request.param)
+    workdir = tmp_path_factory.mktemp(f"{kind}-limited")
+    spec = workdir / "share" / "kernels" / "broken"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps(BROKEN))
+    app = "KernelGatewayApp" if kind == KERNEL_GATEWAY else "EnterpriseGatewayApp"
+    gateway = start_gateway(
+        kind,
+        workdir / "checkpoints",
+        workdir,
+        f"--{app}.max_kernels=1",
+        "--KernelRestarter.restart_limit=1",
+        "--KernelRestarter.time_to_dead=1",
+        env={"JUPYTER_PATH": f"{jupyter_path}{os.pathsep}{workdir / 'share'}"},
+    )
     yield gateway
     gateway.stop()
 
 
 @pytest.fixture(scope="module")
 def backend(run: Run[Any], gateway: Gateway) -> Iterator[KernelBackend]:
-    kb = KernelBackend(gateway_url=gateway.url, token=TOKEN, startup_timeout=30)
+    kb = KernelBackend(**gateway.backend_options())
     run(kb.start())
     yield kb
     run(kb.shutdown())
@@ -92,7 +140,7 @@ def test_guard_refuses_after_three_identical_failures(
 
 def test_two_backends_on_one_gateway_at_once(gateway: Gateway, run: Run[Any]) -> None:
     async def two() -> tuple[list[RunResult], float, list[Any]]:
-        backends = [KernelBackend(gateway_url=gateway.url, token=TOKEN) for _ in range(2)]
+        backends = [KernelBackend(**gateway.backend_options()) for _ in range(2)]
         await asyncio.gather(*(kb.start() for kb in backends))
         try:
             await asyncio.gather(*(kb.run_code(f"mine = {n}") for n, kb in enumerate(backends)))
@@ -168,21 +216,135 @@ def test_forced_kernel_gives_a_python3_client_checkpoints_and_notices(
     assert json.loads(saved.read_text()) == {"code": PROGRAM}
 
 
-# -- a gateway that is not there, or not ours -----------------------------------------------
+# -- what a gateway says, as the backend says it -------------------------------------------
 
 
-def test_wrong_token_is_a_clear_error_within_seconds(gateway: Gateway, run: Run[Any]) -> None:
-    kb = KernelBackend(gateway_url=gateway.url, token="not-the-token")
+def start_error(run: Run[Any], **options: Any) -> str:
+    """The message of the error a backend with ``options`` raises from start()."""
+    kb = KernelBackend(**options)
     started = time.monotonic()
-    with pytest.raises(GatewayError, match="refused the token"):
+    with pytest.raises(BackendError) as caught:
         run(kb.start())
-    assert time.monotonic() - started < 5
+    assert time.monotonic() - started < 10  # within seconds
+    return f"{type(caught.value).__name__}: {caught.value}"
 
 
-def test_unknown_kernel_name_names_the_gateways_kernels(gateway: Gateway, run: Run[Any]) -> None:
-    kb = KernelBackend(gateway_url=gateway.url, token=TOKEN, kernel_name="no-such-kernel")
-    with pytest.raises(KernelStartError, match="no kernel named 'no-such-kernel'.*ptc-retry"):
+def test_a_wrong_or_missing_token_is_a_clear_error_within_seconds(
+    gateway: Gateway, run: Run[Any]
+) -> None:
+    options = {**gateway.backend_options(), "token": "not-the-token"}
+    hint = (
+        "(HTTP 401: Unauthorized); pass its auth token (KG_AUTH_TOKEN of Kernel Gateway, "
+        "EG_AUTH_TOKEN of Enterprise Gateway) as token=..."
+    )
+
+    wrong = start_error(run, **options)
+    missing = start_error(run, **{**options, "token": None})
+
+    assert wrong == f"GatewayError: the gateway at {gateway.url} refused the token {hint}"
+    assert missing == f"GatewayError: the gateway at {gateway.url} asks for a token {hint}"
+
+
+def test_a_url_without_the_gateways_base_path_is_a_clear_error(
+    gateway: Gateway, run: Run[Any]
+) -> None:
+    url = f"{gateway.url}/kernels"
+    said = start_error(run, **{**gateway.backend_options(), "gateway_url": url})
+
+    assert said == (
+        f"GatewayError: the gateway at {url} has no /api/kernels (HTTP 404: Not Found); is "
+        "the URL right, with the gateway's base path?"
+    )
+
+
+def test_an_unknown_kernel_name_names_the_gateways_kernels(gateway: Gateway, run: Run[Any]) -> None:
+    said = start_error(run, **gateway.backend_options(), kernel_name="no-such-kernel")
+
+    start = (
+        f"KernelStartError: the gateway at {gateway.url} has no kernel named 'no-such-kernel' "
+        "(HTTP 500: jupyter_client.kernelspec.NoSuchKernel: No such kernel named "
+        "no-such-kernel); its kernels are: "
+    )
+    end = (
+        "; pass one as kernel_name=..., or install the ptc-retry kernelspec there "
+        "(ptc-retry install-kernel)"
+    )
+    assert said.startswith(start) and said.endswith(end)
+    assert "ptc-retry" in said[len(start) : -len(end)].split(", ")
+
+
+def test_a_user_the_gateway_refuses_is_told_to_name_another(
+    jupyter_path: Path, run: Run[Any], tmp_path: Path
+) -> None:
+    """Enterprise Gateway refuses kernels for root (its default unauthorized_users) and, when
+    a client names no KERNEL_USERNAME, starts them for the user it runs as."""
+    refusing = start_gateway(
+        ENTERPRISE_GATEWAY,
+        tmp_path / "checkpoints",
+        tmp_path,
+        env={"EG_UNAUTHORIZED_USERS": f"root,{getpass.getuser()},mallory"},
+    )
+    options = refusing.backend_options()
+    try:
+        unnamed = start_error(run, **{**options, "env": {}})
+        refused = start_error(run, **{**options, "env": {"KERNEL_USERNAME": "mallory"}})
+    finally:
+        refusing.stop()
+
+    display = "Python 3 (ptc-retry)"
+    assert unnamed.startswith(
+        f"KernelStartError: the gateway at {refusing.url} refused to start a kernel for the "
+        "user it runs as (HTTP 403: User '"
+    )
+    assert unnamed.endswith(
+        f"' is not authorized to start kernel '{display}'. Ensure KERNEL_USERNAME is set to an "
+        "appropriate value and retry the request.); name the user the kernel is for: "
+        "env={'KERNEL_USERNAME': '<user>'} (Enterprise Gateway refuses the users in its "
+        "unauthorized_users, root unless its operator changes that)"
+    )
+    assert refused == (
+        f"KernelStartError: the gateway at {refusing.url} refused to start a kernel for "
+        f"KERNEL_USERNAME 'mallory' (HTTP 403: User 'mallory' is not authorized to start kernel "
+        f"'{display}'. Ensure KERNEL_USERNAME is set to an appropriate value and retry the "
+        "request.); pass a user it allows, or have its operator change its unauthorized_users "
+        "or authorized_users"
+    )
+
+
+def test_a_gateway_at_its_kernel_limit_says_so(limited: Gateway, run: Run[Any]) -> None:
+    first = KernelBackend(**limited.backend_options())
+    run(first.start())
+    try:
+        said = start_error(run, **limited.backend_options())
+    finally:
+        run(first.shutdown())
+
+    assert said == (
+        f"KernelStartError: the gateway at {limited.url} runs as many kernels as it allows "
+        "(HTTP 403: Resource Limit); shut down the backends you no longer use, or have its "
+        "operator raise max_kernels (--KernelGatewayApp.max_kernels, "
+        "--EnterpriseGatewayApp.max_kernels or max_kernels_per_user)"
+    )
+
+
+def test_a_kernel_that_exits_at_start_is_reported_once_the_gateway_gives_up(
+    limited: Gateway, run: Run[Any]
+) -> None:
+    kb = KernelBackend(**limited.backend_options(), kernel_name="broken")
+    started = time.monotonic()
+    with pytest.raises(KernelStartError) as caught:
         run(kb.start())
+
+    assert str(caught.value) == (
+        f"the 'broken' kernel behind the gateway at {limited.url} exited before it answered, "
+        "and the gateway gave up restarting it; run the command of its kernelspec on the "
+        "gateway's host to see why (its output is in the gateway's log)"
+    )
+    assert time.monotonic() - started < 20  # the gateway's restart and its check, not 30 s
+    assert "ModuleNotFoundError: numpy" in limited.log.read_text()
+
+
+# -- a gateway that is not there ------------------------------------------------------------
 
 
 def test_gateway_that_goes_away_is_a_clear_error_within_seconds(
@@ -281,3 +443,27 @@ def test_a_gateway_kernel_refuses_command_line_options() -> None:
     setup = KernelSetup("s1", None, ("--PtcRetry.notice_min_bytes=1",))
     with pytest.raises(ValueError, match="kernelspec there"):
         asyncio.run(kernel.start(setup))
+
+
+def said(code: int, body: bytes) -> str:
+    """What ``gateway_said`` reads from an error answer ``code`` with ``body``."""
+    response = HTTPResponse(
+        HTTPRequest("http://gateway/api/kernels"), code, buffer=io.BytesIO(body)
+    )
+    return gateway_said(HTTPClientError(code, response=response))
+
+
+def test_what_a_gateway_said_is_read_from_any_answer() -> None:
+    trace = "Traceback (most recent call last):\n  ...\nOSError: [Errno 28] No space left\n"
+    internal = {"reason": "Internal Server Error", "message": "Unknown server error"}
+
+    assert said(403, b'{"reason": "Forbidden", "message": "Resource Limit"}') == "Resource Limit"
+    assert said(403, b'{"reason": "User \'root\' is not authorized", "message": ""}') == (
+        "User 'root' is not authorized"
+    )
+    assert said(500, json.dumps({**internal, "traceback": trace}).encode()) == (
+        "OSError: [Errno 28] No space left"
+    )
+    assert said(502, b"<html><body>Bad Gateway</body></html>") == "Bad Gateway"
+    long = said(400, json.dumps({"message": "x" * 2000}).encode())
+    assert len(long) == MAX_SAID_CHARS and long.endswith("...")

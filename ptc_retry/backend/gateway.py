@@ -15,6 +15,8 @@ import asyncio
 import contextlib
 import json
 import logging
+import re
+import socket
 import time
 import uuid
 from collections.abc import Mapping
@@ -29,7 +31,7 @@ from ..kernelspec import KERNEL_NAME
 from .remote import connect_expression, remote_session_dir
 from .transport import KernelSetup
 
-__all__ = ["GatewayKernel", "gateway_base_url"]
+__all__ = ["GatewayKernel", "gateway_base_url", "gateway_said"]
 
 log = logging.getLogger(__name__)
 
@@ -37,11 +39,22 @@ log = logging.getLogger(__name__)
 REQUEST_TIMEOUT = 10.0
 #: How often, at most, a waiting call asks the gateway whether the kernel still exists.
 ALIVE_CHECK_INTERVAL = 3.0
+#: How often a (re)start that waits for the kernel's websocket asks whether the kernel is gone.
+HANDSHAKE_CHECK_INTERVAL = 1.0
 #: The largest websocket message accepted: one output message of the kernel.
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 
 _CLOSED = object()  # queued when the websocket closes
+_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
 _Error = TypeVar("_Error", bound=BackendError)
+#: How the gateway refuses the user a kernel would run as: Enterprise Gateway's words for a
+#: KERNEL_USERNAME in its unauthorized_users, or missing from its authorized_users.
+_USER_REFUSED = re.compile(r"not authorized to start|users authorized|KERNEL_USERNAME")
+#: How the gateway says it runs as many kernels as it allows (max_kernels and, on Enterprise
+#: Gateway, max_kernels_per_user).
+_LIMIT_REACHED = re.compile(r"Resource Limit|max kernels", re.IGNORECASE)
+#: The longest part of a gateway's answer that goes into an error message.
+MAX_SAID_CHARS = 500
 
 
 def gateway_base_url(url: str) -> str:
@@ -52,16 +65,39 @@ def gateway_base_url(url: str) -> str:
     return url.rstrip("/")
 
 
+def gateway_said(exc: Any) -> str:
+    """What a gateway's error answer (tornado's HTTPClientError ``exc``) says: the JSON
+    ``message`` of its body, else its ``reason``; for an internal error, the last line of the
+    traceback it sent. The HTTP reason phrase when the body says nothing."""
+    body: Any = None
+    if exc.response is not None and exc.response.body:
+        with contextlib.suppress(ValueError):
+            body = json.loads(exc.response.body)
+    if not isinstance(body, dict):
+        body = {}
+    message, reason, trace = (body.get(key) for key in ("message", "reason", "traceback"))
+    if message == "Unknown server error" and isinstance(trace, str) and trace.strip():
+        message = trace.strip().splitlines()[-1]
+    for said in (message, reason, exc.message):
+        if isinstance(said, str) and said.strip():
+            said = " ".join(said.split())
+            if len(said) > MAX_SAID_CHARS:
+                said = said[: MAX_SAID_CHARS - 3] + "..."
+            return said
+    return "no reason given"
+
+
 class GatewayKernel:
     """One kernel reached through a gateway's REST API and websocket.
 
     ``url``: the gateway's base URL (``http://host:8888``, with a base path if it has one);
-    ValueError unless it is an http(s) URL. ``token``: its auth token (``KG_AUTH_TOKEN``),
-    sent as ``Authorization: token ...``. ``kernel_name``: the kernelspec to start; another
-    IPython kernel gets ptc-retry loaded by the entry point. ``env``: sent as the start
-    request's ``env``; the gateway passes on only ``KERNEL_*`` names and its
-    ``env_whitelist``. ``startup_timeout``: seconds a (re)start may take. The kernelspec on
-    the gateway decides the kernel's command line and working directory.
+    ValueError unless it is an http(s) URL. ``token``: its auth token (``KG_AUTH_TOKEN``,
+    ``EG_AUTH_TOKEN``), sent as ``Authorization: token ...``. ``kernel_name``: the kernelspec
+    to start; another IPython kernel gets ptc-retry loaded by the entry point. ``env``: sent
+    as the start request's ``env``; the gateway passes on only ``KERNEL_*`` names and its
+    ``env_whitelist`` (Enterprise Gateway: ``client_envs``). ``startup_timeout``: seconds a
+    (re)start may take. The kernelspec on the gateway decides the kernel's command line and
+    working directory.
     """
 
     #: A kernel behind a gateway always runs ptc-retry: the entry point loads it.
@@ -110,7 +146,8 @@ class GatewayKernel:
         self._http = AsyncHTTPClient(force_instance=True)
         try:
             await self._new_kernel()
-            await self._connect()
+            if not await self._connect():
+                raise self._exited()
             await self._ready()
         except BaseException:
             await self.shutdown(None)
@@ -118,20 +155,17 @@ class GatewayKernel:
         return Path(self.session_dir or "")
 
     async def _new_kernel(self) -> None:
+        from tornado.httpclient import HTTPClientError
+
         body: dict[str, Any] = {"name": self.kernel_name}
         if self.env:
             body["env"] = dict(self.env)
         try:
-            model = await self._rest("POST", "/api/kernels", body, timeout=self.startup_timeout)
-        except KernelStartError:
-            specs = await self._rest("GET", "/api/kernelspecs", timeout=REQUEST_TIMEOUT)
-            names = sorted((specs or {}).get("kernelspecs") or {})
-            if self.kernel_name not in names:
-                raise KernelStartError(
-                    f"the gateway at {self.url} has no kernel named {self.kernel_name!r}; "
-                    f"its kernels are: {', '.join(names) or 'none'}"
-                ) from None
-            raise
+            model = await self._rest(
+                "POST", "/api/kernels", body, timeout=self.startup_timeout, translate=False
+            )
+        except HTTPClientError as exc:
+            raise _logged(await self._start_error(exc)) from None
         self.kernel_id = model["id"]
 
     async def restart(self) -> None:
@@ -148,8 +182,8 @@ class GatewayKernel:
             await self._new_kernel()
         else:
             await self._rest("POST", self._path("/restart"), {}, timeout=self.startup_timeout)
-        if self._ws is None:
-            await self._connect()
+        if self._ws is None and not await self._connect():
+            raise self._exited()
         await self._ready()
 
     async def shutdown(self, remove: str | None) -> None:
@@ -162,7 +196,7 @@ class GatewayKernel:
         self._close_ws()
         if self.kernel_id is not None and self._http is not None:
             with contextlib.suppress(BackendError):
-                await self._rest("DELETE", self._path(""), timeout=REQUEST_TIMEOUT)
+                await self._rest("DELETE", self._path(""), timeout=REQUEST_TIMEOUT, missing=None)
         self.kernel_id = None
         if self._http is not None:
             self._http.close()
@@ -185,7 +219,7 @@ class GatewayKernel:
         if model is None or model.get("execution_state") == "dead":
             return False
         if self._ws is None:  # the gateway is there but dropped the websocket: reconnect
-            await self._connect()
+            return await self._connect()
         return True
 
     async def exit_description(self) -> str:
@@ -253,9 +287,20 @@ class GatewayKernel:
         return headers
 
     async def _rest(
-        self, method: str, path: str, body: Any = None, *, timeout: float, missing: Any = ...
+        self,
+        method: str,
+        path: str,
+        body: Any = None,
+        *,
+        timeout: float,
+        missing: Any = ...,
+        translate: bool = True,
     ) -> Any:
-        """The JSON the gateway answered; ``missing`` instead of a 404 when it is given."""
+        """The JSON the gateway answered; ``missing`` instead of a 404 when it is given.
+
+        An error answer raises GatewayError (or KernelStartError), or with ``translate=False``
+        tornado's HTTPClientError for the caller to read.
+        """
         from tornado.httpclient import HTTPClientError, HTTPRequest
 
         if self._http is None:
@@ -273,6 +318,8 @@ class GatewayKernel:
         except HTTPClientError as exc:
             if exc.code == 404 and missing is not ...:
                 return missing
+            if not translate and exc.code != 599:
+                raise
             raise _logged(self._http_error(method, path, exc)) from None
         except OSError as exc:
             raise _logged(
@@ -287,35 +334,96 @@ class GatewayKernel:
         return _logged(GatewayError(f"lost the websocket to the kernel at {self.url}"))
 
     def _http_error(self, method: str, path: str, exc: Any) -> BackendError:
+        """The error to raise for the gateway's error answer ``exc`` to ``method path``."""
         code = exc.code
-        if code in (401, 403):
-            return GatewayError(
-                f"the gateway at {self.url} refused the token (HTTP {code}); pass the gateway's "
-                "auth token (its KG_AUTH_TOKEN) as token=..."
-            )
+        said = gateway_said(exc)
+        if code == 401:
+            return self._token_error(said)
         if code == 599:  # tornado's own: no answer in time, or the connection broke
             return GatewayError(
                 f"the gateway at {self.url} did not answer {method} {path} ({exc.message}); "
                 "is it running?"
             )
-        message = ""
-        if exc.response is not None and exc.response.body:
-            with contextlib.suppress(ValueError, AttributeError):
-                message = json.loads(exc.response.body).get("message") or ""
-        reason = f": {message}" if message else ""
-        if method == "POST" and path == "/api/kernels":
-            return KernelStartError(
-                f"the gateway at {self.url} could not start the {self.kernel_name!r} kernel "
-                f"(HTTP {code}{reason})"
+        if code == 403:
+            return GatewayError(
+                f"the gateway at {self.url} refused {method} {path} (HTTP 403: {said}); check "
+                "that token= is the gateway's and that the gateway allows this request"
             )
-        return GatewayError(f"{method} {path} failed at the gateway (HTTP {code}{reason})")
+        return GatewayError(
+            f"{method} {path} failed at the gateway at {self.url} (HTTP {code}: {said})"
+        )
+
+    def _token_error(self, said: str) -> GatewayError:
+        hint = (
+            "pass its auth token (KG_AUTH_TOKEN of Kernel Gateway, EG_AUTH_TOKEN of Enterprise "
+            "Gateway) as token=..."
+        )
+        if not self.token:
+            return GatewayError(
+                f"the gateway at {self.url} asks for a token (HTTP 401: {said}); {hint}"
+            )
+        return GatewayError(
+            f"the gateway at {self.url} refused the token (HTTP 401: {said}); {hint}"
+        )
+
+    async def _start_error(self, exc: Any) -> BackendError:
+        """The error to raise when the gateway answers a kernel start request with ``exc``."""
+        code = exc.code
+        said = gateway_said(exc)
+        where = f"the gateway at {self.url}"
+        if code == 401:
+            return self._token_error(said)
+        if code == 403 and _USER_REFUSED.search(said):
+            user = self.env.get("KERNEL_USERNAME")
+            if user is None:
+                return KernelStartError(
+                    f"{where} refused to start a kernel for the user it runs as (HTTP 403: "
+                    f"{said}); name the user the kernel is for: "
+                    "env={'KERNEL_USERNAME': '<user>'} (Enterprise Gateway refuses the users in "
+                    "its unauthorized_users, root unless its operator changes that)"
+                )
+            return KernelStartError(
+                f"{where} refused to start a kernel for KERNEL_USERNAME {user!r} (HTTP 403: "
+                f"{said}); pass a user it allows, or have its operator change its "
+                "unauthorized_users or authorized_users"
+            )
+        if code == 403 and _LIMIT_REACHED.search(said):
+            return KernelStartError(
+                f"{where} runs as many kernels as it allows (HTTP 403: {said}); shut down the "
+                "backends you no longer use, or have its operator raise max_kernels "
+                "(--KernelGatewayApp.max_kernels, --EnterpriseGatewayApp.max_kernels or "
+                "max_kernels_per_user)"
+            )
+        if code == 403:
+            return self._http_error("POST", "/api/kernels", exc)
+        if code == 404 and "kernel" not in said.lower():
+            return GatewayError(
+                f"{where} has no /api/kernels (HTTP 404: {said}); is the URL right, with the "
+                "gateway's base path?"
+            )
+        names: list[str] = []
+        with contextlib.suppress(BackendError):
+            specs = await self._rest("GET", "/api/kernelspecs", timeout=REQUEST_TIMEOUT)
+            names = sorted((specs or {}).get("kernelspecs") or {})
+        if names and self.kernel_name not in names:
+            return KernelStartError(
+                f"{where} has no kernel named {self.kernel_name!r} (HTTP {code}: {said}); its "
+                f"kernels are: {', '.join(names)}; pass one as kernel_name=..., or install the "
+                "ptc-retry kernelspec there (ptc-retry install-kernel)"
+            )
+        return KernelStartError(
+            f"{where} could not start the {self.kernel_name!r} kernel (HTTP {code}: {said}); "
+            "the gateway's log says more"
+        )
 
     async def _model(self) -> dict[str, Any] | None:
         """The gateway's model of the kernel, or None when it no longer has it."""
         return await self._rest("GET", self._path(""), timeout=REQUEST_TIMEOUT, missing=None)
 
-    async def _connect(self) -> None:
+    async def _connect(self) -> bool:
+        """Open the kernel's websocket; False when the gateway dropped the kernel meanwhile."""
         from tornado.httpclient import HTTPClientError, HTTPRequest
+        from tornado.simple_httpclient import HTTPTimeoutError
         from tornado.websocket import websocket_connect
 
         scheme = "wss" if self.url.startswith("https") else "ws"
@@ -337,15 +445,26 @@ class GatewayKernel:
             if raw is None and self._queue is queue:
                 self._ws = None  # the gateway closed it: is_alive() asks the gateway why
             self._on_message(queue, raw)
+            if self._queue is queue:
+                _acknowledge_now(self._ws)
 
+        connecting = websocket_connect(
+            request,
+            on_message_callback=on_message,
+            max_message_size=MAX_MESSAGE_BYTES,
+            ping_interval=15,
+        )
         try:
-            self._ws = await websocket_connect(
-                request,
-                on_message_callback=on_message,
-                max_message_size=MAX_MESSAGE_BYTES,
-                ping_interval=15,
-            )
+            self._ws = await self._handshake(connecting)
+            return self._ws is not None
         except HTTPClientError as exc:
+            if isinstance(exc, HTTPTimeoutError):  # the gateway answered all along: the kernel
+                raise _logged(
+                    KernelStartError(
+                        f"the {self.kernel_name!r} kernel behind the gateway at {self.url} did "
+                        f"not answer within {self.startup_timeout:g} s ({exc.message})"
+                    )
+                ) from None
             raise _logged(self._http_error("GET", self._path("/channels"), exc)) from None
         except OSError as exc:
             raise _logged(GatewayError(f"cannot reach the gateway at {self.url} ({exc})")) from None
@@ -353,6 +472,35 @@ class GatewayKernel:
             raise _logged(
                 GatewayError(f"could not open the kernel's websocket at {self.url} ({exc})")
             ) from None
+
+    async def _handshake(self, connecting: Any) -> Any:
+        """The websocket ``connecting`` opens, or None when the gateway drops the kernel first.
+
+        The gateway completes the handshake once the kernel answers; a kernel that exits
+        before that leaves it waiting until the gateway gives up restarting the kernel and
+        forgets it. So ask the gateway about the kernel meanwhile.
+        """
+        try:
+            while True:
+                done, _ = await asyncio.wait({connecting}, timeout=HANDSHAKE_CHECK_INTERVAL)
+                if done:
+                    return connecting.result()
+                model = await self._model()
+                if model is None or model.get("execution_state") == "dead":
+                    return None
+        finally:
+            if not connecting.done():
+                connecting.cancel()
+
+    def _exited(self) -> KernelStartError:
+        return _logged(
+            KernelStartError(
+                f"the {self.kernel_name!r} kernel behind the gateway at {self.url} exited "
+                "before it answered, and the gateway gave up restarting it; run the command of "
+                "its kernelspec on the gateway's host to see why (its output is in the "
+                "gateway's log)"
+            )
+        )
 
     @staticmethod
     def _on_message(queue: asyncio.Queue[Any], raw: str | bytes | None) -> None:
@@ -469,7 +617,9 @@ class GatewayKernel:
             msg_id = await self._send("kernel_info_request", {})
             if await self._answered(msg_id, min(1.0, max(0.1, deadline - time.monotonic()))):
                 break
-            if self._lifecycle == "dead" or time.monotonic() >= deadline:
+            if self._lifecycle == "dead":
+                raise self._exited()
+            if time.monotonic() >= deadline:
                 raise KernelStartError(
                     f"the {self.kernel_name!r} kernel behind the gateway at {self.url} did "
                     f"not answer within {self.startup_timeout:g} s"
@@ -488,6 +638,21 @@ class GatewayKernel:
                 "finish setting up its checkpoints in time"
             ) from None
         self.session_dir = remote_session_dir(reply["content"], printed, self.kernel_name)
+
+
+def _acknowledge_now(ws: Any) -> None:
+    """Have the system acknowledge at once what came on the websocket ``ws`` (Linux).
+
+    A gateway answers an execute_request with several small frames (status, outputs, reply)
+    and does not turn off Nagle's algorithm on its side (neither Kernel Gateway nor Enterprise
+    Gateway does): each frame after the first waits for the acknowledgement of the one
+    before, which Linux delays by up to 40 ms. Acknowledging at once takes a trivial call
+    through a gateway on loopback from about 50 ms to about 10.
+    """
+    if _QUICKACK is None or ws is None:
+        return
+    with contextlib.suppress(AttributeError, OSError):
+        ws.stream.socket.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
 
 
 def _logged(error: _Error) -> _Error:
