@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from ptc_retry.backend import KernelBackend
+from ptc_retry.backend.code_mode import NOT_KEPT
 from ptc_retry.core.notice import CUT_BEFORE_CODE, parse_notice, partial_notice
 from ptc_retry.core.partial import cut_arguments, string_prefix
 from ptc_retry.tokens import load_tokenizer
@@ -276,3 +277,16 @@ def test_a_cut_off_call_is_no_failure_for_the_guard_and_takes_a_new_instruction(
         assert run(backend.run_code("print('runs')")).text.rstrip() == "runs"
     finally:
         run(backend.run_code('%config PtcRetry.guard_mode = "observe"'))
+
+
+def test_a_kernel_without_ptc_retry_keeps_nothing_and_says_so(
+    jupyter_path: Path, tmp_path: Path, run: Run[Any]
+) -> None:
+    stock = KernelBackend(kernel_name="python3", extension=False, root=tmp_path)
+    run(stock.start())
+    try:
+        arrived = '{"code": "print(\'ran\')\\nx = '
+        assert run(stock.handle_partial_tool_call("run_code", arrived, "call_s1")) == NOT_KEPT
+        assert stock.last_result is not None and stock.last_result.text == "[no output]"
+    finally:
+        run(stock.shutdown())

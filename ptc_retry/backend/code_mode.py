@@ -29,6 +29,11 @@ __all__ = ["CodeSession"]
 
 #: The cell a cut-off call is sent as: a kernel without ptc-retry runs nothing either.
 CUT_OFF_CELL = "# ptc-retry: a tool call cut off mid-stream (saved, not run)"
+#: What the model reads when the kernel could not keep a cut-off call.
+NOT_KEPT = (
+    "[ptc-retry] The call was cut off, and this kernel does not keep cut-off calls "
+    "(ptc-retry is not loaded in it); nothing ran. Send the whole call again."
+)
 
 
 class CodeSession:
@@ -94,6 +99,8 @@ class CodeSession:
             step=options.step,
             partial=True,
         )
+        if result.status != "partial":  # a kernel without ptc-retry ran the placeholder
+            return NOT_KEPT
         return result.notice or result.text
 
     async def _run_code(
