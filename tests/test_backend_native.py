@@ -139,6 +139,8 @@ def test_kernel_checkpoints_live_apart_from_the_journal(backend: KernelBackend) 
     kernel = backend.kernel_session_dir / "by-id" / "call_setup.json"
     assert journal.read_bytes() == raw(SETUP).encode()  # the journal: byte for byte
     assert json.loads(kernel.read_text()) == {"code": SETUP}  # the kernel's own record
+    for directory in (backend.session_dir, backend.kernel_session_dir):
+        assert directory.stat().st_mode & 0o777 == 0o700  # the journal made it, not makedirs
 
 
 # -- fail, notice, edit, success --------------------------------------------------------------

@@ -22,7 +22,7 @@ from ptc_retry.backend import KernelBackend
 from ptc_retry.core.notice import prompt_section
 from ptc_retry.core.partial import cut_arguments
 from ptc_retry.native import EDIT_TOOL, EDIT_TOOL_DESCRIPTION, NativeTools, ToolResult
-from ptc_retry.native.partial import CUT_OUTSIDE_STRING, partial_notice
+from ptc_retry.native.partial import CUT_NO_TARGET, CUT_OUTSIDE_STRING, partial_notice
 from ptc_retry.tokens import load_tokenizer
 
 from .helpers import Run, history, line_of, raw
@@ -198,6 +198,15 @@ def test_a_cut_outside_a_string_value_saves_nothing(desk: Desk, cut: str) -> Non
     assert list(desk.by_id.iterdir()) == []
     assert history(desk.tools.journal.session_dir) == []
     assert desk.written == []
+
+
+@pytest.mark.parametrize("cut", ['{"append": "print(1', '{"patch": [], "append": "x'])
+def test_an_edit_cut_before_it_names_its_target_saves_nothing(desk: Desk, cut: str) -> None:
+    result = desk.cut(cut, "call_1", name=EDIT_TOOL)
+
+    assert result.text == CUT_NO_TARGET
+    assert (result.status, result.call_id) == ("error", None)
+    assert list(desk.by_id.iterdir()) == []
 
 
 def test_a_cut_call_of_an_unknown_tool_saves_nothing(desk: Desk) -> None:

@@ -290,3 +290,49 @@ def test_a_kernel_without_ptc_retry_keeps_nothing_and_says_so(
         assert stock.last_result is not None and stock.last_result.text == "[no output]"
     finally:
         run(stock.shutdown())
+
+
+def test_bytes_cut_inside_a_character_leave_that_character_out(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    arrived = '{"code": "print(\'caf\u00e9'.encode()[:-1]  # the stream stopped inside é
+    text = run(backend.handle_partial_tool_call("run_code", arrived, "call_b1"))
+    cut = backend.last_result
+    assert cut is not None and cut.reference is not None
+    assert text.endswith(f'extend("{cut.reference}", "<rest>")') and "\ufffd" not in text
+    if backend.gateway_url is None:
+        by_id = Path(str(cut.checkpoint)).parent
+        assert (by_id / "call_b1.partial").read_bytes() == arrived[:-1]
+    extended = run(backend.handle_tool_call("run_code", _extend_line(cut.reference, "é')\n")))
+    assert extended.rstrip() == "café"
+
+
+@pytest.mark.parametrize(
+    ("arrived", "said"),
+    [
+        (b'{"code": "x = \xff\xfe 1', "not UTF-8"),
+        ('{"code": "x = \'\ud83d', "surrogates not allowed"),
+        ('{"code": "x = 1  # \\ude00 z', "lone surrogate"),
+        ('{"code": "x = 1 \\q', "not JSON"),
+    ],
+)
+def test_arguments_that_cannot_be_kept_say_so_and_save_nothing(
+    backend: KernelBackend, run: Run[Any], arrived: str | bytes, said: str
+) -> None:
+    text = run(backend.handle_partial_tool_call("run_code", arrived, "call_bad"))
+    assert said in text and "send the whole call again" in text.lower()
+    assert backend.last_result is None  # the kernel was not asked
+
+
+def test_a_cut_off_call_is_extended_not_replayed_or_resumed(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    run(backend.handle_partial_tool_call("run_code", '{"code": "total = 1 +', "call_r1"))
+    lines = ("await ptc_retry.replay('call_r1', '1', '2')", "await ptc_retry.resume('call_r1')")
+    for line in lines:
+        text = run(backend.handle_tool_call("run_code", raw(line)))
+        assert "ReplayError" in text and "was cut off mid-stream and never ran" in text
+        assert 'await ptc_retry.extend("#' in text
+    itself = "await ptc_retry.extend('call_r2', '1')"
+    text = run(backend.handle_tool_call("run_code", raw(itself), "call_r2"))
+    assert "is this extend call itself; extend the call that was cut off" in text

@@ -181,3 +181,22 @@ def test_cleanup_leaves_no_kernel_process(jupyter_path: Path, tmp_path: Path) ->
     executor.cleanup()
     with pytest.raises(ProcessLookupError):
         os.kill(pid, 0)
+
+
+def test_a_flood_of_output_reaches_the_agent_bounded_with_its_end(
+    executor: PtcRetryExecutor,
+) -> None:
+    out = executor("for i in range(200_000): print('row', i)\nprint('END')")
+    limit = executor.backend.max_output_chars
+    assert len(out.logs) < limit + 200 and "characters cut ...]" in out.logs
+    assert out.logs.rstrip().endswith("END")
+
+
+def test_an_executor_used_after_cleanup_says_to_make_a_new_one(
+    jupyter_path: Path, tmp_path: Path
+) -> None:
+    executor = PtcRetryExecutor(root=tmp_path / "checkpoints")
+    executor.cleanup()
+    executor.cleanup()  # twice is fine
+    with pytest.raises(smolagents.utils.AgentError, match="cleaned up.*make a new one"):
+        executor("x = 1")

@@ -21,6 +21,7 @@ from .results import (
     decode_arguments,
     ignored_keys_line,
     join_notes,
+    require_utf8,
     run_code_description,
     run_code_problem,
 )
@@ -87,10 +88,20 @@ class CodeSession:
             return f"Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran."
         try:
             code = cut_arguments(raw).string("code")
-        except ValueError:
-            code = None
+        except ValueError as exc:
+            return (
+                f"[ptc-retry] The call was cut off, and what arrived is not JSON ({exc}): "
+                "nothing was saved or run. Send the whole call again."
+            )
         if code is None:
             return CUT_BEFORE_CODE
+        try:
+            require_utf8(code[0], '"code"')
+        except ValueError as exc:
+            return (
+                f"[ptc-retry] The call was cut off, and {exc} (a lone surrogate escape): "
+                "nothing was saved or run. Send the whole call again, the escape fixed."
+            )
         result = await self.run(
             CUT_OFF_CELL,  # the kernel decodes the program from the arguments; none runs
             call_id=call_id,

@@ -5,6 +5,7 @@ through a transport (``transport.py``), each program runs as one ``Execution``."
 from __future__ import annotations
 
 import asyncio
+import codecs
 import logging
 import os
 import secrets
@@ -35,6 +36,7 @@ log = logging.getLogger(__name__)
 #: What ``KernelBackend(mode=...)`` accepts: the model writes programs, or calls tools.
 MODES = ("code", "native")
 _NOT_RUNNING = "the kernel is not running; call start() or use `async with`"
+_SEND_AGAIN = "Nothing was saved or run; send the whole call again."
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -184,6 +186,11 @@ class KernelBackend:
         return getattr(self.connection, "client", None)
 
     @property
+    def closed(self) -> bool:
+        """Whether ``shutdown()`` was called: the backend cannot start again."""
+        return self._closed
+
+    @property
     def native(self) -> NativeTools | None:
         """Native mode: the tool registry and journal, made by ``start()`` (None before, and
         always None in code mode). Add the loop's own tools with ``kb.native.register``."""
@@ -321,15 +328,27 @@ class KernelBackend:
         beside it) and runs nothing; ``await ptc_retry.extend("#n", "<rest>")`` then runs
         the whole program. When not even the start of ``"code"`` arrived, nothing is saved
         and the text says to send the call again. Native mode: see ``NativeTools``.
+
+        Bytes are taken as UTF-8 up to a character the cut split (it is left out, so the
+        saved arguments are the bytes that arrived without it); bytes that are not UTF-8
+        before that, or a str holding a lone surrogate, get a text asking for the whole call.
         """
         self.last_result = None
         if isinstance(partial_raw_arguments, (bytes, bytearray)):
-            partial_raw_arguments = bytes(partial_raw_arguments).decode("utf-8", "replace")
+            try:
+                decoder = codecs.getincrementaldecoder("utf-8")()
+                partial_raw_arguments = decoder.decode(bytes(partial_raw_arguments), final=False)
+            except UnicodeDecodeError as exc:
+                return f"Error: the arguments of {name} are not UTF-8 ({exc}). {_SEND_AGAIN}"
         if not isinstance(partial_raw_arguments, str):
             raise TypeError(
                 "partial_raw_arguments must be the str that arrived, not "
                 f"{type(partial_raw_arguments).__name__}"
             )
+        try:
+            require_utf8(partial_raw_arguments, f"the arguments of {name}")
+        except ValueError as exc:
+            return f"Error: {exc}. {_SEND_AGAIN}"
         options = CallOptions(self.turn if turn is None else turn, step, None)
         if self.mode == "native":
             if self._native is None or not self._running:
@@ -381,13 +400,15 @@ class KernelBackend:
         kernel_dir = self.kernel_session_dir  # None behind a gateway, until it starts
         if self.session_dir is not None and kernel_dir is not None:
             self._made_session_dir = not os.path.lexists(self.session_dir)
-            check_checkpoints(kernel_dir, self.session_id)
         if self.mode == "native" and self._native is None:
-            # The journal first: it makes the session directory the kernel's store goes in.
+            # The journal first: it makes the session directory (0700) the kernel's store
+            # goes in, which would otherwise come out of makedirs with the umask's mode.
             assert self.root is not None and self.session_dir is not None
             self._native = NativeSession(
                 self.root, self.session_id, self.session_dir, self.run_code
             )
+        if kernel_dir is not None:
+            check_checkpoints(kernel_dir, self.session_id)
         root = kernel_dir.parent if kernel_dir is not None else self.root
         options = KERNEL_OPTIONS if self.mode == "native" else ()
         session_dir = await self.transport.start(KernelSetup(self.session_id, root, options))

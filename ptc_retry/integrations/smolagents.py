@@ -171,6 +171,11 @@ class PtcRetryExecutor(RemotePythonExecutor):
             self._restoring = False
 
     def _run(self, code: str, *, call_id: str | None) -> CodeOutput:
+        if self.backend.closed:
+            raise AgentError(
+                "this PtcRetryExecutor was cleaned up and its kernel stopped; make a new one",
+                self.logger,
+            )
         result = self.backend.run_code_sync(code, call_id=call_id)
         if result.restarted and not self._restoring:
             self._restore()
@@ -196,6 +201,10 @@ def _agent_step(frame: Any, executor: PtcRetryExecutor) -> int | None:
 
 
 def _printed(result: RunResult) -> str:
+    """What the action printed; when that was more than the backend keeps whole, the text
+    the model would read: its head and tail around ``[... n characters cut ...]``."""
+    if result.truncated:
+        return result.text
     return "".join(
         str(output.get("text", ""))
         for output in result.outputs

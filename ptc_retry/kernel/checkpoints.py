@@ -54,7 +54,7 @@ class Checkpoints:
     def __init__(self, config: PtcRetry) -> None:
         self._config = config
         self.store: CheckpointStore | None = None
-        #: Why the store could not open, the last time it was tried.
+        #: Why the store could not open, or the last thing it could not do.
         self.problem: str | None = None
         self._warn_once = WarnOnce(_print_warning)
         config.observe(self._reopen, names=["root_dir", "session_id"])
@@ -185,5 +185,6 @@ class Checkpoints:
         return []
 
     def _failed(self, what: str, exc: BaseException) -> None:
+        self.problem = f"{what}: {exc}"
         logger.info("%s: %s", what, exc)
         self.warn(f"{what} ({exc})")

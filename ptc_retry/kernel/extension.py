@@ -150,8 +150,9 @@ class PtcRetryExtension:
             self.checkpoints.link_number(call)
         else:
             running.notice = (
-                "[ptc-retry] This call was cut off and could not be saved (see the warning "
-                "above); nothing ran. Send the whole call again."
+                f"[ptc-retry] This call was cut off and could not be saved "
+                f"({self.checkpoints.problem or 'checkpoints are off'}); nothing ran. Send the "
+                "whole call again."
             )
         running.cut_off = CallCutOff(running.notice)
         self._refuser.refuse(running.cut_off)

@@ -7,6 +7,7 @@ cut off mid-stream and the rest appended to it.
 
 from __future__ import annotations
 
+import json
 import sys
 from collections.abc import Generator, Iterable
 from typing import Any
@@ -161,13 +162,24 @@ class Replay:
                 "from another thread or a silent request"
             )
         if running.call is not None and running.call.id == call_id:
+            if self.rest is not None:
+                raise ReplayError(
+                    f"{call_id!r} is this extend call itself; extend the call that was cut off"
+                )
             raise ReplayError(
                 f"{call_id!r} is this replay call itself; replay the call that failed before it"
             )
         # 2. The literal replacements, or the rest of a cut-off program.
+        status = (history_line(store, call_id) or {}).get("status")
         corrected = code
         if self.rest is not None:
-            corrected = code + self._rest_of(store, call_id)
+            corrected = code + self._rest_of(store, call_id, status)
+        elif status == "partial":
+            reference = store.reference_of(call_id) or call_id
+            raise ReplayError(
+                f"{reference} was cut off mid-stream and never ran; send only the rest: "
+                f'await ptc_retry.extend({json.dumps(reference)}, "<rest>")'
+            )
         elif self.edits:
             corrected = apply_edits(code, self.edits, replace_all=self.replace_all)
         # 3. This call's checkpoint becomes the corrected program.
@@ -223,10 +235,10 @@ class Replay:
             if sentence is not None:
                 print(sentence, file=sys.stderr)
 
-    def _rest_of(self, store: CheckpointStore, call_id: str) -> str:
-        """``self.rest``, once ``call_id`` is known to be a call that was cut off."""
+    def _rest_of(self, store: CheckpointStore, call_id: str, status: object) -> str:
+        """``self.rest``, once ``call_id`` is known to be a call that was cut off (its
+        history ``status`` says ``partial``)."""
         assert self.rest is not None
-        status = (history_line(store, call_id) or {}).get("status")
         if status != "partial":
             reference = store.reference_of(call_id) or call_id
             said = f"its status is {status}" if status else "it has no history line"

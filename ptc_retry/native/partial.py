@@ -13,12 +13,19 @@ from ..core.notice import PREFIX, last_line, quoted_end
 from ..core.partial import CutArguments
 from .definitions import EDIT_TOOL
 
-__all__ = ["CUT_OUTSIDE_STRING", "partial_arguments", "partial_notice"]
+__all__ = ["CUT_NO_TARGET", "CUT_OUTSIDE_STRING", "partial_arguments", "partial_notice"]
 
 #: What a call cut off outside any string value is told: there is nothing to go on from.
 CUT_OUTSIDE_STRING = (
     f"{PREFIX}The call was cut off outside a string value, so it cannot be continued; "
     "nothing was saved or run. Send the whole call again."
+)
+
+
+#: What an edit call cut off before its call_id (or previous_ordinal) arrived whole is told.
+CUT_NO_TARGET = (
+    f"{PREFIX}The {EDIT_TOOL} call was cut off before it said which call it edits; nothing "
+    "was saved or run. Send it again in full."
 )
 
 

@@ -29,7 +29,7 @@ from ..core.warn import WarnOnce
 from .definitions import EDIT_TOOL, first_paragraph, signature_schema, tool_definitions
 from .edit import decode_arguments, prepare_edit
 from .journal import Position, ToolJournal
-from .partial import CUT_OUTSIDE_STRING, partial_notice
+from .partial import CUT_NO_TARGET, CUT_OUTSIDE_STRING, partial_notice
 
 __all__ = ["NativeTools", "ToolFailure", "ToolResult", "current_call"]
 
@@ -273,6 +273,9 @@ class NativeTools:
             cut = CutArguments()
         if cut.open_key is None:
             return self._with_notes(ToolResult(CUT_OUTSIDE_STRING, "error", name, None, None))
+        if name == EDIT_TOOL and not {"call_id", "previous_ordinal"} & set(cut.values):
+            # The edit's target did not arrive whole: a completion could not say which call.
+            return self._with_notes(ToolResult(CUT_NO_TARGET, "error", name, None, None))
         try:
             call = self.journal.begin_partial(
                 partial_raw_arguments, cut, tool=name, call_id=call_id, position=position
