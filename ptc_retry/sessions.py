@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from .core.errors import CheckpointError
+from .core.errors import AmbiguousReferenceError, CheckpointError
 from .core.fs import Dir, check_ancestors, check_dir, uid
 from .core.history_table import FAILED
 from .core.layout import (
@@ -173,10 +173,11 @@ class SessionReader:
         """``(call id, path, raw bytes)`` of the checkpoint ``target`` names.
 
         ``target`` is a reference ``"#n"`` (program n of the session, by its history lines),
-        a call id (``by-id/<id>.json``) or an int n (``previous/<n>.json``). Raises
-        CheckpointError when there is no such checkpoint, naming the latest ids, and when a
-        reference is malformed, unknown, or carried by two calls: it never names another
-        program.
+        a call id (by ``CheckpointStore.path_for``'s rules) or an int n
+        (``previous/<n>.json``). Raises CheckpointError when there is no such checkpoint,
+        naming the latest ids, and when a reference is malformed or unknown;
+        AmbiguousReferenceError when a reference or call id names two calls: it never names
+        another program.
         """
         call_id, path = self._resolve(target)
         return call_id, path, read_checkpoint(self._by_id, call_id, path)
@@ -189,7 +190,8 @@ class SessionReader:
                 return call_id, path
             raise self._missing(f"program {target} is {call_id}, but {path} does not exist")
         if isinstance(target, str):
-            call_id = sanitize(target)
+            named = self._read()[1].id_named(target, f"session {self.name}")
+            call_id = named if named is not None else sanitize(target)
             path = self._by_id.path / f"{call_id}.json"
             if self._is_checkpoint(call_id):
                 return call_id, path
@@ -249,7 +251,7 @@ class SessionReader:
                 if len(ids) > 1
                 else f"a call was sent with the id {ref!r}"
             )
-            raise CheckpointError(
+            raise AmbiguousReferenceError(
                 f"{ref} is ambiguous in session {self.name}: {which}. Give the call id instead; "
                 f"`ptc-retry history --session {self.name}` lists every call."
             )

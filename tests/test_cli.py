@@ -302,6 +302,22 @@ def test_show_a_reference_that_is_also_a_sent_call_id_is_refused(root: Path, cli
     assert cli("show", second.id, "--root", root)[:2] == (0, "b = 2\n")
 
 
+def test_show_a_call_id_sent_for_two_programs_is_refused(root: Path, cli: Any) -> None:
+    store = CheckpointStore(root, "s")
+    for code in ("a = 1", "b = 2"):
+        store.finish(store.begin(code_arguments(code), call_id="call_1"), "ok")
+    store.close()
+
+    code, out, err = cli("show", "call_1", "--root", root)
+
+    assert code == 1 and out == ""
+    assert err == (
+        "ptc-retry show: call id 'call_1' names 2 programs in session s (it was sent again): "
+        '#1 (call_1), #2 (call_1.2); give the reference of the one you mean instead, like "#2".\n'
+    )
+    assert cli("show", "#2", "--root", root)[:2] == (0, "b = 2\n")
+
+
 def test_show_a_malformed_reference_says_how_to_write_one(root: Path, cli: Any) -> None:
     make_session(root, "s", ["a = 1"])
     code, _, err = cli("show", "#two", "--root", root)

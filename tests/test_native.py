@@ -515,6 +515,28 @@ def test_a_null_locator_counts_as_absent(ws: Workspace) -> None:
     assert text.startswith("replayed call_1 (write_file)")
 
 
+def test_a_call_id_sent_twice_is_refused_and_the_notice_names_the_second_call(
+    ws: Workspace,
+) -> None:
+    def send(name: str, arguments: dict[str, Any], call_id: str) -> str:
+        ws.journal.new_message()
+        return asyncio.run(ws.tools.call(name, json.dumps(arguments), call_id))
+
+    send("write_file", {"path": "a.py", "content": PROGRAM}, "call_1")
+    failed = send("write_file", {"path": "b.py", "content": PROGRAM}, "call_1")  # numbered again
+    assert failed.endswith(native_failure_notice("call_1.2", field="content"))
+
+    refused = send(EDIT_TOOL, {"call_id": "call_1", "patch": [TODO_FIX]}, "call_2")
+    assert refused.startswith(f"{EDIT_TOOL} failed, nothing ran")
+    assert "call id 'call_1' names 2 programs" in refused
+    assert "#1 (call_1), #2 (call_1.2); give the reference of the one you mean" in refused
+    assert ws.runs == ["write_file", "write_file"]
+
+    fixed = send(EDIT_TOOL, {"call_id": "call_1.2", "patch": [TODO_FIX]}, "call_3")
+    assert fixed.startswith("replayed call_1.2 (write_file)")
+    assert ws.files == {"b.py": FIXED}
+
+
 def test_an_edit_that_did_not_apply_points_at_the_call_it_aimed_at(ws: Workspace) -> None:
     ws.send(("write_file", {"path": "fetch.py", "content": PROGRAM}))
     ws.send(edit("call_1", fix("content", "RETRIES = 4", "RETRIES = 5")))

@@ -233,3 +233,46 @@ def test_a_program_that_replays_and_does_more_keeps_its_own_checkpoint(
     fixed = call(kernel, replay(second, ("raise RuntimeError('BADLITERAL')", "fixed")), "w3")
     assert fixed.status == "ok", fixed.error
     assert fixed.result == "20.34"
+
+
+def test_a_call_id_sent_twice_is_refused_everywhere_with_both_programs(kernel: Kernel) -> None:
+    # A framework that numbers its calls from 1 again (smolagents after reset=True).
+    first = fail(kernel, "call_1", turn=1)
+    other = PROGRAM.replace('prices["mango"]', 'prices["lime"]')
+    again = call(kernel, other, "call_1", turn=2)
+    second = parse_notice(again.error["traceback"][-1])
+    assert (first, second, again.ptc["call_id"]) == ("#1", "#2", "call_1.2")
+
+    both = '#1 (call_1), #2 (call_1.2); give the reference of the one you mean instead, like "#2"'
+    for n, attempt in enumerate(
+        [
+            replay("call_1"),
+            replay("call_1", ('prices["lime"]', "total")),
+            'await ptc_retry.resume("call_1")',
+            'await ptc_retry.extend("call_1", "\\nprint(1)")',
+        ]
+    ):
+        refused = call(kernel, attempt, f"try_{n}")
+        assert refused.error["ename"] == "ReplayError", attempt
+        assert refused.error["evalue"] == (
+            f"call id 'call_1' names 2 programs in this session (it was sent again): {both}."
+        )
+    shown = kernel.execute("%ptc_show call_1")
+    assert shown.stdout == "" and both in shown.stderr
+
+    fixed = call(kernel, replay(second, ('prices["lime"]', "total")), "call_fix")
+    assert fixed.status == "ok", fixed.error
+    assert fixed.result == "20.34"
+    assert call(kernel, replay("call_1.2", ('prices["lime"]', "total")), "c_2").result == "20.34"
+
+
+def test_a_call_id_sent_twice_stays_refused_after_a_kernel_restart(kernel: Kernel) -> None:
+    fail(kernel, "call_1")
+    fail(kernel, "call_1", program=PROGRAM.replace("mango", "lime"))
+    kernel.restart()
+
+    refused = call(kernel, replay("call_1"), "after_restart")
+
+    assert refused.error["ename"] == "ReplayError"
+    assert "names 2 programs" in refused.error["evalue"]
+    assert "#1 (call_1), #2 (call_1.2)" in refused.error["evalue"]

@@ -130,6 +130,39 @@ def test_a_failed_action_is_fixed_by_a_one_line_replay(
     assert replayed["tool_calls"] == {"reused": 2, "live": 0}
 
 
+def test_after_a_reset_the_replay_fixes_this_run_s_program_not_the_last_run_s(
+    executor: PtcRetryExecutor, tool_log: Path
+) -> None:
+    # smolagents numbers the actions of each run from call_1 again: both runs' first actions
+    # are "Call id: call_1" to the model. The second run asks for other items.
+    second_run = STEP_ONE.replace('["tea", "milk"]', '["coffee", "milk"]').replace(
+        '"tea"', '"coffee"'
+    )
+    by_call_id = "await ptc_retry.replay('call_1', 'order[\"qyt\"]', 'order[\"qty\"]')"
+
+    def memory_shows_call_1(messages: list[Any]) -> str:
+        assert "Call id: call_1" in _text(messages)
+        return by_call_id
+
+    agent = CodeAgent(
+        tools=[lookup_price],
+        model=ScriptedModel([STEP_ONE, replay_line]),
+        executor=executor,
+        max_steps=4,
+    )
+    agent.run("What do the orders cost?")
+    agent.model = ScriptedModel([second_run, memory_shows_call_1, replay_line])
+
+    answer = agent.run("And these orders?", reset=True)
+
+    assert answer == 3 * (1.0 * 2 + 2.0 * 3 + 1.0 * 1 + 2.0 * 4)  # coffee: 1.0
+    refused = str(agent.memory.steps[2].error)
+    assert "ReplayError: call id 'call_1' names 2 programs" in refused
+    assert "(call_1), #" in refused and "(call_1.2); give the reference" in refused
+    # Each run's tools ran once: the refused replay ran nothing, the replay reused the rest.
+    assert tool_log.read_text().splitlines() == ["tea", "milk", "coffee", "milk"]
+
+
 def test_final_answer_ends_the_run_without_a_notice(executor: PtcRetryExecutor) -> None:
     model = ScriptedModel(["x = 6 * 7\nfinal_answer(x)"])
     agent = CodeAgent(tools=[], model=model, executor=executor, max_steps=2)

@@ -15,7 +15,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from ptc_retry.core.errors import CheckpointError, StoreError
+from ptc_retry.core.errors import AmbiguousReferenceError, CheckpointError, StoreError
 from ptc_retry.core.fs import default_root
 from ptc_retry.core.layout import sanitize
 from ptc_retry.core.store import CheckpointStore
@@ -288,6 +288,49 @@ def test_deduplicated_long_ids_stay_loadable(open_store: OpenStore) -> None:
     second = store.begin('{"code": "2"}', call_id=long_id)
     assert second.id.endswith(".2") and len(second.id) <= 120
     assert store.load_code(second.id) == (second.id, "2")
+
+
+def test_a_call_id_sent_twice_is_refused_with_both_programs(open_store: OpenStore) -> None:
+    store = open_store()
+    run(store, "x = 1", call_id="call_7")
+    run(store, "x = 2", call_id="call_7")
+
+    with pytest.raises(AmbiguousReferenceError) as refused:
+        store.load_code("call_7")
+
+    assert str(refused.value) == (
+        "call id 'call_7' names 2 programs in this session (it was sent again): "
+        '#1 (call_7), #2 (call_7.2); give the reference of the one you mean instead, like "#2".'
+    )
+    assert store.load_code("#2") == store.load_code("call_7.2") == ("call_7.2", "x = 2")
+    assert store.load_code("#1") == ("call_7", "x = 1")
+
+
+def test_an_id_sent_again_whose_call_never_finished_stays_refused_after_reopens(
+    open_store: OpenStore, root: Path
+) -> None:
+    first = open_store()
+    run(first, "x = 1", call_id="call_7")
+    first.begin(json.dumps({"code": "boom()"}), call_id="call_7")  # its kernel died
+    first.close()
+
+    for _ in range(2):  # the first reopen writes its "unfinished" line, the second reads it
+        store = open_store()
+        with pytest.raises(AmbiguousReferenceError, match=r"#1 \(call_7\), #2 \(call_7.2\)"):
+            store.load_code("call_7")
+        store.close()
+
+
+def test_an_id_that_differs_from_another_only_in_case_names_its_own_program(
+    open_store: OpenStore,
+) -> None:
+    store = open_store()
+    run(store, "x = 1", call_id="Call_A")
+    second = run(store, "x = 2", call_id="call_a")  # saved as call_a.2: one file on any disk
+
+    assert second.id == "call_a.2"
+    assert store.load_code("call_a") == ("call_a.2", "x = 2")
+    assert store.load_code("Call_A") == ("Call_A", "x = 1")
 
 
 # -- history -----------------------------------------------------------------------------------

@@ -20,6 +20,10 @@ class CheckpointError(PtcRetryError):
     """A checkpoint is missing, unreadable, or not a JSON object with a ``"code"`` string."""
 
 
+class AmbiguousReferenceError(CheckpointError):
+    """A reference or call id names two programs or more: it is refused, never guessed."""
+
+
 class ReplayError(PtcRetryError):
     """A replay cannot run as asked: unknown target, or an edit that does not match exactly once."""
 

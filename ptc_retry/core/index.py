@@ -77,15 +77,12 @@ class CallIndex:
         self.note_id(call_id)
         n = self.numbers.next
         self.numbers.note(n, call_id)
-        self.numbers.note_sent(sent_id)
+        self.numbers.note_sent(call_id, sent_id)
         ended = None
         if step_key != self._step_key:
             ended, self._step_key, self.step_ids = self.step_ids, step_key, []
         self.step_ids.append(call_id)
         return n, ended
-
-    def knows(self, call_id: str) -> bool:
-        return call_id in self._recent
 
     def latest_ids(self, n: int | None = 5) -> list[str]:
         """The ``n`` most recent ids (None: all), newest first."""

@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from .errors import CheckpointError
+from .errors import AmbiguousReferenceError, CheckpointError
 
 HISTORY = "history.jsonl"
 BY_ID = "by-id"
@@ -53,6 +53,7 @@ _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,119}")  # exactly the fixed p
 _AUTO_ID = re.compile(r"c([0-9]+)")
 _NUMBERED_ENTRY = re.compile(r"([0-9]+)\.json")
 _REFERENCE = re.compile(r"#([0-9]+)")
+_DUPLICATE = re.compile(r"(.+)\.([0-9]+)")  # how the store saves an id sent again: <id>.<k>
 _MAX_ID = 120
 _DIGEST = 8  # hex digits of the hash that keeps a changed name apart from every other
 _MAX_NUMBER = 2**31 - 1  # a larger session number in a history line is damage, not a call
@@ -187,15 +188,20 @@ def is_number(n: object) -> bool:
 
 
 class SessionNumbers:
-    """Which call each session number names: what a reference ``#n`` resolves to.
+    """Which call each session number names: what a reference ``#n`` resolves to, and which
+    calls a call id names.
 
-    A number carried by two calls (a damaged history), or a reference that is also the id a
-    caller sent for a call, is ambiguous: refused, never guessed.
+    A number carried by two calls (a damaged history), a reference that is also the id a
+    caller sent for a call, and a call id sent for two calls (frameworks that number their
+    calls again from 1; the second is saved as ``<id>.2``) are ambiguous: refused, never
+    guessed.
     """
 
     def __init__(self) -> None:
         self.claims: dict[int, list[str]] = {}  # n -> the ids carrying it, first first
         self.sent_as_references: set[str] = set()  # ids sent that look like "#n"
+        self.sent: dict[str, list[str]] = {}  # sanitize(sent id) -> the ids saved for it
+        self.saved: set[str] = set()  # every id a call is saved under
         self.next = 1  # the number the next call gets
 
     def note(self, n: object, call_id: str) -> None:
@@ -208,11 +214,56 @@ class SessionNumbers:
             ids.append(call_id)
         self.next = max(self.next, n + 1)
 
-    def note_sent(self, sent_id: object) -> None:
-        """Record the id a caller sent, when it looks like a reference."""
+    def note_sent(self, call_id: str, sent_id: object = None) -> None:
+        """Record that ``call_id`` is the id a call was saved under, sent with the id
+        ``sent_id`` (None: with ``call_id`` itself, or with none)."""
         if is_reference(sent_id):
             assert isinstance(sent_id, str)
             self.sent_as_references.add(sent_id)
+        name = sanitize(sent_id) if isinstance(sent_id, str) else call_id
+        ids = self.sent.setdefault(name, [])
+        if call_id not in ids:
+            ids.append(call_id)
+        self.saved.add(call_id)
+
+    def note_unrecorded(self, call_id: str) -> None:
+        """Record ``call_id``, saved by a call that never got a history line (so its sent id
+        is unknown): ``<id>.<k>`` counts as sent as ``<id>`` when a call is saved as that."""
+        match = _DUPLICATE.fullmatch(call_id)
+        base = match.group(1) if match and int(match.group(2)) >= 2 else None
+        folded = {saved.lower() for saved in self.saved}
+        self.note_sent(call_id, base if base is not None and base.lower() in folded else None)
+
+    def named(self, target: str) -> list[str]:
+        """The ids of the calls the call id ``target`` names: the one saved as
+        ``sanitize(target)`` and each one sent with ``target``, oldest first."""
+        name = sanitize(target)
+        ids = list(self.sent.get(name, []))
+        if name in self.saved and name not in ids:
+            ids.append(name)
+        order = self.by_id()
+        return sorted(ids, key=lambda call_id: order.get(call_id, _MAX_NUMBER + 1))
+
+    def id_named(self, target: str, where: str = "this session") -> str | None:
+        """The id of the one call that the call id ``target`` names, None when it names none;
+        ``AmbiguousReferenceError`` when it names more (``where``: the session, for it)."""
+        ids = self.named(target)
+        if len(ids) > 1:
+            raise AmbiguousReferenceError(self.ambiguous_id_text(target, ids, where))
+        return ids[0] if ids else None
+
+    def ambiguous_id_text(self, target: str, ids: list[str], where: str) -> str:
+        """Why the call id ``target``, which names the calls ``ids``, is refused; what to give."""
+        references = [ref for ref in map(self.reference_of, ids) if ref is not None]
+        instead = (
+            f'give the reference of the one you mean instead, like "{references[-1]}"'
+            if references
+            else "give the call id of the one you mean from that list instead"
+        )
+        return (
+            f"call id {target!r} names {len(ids)} programs in {where} (it was sent again): "
+            f"{self.described(ids)}; {instead}."
+        )
 
     def ids(self, ref: str) -> list[str]:
         """The ids carrying the number of ``ref``; CheckpointError when it is malformed."""

@@ -102,7 +102,10 @@ def survey(
     numbers = SessionNumbers()
     for record in records:
         numbers.note(record.get("n"), record["id"])
-        numbers.note_sent(record.get("sent_id"))
+        if record.get("status") == "unfinished" and "sent_id" not in record:
+            numbers.note_unrecorded(record["id"])  # its line was written when a store reopened
+        else:
+            numbers.note_sent(record["id"], record.get("sent_id"))
     for n, call_id in linked_numbers(calls, names(calls)):
         numbers.note(n, call_id)
     orphans, skipped = checkpoint_files(by_id, names(by_id), {r["id"] for r in records})
@@ -113,6 +116,7 @@ def survey(
         if number is None:
             number = numbers.next
             numbers.note(number, call_id)
+        numbers.note_unrecorded(call_id)
         unfinished.append(unfinished_line(call_id, st, number))
     return Survey(records + unfinished, numbers, unfinished, skipped)
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from .claim import claim
-from .errors import CheckpointError, StoreError
+from .errors import AmbiguousReferenceError, CheckpointError, StoreError
 from .fs import Dir, Linker, default_root, open_dir, read_umask
 from .fs import write_atomic as _write_atomic  # a global here, so a test can inject a fault
 from .history_file import HistoryFile
@@ -353,21 +353,24 @@ class CheckpointStore:
         """The checkpoint file of ``target``; always inside the session directory.
 
         ``target`` is a reference ``"#n"`` (program number n of this session), a call id
-        (``by-id/<sanitize(id)>.json``) or an int n (``previous/<n>.json``). Raises
-        CheckpointError when the file does not exist, when a reference is unknown or names
-        two calls (a damaged history), or when ``target`` is none of these (a bool is no int).
+        (the call saved as ``by-id/<sanitize(id)>.json``, or the one call sent with that id
+        and saved as ``<id>.2``) or an int n (``previous/<n>.json``). Raises
+        CheckpointError when the file does not exist, when a reference is unknown, or when
+        ``target`` is none of these (a bool is no int); AmbiguousReferenceError (a
+        CheckpointError) when a reference or call id names two calls (a call id sent again,
+        a damaged history), listing them.
         """
         if isinstance(target, str) and is_reference(target):
             return self._by_id.path / f"{self.id_for_reference(target)}.json"
         if isinstance(target, str):
-            call_id = sanitize(target)
-            path = self._by_id.path / f"{call_id}.json"
             with self._lock:
-                known = self._index.knows(call_id)
+                named = self._index.numbers.id_named(target)
+            call_id = named if named is not None else sanitize(target)
+            path = self._by_id.path / f"{call_id}.json"
             # A file put there by hand counts under exactly its name: a case-insensitive disk
             # would also find Call_A.json for call_a.json.
             if not self._by_id.exists(f"{call_id}.json") or not (
-                known or f"{call_id}.json" in checkpoint_names(self._by_id)
+                named is not None or f"{call_id}.json" in checkpoint_names(self._by_id)
             ):
                 raise CheckpointError(
                     f"no checkpoint for call id {target!r} in this session ({path} does not "
@@ -410,7 +413,7 @@ class CheckpointStore:
                 "call id, or send the program again."
             )
         if ambiguous:
-            raise CheckpointError(
+            raise AmbiguousReferenceError(
                 f"{ref} is ambiguous in this session (two calls carry it, or a call id is "
                 f"{ref!r} itself); replay by call id instead: {self._recent_text()}."
             )

@@ -13,7 +13,7 @@ from collections.abc import Collection, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
-from ..core.errors import CheckpointError, PatchError
+from ..core.errors import AmbiguousReferenceError, CheckpointError, PatchError
 from ..core.patch import apply_patch, validate_patch
 from ..core.patch_path import json_kind
 from .definitions import EDIT_TOOL
@@ -193,6 +193,8 @@ def _load_target(
             )
         try:
             journal.store.path_for(where)
+        except AmbiguousReferenceError:
+            raise  # it lists the calls the id names: the model picks one
         except CheckpointError:
             recent = ", ".join(journal.latest_ids(besides=own_id)) or "none yet"
             raise CheckpointError(
