@@ -341,6 +341,74 @@ def test_a_history_file_planted_as_a_link_is_never_written_through(
     assert outside.read_text() == "mine\n"
 
 
+def precious(tmp_path: Path) -> Path:
+    """A file of the user's outside every session, on the same filesystem (for hard links)."""
+    outside = tmp_path / "precious.txt"
+    outside.write_text("mine\n")
+    return outside
+
+
+def plant_hard_link(entry: Path, outside: Path) -> None:
+    """Make ``entry`` (in a session) another name of ``outside``, as a program could."""
+    entry.parent.mkdir(mode=0o700, exist_ok=True)
+    if entry.exists():
+        entry.unlink()
+    os.link(outside, entry)
+
+
+@pytest.mark.skipif(not POSIX, reason="hard links")
+def test_a_history_file_planted_as_a_hard_link_is_never_appended_to(
+    start_kernel: Any, checkpoint_root: Path, tmp_path: Path
+) -> None:
+    outside = precious(tmp_path)
+    checkpoint_root.mkdir(mode=0o700)
+    plant_hard_link(checkpoint_root / "s" / "history.jsonl", outside)
+
+    with pytest.raises(StoreError, match="history.jsonl has 2 hard links"):
+        CheckpointStore(checkpoint_root, "s")
+    ran = start_kernel(session="s").execute("print('runs')")
+
+    assert ran.stdout == "runs\n"
+    assert "history.jsonl has 2 hard links, so it may be a file outside the session" in ran.stderr
+    assert outside.read_text() == "mine\n"
+
+
+@pytest.mark.skipif(not POSIX, reason="hard links")
+def test_a_tool_call_recording_planted_as_a_hard_link_is_never_appended_to(
+    start_kernel: Any, checkpoint_root: Path, tmp_path: Path
+) -> None:
+    kernel = start_kernel(session="s")
+    kernel.execute("@ptc_retry.recorded\ndef double(x):\n    return 2 * x")
+    outside = precious(tmp_path)
+    plant_hard_link(checkpoint_root / "s" / "tool-calls" / "t1.jsonl", outside)
+
+    ran = kernel.execute("double(21)", {"call_id": "t1"})
+
+    assert ran.status == "ok" and ran.result == "42"
+    assert "could not record the tool calls of t1" in ran.stderr
+    assert "t1.jsonl has 2 hard links" in ran.stderr and "remove it" in ran.stderr
+    assert outside.read_text() == "mine\n"
+
+
+@pytest.mark.skipif(not POSIX, reason="hard links")
+@pytest.mark.parametrize("entry", ["by-id/o2.json", "previous/1.json"])
+def test_a_file_the_store_replaces_planted_as_a_hard_link_is_replaced_not_written(
+    start_kernel: Any, checkpoint_root: Path, tmp_path: Path, entry: str
+) -> None:
+    kernel = start_kernel(session="s")
+    kernel.execute("a = 1", {"call_id": "o1"})
+    outside = precious(tmp_path)
+    plant_hard_link(checkpoint_root / "s" / entry, outside)
+
+    ran = kernel.execute("b = a + 1\nb", {"call_id": "o2"})  # a new step: previous/ is rebuilt
+
+    assert ran.status == "ok" and ran.result == "2" and ran.stderr == ""
+    assert outside.read_text() == "mine\n"
+    session = checkpoint_root / "s"
+    assert json.loads((session / "by-id" / "o2.json").read_text()) == {"code": "b = a + 1\nb"}
+    assert json.loads((session / "previous" / "1.json").read_text()) == {"code": "a = 1"}
+
+
 @pytest.mark.skipif(not POSIX, reason="symlinks")
 def test_temp_files_are_never_written_through_a_planted_link(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -19,6 +19,7 @@ from .fs import (
     fcntl,
     fix_mode,
     open_dir,
+    open_for_append,
     open_regular,
     try_lock,
     uid,
@@ -98,7 +99,7 @@ def _claim(root: Dir, requested: str, owner: str | None) -> Claimed:
 def _open_history(session: Dir) -> int:
     path = session.path / HISTORY
     try:
-        fd, st = open_regular(session, HISTORY, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+        fd, st = open_for_append(session, HISTORY)
     except OSError as exc:
         try:
             kind = session.lstat(HISTORY).st_mode

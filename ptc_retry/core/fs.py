@@ -331,6 +331,22 @@ def open_regular(directory: Dir, name: str, flags: int) -> tuple[int, os.stat_re
     return fd, st
 
 
+def open_for_append(directory: Dir, name: str) -> tuple[int, os.stat_result]:
+    """Open the regular file ``directory/name`` for appending (read and write), created
+    0600 if missing, never through a link: what ``open_regular`` raises, and StoreError for
+    a file with more than one hard link, which could be a file outside the session that a
+    program linked there (appending would write into it). Overwrites need no such check:
+    ``write_atomic`` renames a new file over the name, leaving any other link as it was."""
+    fd, st = open_regular(directory, name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    if st.st_nlink > 1:
+        os.close(fd)
+        raise StoreError(
+            f"{directory.path / name} has {st.st_nlink} hard links, so it may be a file "
+            "outside the session; ptc-retry never appends to a linked file: remove it."
+        )
+    return fd, st
+
+
 def read_file(directory: Dir, name: str) -> bytes:
     """The whole content of the regular file ``directory/name``, never through a link; raises
     what ``open_regular`` and ``os.read`` raise."""

@@ -21,6 +21,7 @@ from .fs import (
     fix_mode,
     held_elsewhere,
     open_dir,
+    open_for_append,
     open_regular,
     pread,
     read_file,
@@ -328,9 +329,10 @@ def append_lines(directory: Dir, name: str, data: bytes) -> None:
     """Append ``data`` (whole lines) to ``directory/name``, created 0600, never through a link.
 
     A file that ends in a torn line gets a line end first; a write that fails part-way (a
-    full disk) is taken back, so the file holds whole lines only. Raises OSError.
+    full disk) is taken back, so the file holds whole lines only. Raises OSError, and
+    StoreError for a file with more than one hard link (see ``open_for_append``).
     """
-    fd, st = open_regular(directory, name, os.O_RDWR | os.O_APPEND | os.O_CREAT)
+    fd, st = open_for_append(directory, name)
     try:
         if st.st_size == 0:
             fix_mode(fd)
