@@ -264,13 +264,23 @@ def test_decoded_arguments_are_accepted(backend: KernelBackend, run: Run[Any]) -
 # -- time limits ------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf")])
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), "5", True])
 def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(
-    backend: KernelBackend, run: Run[Any], timeout: float
+    backend: KernelBackend, run: Run[Any], timeout: Any
 ) -> None:
-    with pytest.raises(ValueError, match="timeout must be a positive number of seconds"):
+    with pytest.raises(ValueError, match="^timeout must be a number of seconds > 0, or None"):
         run(backend.run_code("1", call_id="call_bad_timeout", timeout=timeout))
     assert "call_bad_timeout" not in {h["id"] for h in history(backend.session_dir)}
+
+
+@pytest.mark.parametrize("timeout", [float("inf"), 10**400, 1e12])
+def test_a_timeout_too_long_ever_to_pass_means_no_limit(
+    backend: KernelBackend, run: Run[Any], timeout: float
+) -> None:
+    result = run(backend.run_code("6 * 7", call_id="call_long_timeout", timeout=timeout))
+
+    assert (result.status, result.value, result.text) == ("ok", "42", "42")
+    assert KernelBackend(default_timeout=timeout).default_timeout is None
 
 
 # -- kernel death -----------------------------------------------------------------------------

@@ -174,7 +174,48 @@ def test_a_persons_interrupt_still_works_under_a_limit(kernel: Kernel) -> None:
     assert run(kernel, "print('next')").stdout == "next\n"
 
 
-@pytest.mark.parametrize("value", ["0", "-1", "float('inf')"])
-def test_a_bad_limit_is_rejected_clearly(kernel: Kernel, value: str) -> None:
+@pytest.mark.parametrize("value", ["0", "-1", "float('nan')"])
+def test_a_bad_limit_is_rejected_in_one_clear_line(kernel: Kernel, value: str) -> None:
     attempt = run(kernel, f"%config PtcRetry.time_limit = {value}")
-    assert "PtcRetry.time_limit must be a finite number of seconds > 0" in attempt.stderr
+    assert attempt.stderr.count("\n") == 1
+    assert (
+        "PtcRetry.time_limit must be a number of seconds > 0, or None (or inf) for no limit, "
+        "not float"
+    ) in attempt.stderr
+
+
+@pytest.mark.parametrize("value", ["10**400", "float('inf')", "1e400", "10**10"])
+def test_a_limit_too_long_ever_to_pass_means_no_limit(kernel: Kernel, value: str) -> None:
+    assert run(kernel, f"%config PtcRetry.time_limit = {value}").stderr == ""
+    try:
+        extension = "from ptc_retry.kernel.extension import active_extension as extension\n"
+        limit = run(kernel, extension + "print(extension().config.time_limit)")
+        assert limit.stdout == "None\n"
+        ran = run(kernel, "import asyncio\nawait asyncio.sleep(0)\nprint('ran')")
+        assert (ran.status, ran.stdout, ran.stderr) == ("ok", "ran\n", "")
+    finally:
+        run(kernel, "%config PtcRetry.time_limit = None")
+
+
+def test_a_requested_limit_too_long_ever_to_pass_runs_the_program_without_one(
+    kernel: Kernel,
+) -> None:
+    ran = run(kernel, "import asyncio\nawait asyncio.sleep(0)\nprint('ran')", time_limit=10**400)
+
+    assert (ran.status, ran.stdout, ran.stderr) == ("ok", "ran\n", "")  # no frames of ours
+    assert ran.ptc["status"] == "ok"
+
+
+# JSON has no nan or inf: jupyter_client sends them as the strings "nan" and "inf".
+@pytest.mark.parametrize("requested", ["5", "inf", -1, 0, True])
+def test_a_requested_limit_that_cannot_be_used_is_said_in_one_line_and_the_program_runs(
+    kernel: Kernel, requested: object
+) -> None:
+    ran = run(kernel, "print('ran')", time_limit=requested)
+
+    assert (ran.status, ran.stdout) == ("ok", "ran\n")
+    assert ran.stderr == (
+        "ptc-retry: the request's time_limit must be a number of seconds > 0, or None (or inf) "
+        f"for no limit, not {type(requested).__name__} {requested!r}; this program runs with "
+        "no limit. Programs still run as usual.\n"
+    )

@@ -125,7 +125,7 @@ class KernelBackend:
             self.root = Path(root) if root is not None else None  # on the kernel's host
             self.session_dir = None  # the kernel says where, in start()
         self.max_output_chars = max_output_chars
-        self.default_timeout = default_timeout
+        self.default_timeout = check_timeout(default_timeout)
         self.interrupt_grace = interrupt_grace
         self.time_limit_margin = time_limit_margin
         #: The turn the next calls belong to; ``new_turn()`` advances it.

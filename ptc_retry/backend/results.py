@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from ..core.schema import tool_schema
-from ..core.time_limit import valid_limit
+from ..core.time_limit import read_limit
 from ..native import EDIT_TOOL
 
 __all__ = [
@@ -203,11 +203,10 @@ def join_notes(parts: list[str]) -> str:
     return "\n".join(part.rstrip("\n") for part in parts if part.strip())
 
 
-def check_timeout(timeout: float | None) -> float | None:
-    """``timeout`` itself; ValueError unless it is None or a finite number of seconds > 0."""
-    if timeout is not None and valid_limit(timeout) is None:
-        raise ValueError(f"timeout must be a positive number of seconds, not {timeout!r}")
-    return timeout
+def check_timeout(timeout: object) -> float | None:
+    """``timeout`` in seconds, None for no limit (None, or too long ever to pass, such as
+    ``inf``); ValueError, one line, for anything else (see ``read_limit``)."""
+    return read_limit(timeout, "timeout")
 
 
 def require_utf8(text: str, what: str) -> None:

@@ -21,12 +21,31 @@ _POLL = 0.05
 _FLUSH_WAIT = 0.2
 
 
-def valid_limit(value: object) -> float | None:
-    """``value`` as a limit in seconds, or None when it is not a finite number > 0."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
+#: A limit this long or longer never passes (the longest wait ``threading`` allows, about
+#: 292 years on Linux): it means no limit.
+NEVER = threading.TIMEOUT_MAX
+_SHOWN = 40  # characters of a refused value a message quotes
+
+
+def read_limit(value: object, what: str = "the time limit") -> float | None:
+    """``value`` as a limit in seconds; None for no limit.
+
+    None means no limit, and so does a number too large ever to pass: ``inf``, ``10**400``,
+    anything from ``NEVER`` seconds up. Anything else raises ValueError, one line that names
+    ``what`` and says what to give: a value that is no number (a bool or a str too), nan,
+    zero or less.
+    """
+    if value is None:
         return None
-    seconds = float(value)
-    return seconds if math.isfinite(seconds) and seconds > 0 else None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        shown = repr(value)
+        shown = shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
+        raise ValueError(
+            f"{what} must be a number of seconds > 0, or None (or inf) for no limit, "
+            f"not {type(value).__name__} {shown}"
+        )
+    # Compared before float(): an int such as 10**400 has no float.
+    return None if value >= NEVER else float(value)
 
 
 def _format_seconds(seconds: float) -> str:

@@ -3,6 +3,7 @@ command line (``--PtcRetry.guard_mode=pause``), in ``ipython_config.py`` or with
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from traitlets import Enum, Float, Integer, List, TraitError, Unicode, validate
@@ -10,7 +11,16 @@ from traitlets.config import Configurable
 
 from ..core.guard import GUARD_MODES
 from ..core.notice import NOTICE_MIN_BYTES
-from ..core.time_limit import valid_limit
+from ..core.time_limit import NEVER, read_limit
+
+
+class Seconds(Float):
+    """A Float that also takes an int too large for a float (``10**400``): as ``inf``."""
+
+    def validate(self, obj: Any, value: Any) -> Any:
+        if isinstance(value, int) and not isinstance(value, bool) and value >= NEVER:
+            value = math.inf
+        return super().validate(obj, value)
 
 
 class PtcRetry(Configurable):
@@ -88,12 +98,13 @@ class PtcRetry(Configurable):
         0 offers it whenever a statement completed.""",
     ).tag(config=True)
 
-    time_limit = Float(
+    time_limit = Seconds(
         None,
         allow_none=True,
         help="""Seconds a program may run before the kernel stops it (a KeyboardInterrupt,
         or CancelledError while it awaits, keeping its output); the next program runs at
-        once. None means no limit. A request's metadata["ptc_retry"]["time_limit"]
+        once. None means no limit, and so does a limit too long ever to pass (inf, or
+        about 292 years and more). A request's metadata["ptc_retry"]["time_limit"]
         overrides it for one call.""",
     ).tag(config=True)
 
@@ -109,10 +120,7 @@ class PtcRetry(Configurable):
 
     @validate("time_limit")
     def _check_time_limit(self, proposal: Any) -> float | None:
-        value = proposal["value"]
-        if value is not None and valid_limit(value) is None:
-            raise TraitError(
-                f"PtcRetry.time_limit must be a finite number of seconds > 0, or None for no "
-                f"limit, not {value!r}."
-            )
-        return value
+        try:
+            return read_limit(proposal["value"], "PtcRetry.time_limit")
+        except ValueError as exc:
+            raise TraitError(f"{exc}.") from None

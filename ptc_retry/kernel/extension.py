@@ -16,7 +16,7 @@ from ..core.guard import RepeatedFailureGuard, refusal_message
 from ..core.notice import CUT_BEFORE_CODE, failure_notice, partial_notice, short_failure_notice
 from ..core.partial import cut_arguments
 from ..core.store import CheckpointStore
-from ..core.time_limit import TimeLimit, valid_limit
+from ..core.time_limit import TimeLimit, read_limit
 from . import host
 from .catalog import Catalogs
 from .checkpoints import Checkpoints
@@ -196,7 +196,7 @@ class PtcRetryExtension:
         # a person's interrupt stop the program's own code at once, as Python's default
         # handler does in a plain cell, where ipykernel would only cancel it at its next
         # await. A plain cell keeps the default handler and costs nothing here.
-        seconds = valid_limit(requested) or self.config.time_limit
+        seconds = self._limit_of(requested)
         source = running.info.raw_cell
         if not seconds and "await" not in source and "async" not in source:
             return
@@ -205,6 +205,20 @@ class PtcRetryExtension:
             running.time_limit = limit
         elif seconds:
             self.warn_once("the time limit works only in the kernel's main thread")
+
+    def _limit_of(self, requested: object) -> float | None:
+        """This program's time limit in seconds (None: none): the request's, else
+        ``PtcRetry.time_limit``. A requested limit that cannot be used is said once, and
+        the program runs with ``PtcRetry.time_limit``."""
+        if requested is None:
+            return self.config.time_limit
+        try:
+            return read_limit(requested, "the request's time_limit")
+        except ValueError as exc:
+            fallback = self.config.time_limit
+            used = "no limit" if fallback is None else f"PtcRetry.time_limit ({fallback:g} s)"
+            self.warn_once(f"{exc}; this program runs with {used}")
+            return fallback
 
     # -- after a cell ran ------------------------------------------------------
 
