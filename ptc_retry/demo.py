@@ -17,7 +17,7 @@ from typing import Any
 
 from jupyter_core.utils import run_sync
 
-from .backend import KernelBackend, KernelStartError, RunResult
+from .backend import BackendError, KernelBackend, KernelStartError, RunResult
 from .core.errors import PtcRetryError
 from .core.notice import parse_notice
 from .core.session_files import read_history
@@ -83,8 +83,15 @@ def estimate_tokens(n_bytes: int) -> int:
     return math.ceil(n_bytes / 4)
 
 
+#: Exit codes: done, the demo did not complete, the checkpoint root cannot be used (as for
+#: ``ptc-retry history``).
+EXIT_OK, EXIT_FAILED, EXIT_UNUSABLE_ROOT = 0, 1, 2
+
+
 def run(root: str | Path | None = None, save: str | Path | None = None) -> int:
-    """Play the scripted agent on a real kernel; 0 on success, 1 with a message otherwise.
+    """Play the scripted agent on a real kernel; 0 on success, else a one-line message on
+    stderr and 2 when the checkpoint root cannot be used (unsafe, or not writable), 1
+    otherwise.
 
     ``root``: the checkpoint root (default ``$PTC_RETRY_ROOT``, else the temp-dir one).
     ``save``: a path to write the session to as a notebook. The session's checkpoints
@@ -110,12 +117,15 @@ async def _play(root: str | Path | None, save: str | Path | None) -> int:
             f"({sys.executable} -m pip install ipykernel) and try again.",
             file=sys.stderr,
         )
-        return 1
+        return EXIT_FAILED
+    except BackendError as exc:  # the root cannot hold checkpoints: nothing was started
+        print(f"ptc-retry demo: {exc}", file=sys.stderr)
+        return EXIT_UNUSABLE_ROOT
     try:
         return await _converse(backend, save)
     except PtcRetryError as exc:
         print(f"ptc-retry demo: {exc}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     finally:
         await backend.shutdown(keep=True)
 
@@ -140,7 +150,7 @@ async def _converse(backend: KernelBackend, save: str | Path | None) -> int:
     _block(first_text)
     if first.status != "error" or first.notice is None:
         print(f"ptc-retry demo: expected a failure with a notice, got {first.status}.")
-        return 1
+        return EXIT_FAILED
 
     # The scripted model does what the notice says: it takes the reference, sends one line.
     target = parse_notice(first.notice)
@@ -154,7 +164,7 @@ async def _converse(backend: KernelBackend, save: str | Path | None) -> int:
     _block(retry_text)
     if retry.status != "ok":
         print(f"ptc-retry demo: the replay did not succeed ({retry.status}).")
-        return 1
+        return EXIT_FAILED
 
     resend_raw = json.dumps({"code": PROGRAM.replace(*FIX)})
     summary = _summary(retry_raw, resend_raw, first.notice)
@@ -168,7 +178,7 @@ async def _converse(backend: KernelBackend, save: str | Path | None) -> int:
         path = Path(save)
         _write_notebook(path, backend, first, retry, line, summary)
         print(f"Notebook written to {path}")
-    return 0
+    return EXIT_OK
 
 
 def _last(backend: KernelBackend) -> RunResult:

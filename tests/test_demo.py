@@ -13,6 +13,7 @@ import nbformat
 import pytest
 
 from ptc_retry import demo
+from ptc_retry.cli import main
 from ptc_retry.tokens import load_tokenizer
 
 
@@ -98,3 +99,32 @@ def test_demo_says_so_when_the_kernel_cannot_start(
 
 async def _refuse_to_start(self: Any) -> None:
     raise demo.KernelStartError("no python here")
+
+
+@pytest.fixture(params=["read-only", "others can write", "a symlink"])
+def unusable_root(request: pytest.FixtureRequest, tmp_path: Path, tmpfs: Any) -> Path:
+    if request.param == "read-only":
+        return tmpfs("ro,size=64k,mode=0700")
+    if request.param == "others can write":
+        root = tmp_path / "shared"
+        root.mkdir()
+        root.chmod(0o777)
+        return root
+    (tmp_path / "real").mkdir(mode=0o700)
+    (tmp_path / "link").symlink_to(tmp_path / "real")
+    return tmp_path / "link"
+
+
+def test_demo_on_an_unusable_root_says_why_in_one_line_as_history_does(
+    unusable_root: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PTC_RETRY_ROOT", str(unusable_root))
+
+    code = main(["demo"])  # starts no kernel: this test is not marked kernel
+
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.startswith(f"ptc-retry demo: cannot keep checkpoints in {unusable_root}/demo-")
+    assert err.count("\n") == 1 and "Traceback" not in err
+    history = main(["history"])
+    assert history != 0 and capsys.readouterr().err.count("\n") == 1

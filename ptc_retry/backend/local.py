@@ -235,7 +235,9 @@ def check_checkpoints(kernel_dir: Path, session_id: str) -> None:
     try:
         store = CheckpointStore(kernel_dir.parent, session_id)
     except (OSError, PtcRetryError) as exc:
-        reason = str(exc).rstrip(".")
+        # The OS's own words ("Read-only file system"): the path is named just before.
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        reason = reason.rstrip(".")
         raise BackendError(
             f"cannot keep checkpoints in {kernel_dir}: {reason}. Pass root= (or set "
             "PTC_RETRY_ROOT to) a directory you can write; nothing was started."
