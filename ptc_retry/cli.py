@@ -51,9 +51,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     0: done. 1: nothing to show or not done (no session yet, an unknown session or call id,
     a session directory ``gc`` could not remove). 2: a usage error (unknown option,
     malformed value), or a root refused as unsafe (``demo``: also one it cannot write).
-    ``history``, ``show``, ``stats`` and ``gc`` take ``--root DIR``; the default is the store's (``$PTC_RETRY_ROOT`` when set,
-    else ``<tempdir>/ptc-retry-<uid>``), and a root that is a symlink, belongs to another
-    user or is a shared sticky directory is refused, by the store's own rules.
+    ``history``, ``show``, ``stats`` and ``gc`` take ``--root DIR``; the default is the
+    store's (``$PTC_RETRY_ROOT`` when set, else ``<tempdir>/ptc-retry-<uid>``), and a root
+    that is a symlink, belongs to another user or is a shared sticky directory is refused,
+    by the store's own rules.
     """
     parser = build_parser()
     args = parser.parse_args(argv)
