@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import signal
 import time
 import tracemalloc
@@ -300,6 +301,25 @@ def test_sigkill_from_outside_is_reported_as_died(fragile: KernelBackend, run: R
     assert result.status == "died" and result.duration < 15
     assert result.text.startswith("waiting\n") and "SIGKILL" in result.text
     assert run(fragile.run_code("6 * 7", call_id="call_k2")).value == "42"
+
+
+def test_a_program_that_kills_its_kernel_under_a_reused_id_is_named_by_its_reference(
+    fragile: KernelBackend, run: Run[Any], tmp_path: Path
+) -> None:
+    run(fragile.run_code("earlier = 1", call_id="call_again"))
+    flag = tmp_path / "died-once"
+    code = f"import os, pathlib\nprint('second program')\nflag = pathlib.Path({str(flag)!r})\n"
+    code += "if not flag.exists():\n    flag.touch()\n    os._exit(3)\n"
+
+    died = run(fragile.run_code(code, call_id="call_again"))  # the id comes again
+
+    assert died.status == "died" and died.call_id == "call_again.2"
+    assert died.checkpoint is not None and died.checkpoint.endswith("call_again.2.json")
+    offered = re.search(r'To go on: (await ptc_retry\.resume\("(#[0-9]+)"\))', died.text)
+    assert offered is not None, died.text
+    resumed = run(fragile.run_code(offered.group(1), call_id="call_resume"))
+    assert resumed.status == "ok", resumed.text
+    assert "second program" in resumed.text
 
 
 # -- prompt, tools, lifecycle -----------------------------------------------------------------

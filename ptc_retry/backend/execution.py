@@ -16,6 +16,7 @@ from ..core.errors import BackendError
 from ..core.layout import checkpoint_path, sanitize
 from ..core.notice import parse_notice, resume_call
 from ..core.protocol import METADATA_KEY, execute_request
+from ..core.session_files import calls_sent_as
 from .capture import Capture, strip_ansi
 from .host_tools import HostTools
 from .input_requests import InputRequests
@@ -204,13 +205,28 @@ class Execution:
     def _saved(self) -> str:
         """`` Saved as ... resume(...)``: how to go on with a program no reply came for.
 
-        The kernel that numbered the program is gone, so the call id names it. Empty
-        without ``resume_hint`` (native mode: the journal's own notice follows there).
+        The kernel that numbered the program is gone, so the call id names it; a call id
+        also sent for an earlier program names neither, so then its ``#n`` as the session
+        directory numbers it, when the backend can read that directory. Empty without
+        ``resume_hint`` (native mode: the journal's own notice follows there).
         """
         if not self.settings.resume_hint:
             return ""
-        call_id, _ = self._checkpoint()
-        return f" Saved as {call_id}. To go on: {resume_call(call_id)}"
+        saved = self._saved_unfinished()
+        name = (saved[1] or saved[0]) if saved else sanitize(self.request["call_id"])
+        return f" Saved as {name}. To go on: {resume_call(name)}"
+
+    def _saved_unfinished(self) -> tuple[str, str | None] | None:
+        """For a program no reply came for: ``(id, reference)`` of the program the session
+        directory holds for this call, saved and never finished (the reference only when
+        the call id names an earlier program too, else None); None when the directory
+        cannot be read from here or holds no such program."""
+        checkpoints = self.settings.checkpoints
+        found = calls_sent_as(checkpoints, self.request["call_id"]) if checkpoints else []
+        if not found or found[-1][2] != "unfinished":
+            return None
+        call_id, reference, _ = found[-1]
+        return call_id, reference if len(found) > 1 else None
 
     async def _drain(self) -> None:
         """Outputs that arrived before the kernel died or was restarted: keep them."""
@@ -225,8 +241,11 @@ class Execution:
 
     def _checkpoint(self) -> tuple[str, str]:
         """The id and path the kernel saved this program under, as far as the backend knows
-        (a path relative to the session directory when the kernel never said where)."""
-        call_id = sanitize(self.request["call_id"])
+        (a path relative to the session directory when the kernel never said where). When
+        no reply came, the session directory says which (an id sent again is saved as
+        ``<id>.2``), if it can be read from here."""
+        saved = self._saved_unfinished() if self.reply is None else None
+        call_id = saved[0] if saved else sanitize(self.request["call_id"])
         return call_id, str(checkpoint_path(self.settings.checkpoints or "", call_id))
 
     def _result(self, duration: float) -> RunResult:

@@ -28,6 +28,8 @@ from .fs import (
     write_all,
 )
 from .layout import (
+    BY_ID,
+    CALLS,
     HISTORY,
     IDS,
     RESEND,
@@ -120,6 +122,26 @@ def survey(
         numbers.note_unrecorded(call_id)
         unfinished.append(unfinished_line(call_id, st, number))
     return Survey(records + unfinished, numbers, unfinished, skipped)
+
+
+def calls_sent_as(session_dir: Path, sent_id: str) -> list[tuple[str, str | None, object]]:
+    """``(id, reference, status)`` of each call of ``session_dir`` that the call id
+    ``sent_id`` names (see ``SessionNumbers.named``), oldest first, as a store reopening the
+    session would number them (a call saved and never finished is ``unfinished``): for a
+    backend whose kernel died before it said where it saved a program. [] when there is
+    none or the session cannot be read; changes nothing."""
+
+    def listing(directory: Dir) -> list[str]:
+        try:
+            return directory.names()
+        except OSError:
+            return []
+
+    by_id, calls = Dir(session_dir / BY_ID), Dir(session_dir / CALLS)
+    found = survey(read_history(session_dir), calls, by_id, listing)
+    status = {record["id"]: record.get("status") for record in found.records}
+    named = found.numbers.named(sent_id)
+    return [(cid, found.numbers.reference_of(cid), status.get(cid)) for cid in named]
 
 
 def linked_numbers(calls: Dir, names: Iterable[str]) -> list[tuple[int, str]]:
