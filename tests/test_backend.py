@@ -284,6 +284,18 @@ def test_a_timeout_too_long_ever_to_pass_means_no_limit(
     assert KernelBackend(default_timeout=timeout).default_timeout is None
 
 
+@pytest.mark.parametrize("option", ["interrupt_grace", "time_limit_margin"])
+@pytest.mark.parametrize("value", [10**400, float("inf"), float("nan"), -1, "5", True])
+def test_a_margin_that_is_not_a_number_of_seconds_is_refused_in_one_line(
+    option: str, value: Any
+) -> None:
+    with pytest.raises(ValueError) as refused:
+        KernelBackend(**{option: value})
+
+    assert str(refused.value).startswith(f"{option} must be a number of seconds >= 0")
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 150
+
+
 # -- kernel death -----------------------------------------------------------------------------
 
 

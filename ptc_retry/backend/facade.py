@@ -19,6 +19,7 @@ from ..core.errors import BackendError, GatewayError, KernelStartError
 from ..core.fs import default_root
 from ..core.layout import sanitize
 from ..core.notice import prompt_section
+from ..core.time_limit import read_delay
 from ..native import NativeTools, ToolResult
 from .code_mode import CodeSession
 from .execution import Execution, ExecutionSettings
@@ -126,8 +127,8 @@ class KernelBackend:
             self.session_dir = None  # the kernel says where, in start()
         self.max_output_chars = max_output_chars
         self.default_timeout = check_timeout(default_timeout)
-        self.interrupt_grace = interrupt_grace
-        self.time_limit_margin = time_limit_margin
+        self.interrupt_grace = read_delay(interrupt_grace, "interrupt_grace")
+        self.time_limit_margin = read_delay(time_limit_margin, "time_limit_margin")
         #: The turn the next calls belong to; ``new_turn()`` advances it.
         self.turn = 0
         #: The result of the latest ``run_code`` (also through ``handle_tool_call``), for a

@@ -11,7 +11,7 @@ import signal
 import threading
 import time
 import types
-from typing import Any
+from typing import Any, TypeGuard
 
 # After a stop was delivered, wait this long before stopping again (the program
 # may be ending); after a signal found no safe place to stop, try again at the next poll.
@@ -37,15 +37,35 @@ def read_limit(value: object, what: str = "the time limit") -> float | None:
     """
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        shown = repr(value)
-        shown = shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
+    if not _is_number(value) or not value > 0:
         raise ValueError(
             f"{what} must be a number of seconds > 0, or None (or inf) for no limit, "
-            f"not {type(value).__name__} {shown}"
+            f"not {_shown(value)}"
         )
     # Compared before float(): an int such as 10**400 has no float.
     return None if value >= NEVER else float(value)
+
+
+def read_delay(value: object, what: str) -> float:
+    """``value`` as a short wait in seconds (a margin, a grace period): a number from 0 up to
+    less than ``NEVER``; ValueError, one line naming ``what``, for anything else."""
+    if not _is_number(value) or not 0 <= value < NEVER:
+        raise ValueError(
+            f"{what} must be a number of seconds >= 0 (and under about 292 years), "
+            f"not {_shown(value)}"
+        )
+    return float(value)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _shown(value: object) -> str:
+    """``value`` as a message quotes it: its type and its repr, cut when long."""
+    shown = repr(value)
+    shown = shown if len(shown) <= _SHOWN else shown[: _SHOWN - 3] + "..."
+    return f"{type(value).__name__} {shown}"
 
 
 def _format_seconds(seconds: float) -> str:
