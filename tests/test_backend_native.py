@@ -394,7 +394,7 @@ def test_a_kernel_that_cannot_restart_is_journaled_and_raised_to_the_caller(
         kb = KernelBackend(mode="native", transport=DeadKernel(), root=tmp_path)
         await kb.start()
         try:
-            with pytest.raises(ValueError, match="timeout must be a positive number"):
+            with pytest.raises(ValueError, match="timeout must be a number of seconds > 0"):
                 await kb.handle_tool_call("run_code", raw("1"), "call_t0", timeout=0)
             with pytest.raises(BackendError, match="could not be restarted .no such process"):
                 await kb.handle_tool_call("run_code", raw("1"), "call_dead")

@@ -4,6 +4,7 @@ tells the backend. The README is its manual; the guard's rules live in core/guar
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import sys
@@ -208,17 +209,12 @@ class PtcRetryExtension:
 
     def _limit_of(self, requested: object) -> float | None:
         """This program's time limit in seconds (None: none): the request's, else
-        ``PtcRetry.time_limit``. A requested limit that cannot be used is said once, and
-        the program runs with ``PtcRetry.time_limit``."""
-        if requested is None:
-            return self.config.time_limit
-        try:
-            return read_limit(requested, "the request's time_limit")
-        except ValueError as exc:
-            fallback = self.config.time_limit
-            used = "no limit" if fallback is None else f"PtcRetry.time_limit ({fallback:g} s)"
-            self.warn_once(f"{exc}; this program runs with {used}")
-            return fallback
+        ``PtcRetry.time_limit``. A requested limit that is no number of seconds > 0 is a
+        backend's mistake the model cannot fix: ignored, as a field of the wrong type is."""
+        if requested is not None:
+            with contextlib.suppress(ValueError):
+                return read_limit(requested)
+        return self.config.time_limit
 
     # -- after a cell ran ------------------------------------------------------
 

@@ -17,7 +17,7 @@ _REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
     "turn": (int,),
     "step": (int,),
     "new_instruction": (bool,),
-    "time_limit": (int, float, str, bool),  # any but null: an unusable one is said, not dropped
+    "time_limit": (int, float),
     "tools": (list,),
     "partial": (bool,),
 }
