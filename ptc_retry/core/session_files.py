@@ -132,7 +132,10 @@ def calls_sent_as(session_dir: Path, sent_id: str) -> list[tuple[str, str | None
     none or the session cannot be read; changes nothing."""
 
     def listing(directory: Dir) -> list[str]:
+        # Read by path, so a directory that is a link is not read (as the CLI reader does).
         try:
+            if not stat.S_ISDIR(os.lstat(directory.path).st_mode):
+                return []
             return directory.names()
         except OSError:
             return []
