@@ -17,7 +17,7 @@ from ..core.errors import CheckpointError, PtcRetryError, ReplayError
 from ..core.program import run_program, statement_spans
 from ..core.store import CheckpointStore
 from .host import Host, current_host
-from .recording import Reuse
+from .recording import Reuse, whole_recording
 from .resume import history_line
 from .tool_calls import program_calls
 from .tracebacks import cell_text, replay_filename
@@ -226,12 +226,13 @@ class Replay:
         program = run_program(corrected, filename, namespace, transformed=transformed, start=start)
         if whole_call:
             running.program_coroutine = program
-        outer, calls.reuse = calls.reuse, reuse
+        # A replay inside a replay says nothing itself: the outermost one counts its calls.
+        outermost = calls.reuses.enter(reuse)
         try:
             return await program
         finally:
-            calls.reuse = outer
-            sentence = reuse.sentence()
+            calls.reuses.leave(reuse)
+            sentence = reuse.sentence() if outermost else None
             if sentence is not None:
                 print(sentence, file=sys.stderr)
 
@@ -249,16 +250,17 @@ class Replay:
         return self.rest
 
     def _reuse(self, store: CheckpointStore, call_id: str, start: int) -> Reuse:
-        records = [] if self.fresh else self.host.checkpoints.tool_calls(call_id)
-        # A program that was itself a resume recorded the calls from where it started on.
-        started = (history_line(store, call_id) or {}).get("resumed_from") if records else None
-        return Reuse(
-            records,
-            call_id=call_id,
-            source=store.reference_of(call_id) or call_id,
-            start=start,
-            recorded_from=started if isinstance(started, int) else 0,
-        )
+        """What this replay may take from the calls of ``call_id``'s whole program, from the
+        statement ``start`` it runs from (0: all of it)."""
+        source = store.reference_of(call_id) or call_id
+        if self.fresh:
+            return Reuse([], call_id=call_id, source=source, fresh=True)
+        latest: dict[str, dict[str, Any]] = {}
+        for line in store.history():  # the latest line of each call wins
+            if isinstance(line.get("id"), str):
+                latest[line["id"]] = line
+        whole = whole_recording(call_id, self.host.checkpoints.tool_calls, latest.get)
+        return Reuse(whole.from_statement(start), call_id=call_id, source=source)
 
 
 def _only_statement(source: str | None) -> bool:

@@ -27,7 +27,7 @@ from ..core.program import statement_spans
 from ..core.protocol import parse_tool_reply, tool_request
 from .catalog import NO_BACKEND
 from .host import Host, current_host
-from .recording import CallRecord, Reuse
+from .recording import CallRecord, Reuses
 from .tracebacks import cell_text
 
 if TYPE_CHECKING:
@@ -46,8 +46,8 @@ class ProgramCalls:
     def __init__(self, host: Host, running: Running) -> None:
         self._host = host
         self.running = running
-        #: Set by a replay while the program it replays runs.
-        self.reuse: Reuse | None = None
+        #: The replays running in this program, which its calls may take results from.
+        self.reuses = Reuses()
         self.reused = 0
         self.live = 0
         self._count = 0
@@ -71,21 +71,22 @@ class ProgramCalls:
     # -- every call ----------------------------------------------------------------------------
 
     def begin(self, tool: str, arguments: Any, *, code: str | None = None) -> CallRecord:
-        """Number the next call; it comes back with its result when a replay reuses one
-        (``reused_from`` set), else the caller makes it and reports with ``finish``."""
+        """Number the next call; it comes back with its result when a running replay reuses
+        one (``reused_from`` set: the call id of the replayed program whose recording gave
+        it), else the caller makes it and reports with ``finish``."""
         if self._closed:
             raise ToolError(f"{tool}: the program that made this call has ended", tool=tool)
         if _INSIDE_RECORDED.get():
             return CallRecord(0, tool, arguments, None, code)  # k 0: not recorded
         self._count += 1
         record = CallRecord(self._count, tool, arguments, self._statement(), code)
-        reuse = self.reuse
-        found = reuse.take(record) if reuse is not None else None
-        if reuse is None or found is None:
+        found = self.reuses.take(record)
+        if found is None:
             self.live += 1
             return record
         self.reused += 1
-        record.ok, record.result, record.reused_from = True, found.get("result"), reuse.call_id
+        reuse, line = found
+        record.ok, record.result, record.reused_from = True, line.get("result"), reuse.call_id
         self._write(record)
         return record
 
