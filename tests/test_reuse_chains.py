@@ -73,6 +73,12 @@ def test_replay_then_resume_then_replay_sends_nothing_twice(
     third = run(host, shared, offered, turn)  # from the failed statement on
     assert undefined(third) == "reprot"
     assert history_line(root, third.ptc["call_id"])["resumed_from"] == 4
+    # Its recording holds its whole program: the calls of the statements it skipped first.
+    lines = recording(root, third.ptc["call_id"])
+    assert [(line["k"], line["tool"], line["reused_from"]) for line in lines[:2]] == [
+        (1, "count", second.ptc["call_id"]), (2, "slow", second.ptc["call_id"])
+    ]  # fmt: skip
+    assert (lines[2]["k"], lines[2]["tool"], lines[2]["reused"]) == (3, "double", False)
 
     fourth = run(host, shared, follow(third.ptc["notice"], old="reprot", new="'ok'"), turn)
 
@@ -284,3 +290,36 @@ def test_a_replay_of_a_program_that_replayed_and_did_more_sends_nothing_twice(
         f"ptc-retry: 2 tool results reused from {both.ptc['reference']}; 0 calls made live.\n"
     )
     assert history_line(root, fixed.ptc["call_id"])["tool_calls"] == {"reused": 2, "live": 0}
+
+
+DIES_IN_THE_RESUME = """\
+# Email the customer, fetch the slow report, then hand it to the native renderer.
+import os
+sent = await tools.count(name="died email")
+report = await tools.slow(s=1.05)
+pages = len(reprot)
+os._exit(1) if pages else None  # stands for a crash inside a native library
+print(sent, pages)
+"""
+
+
+def test_a_resume_that_killed_its_kernel_is_resumed_without_sending_anything_twice(
+    start_kernel: Any, host: Host
+) -> None:
+    kernel = start_kernel()  # a kernel of its own: the resume kills it
+    failed = run(host, kernel, DIES_IN_THE_RESUME, next(_turns))  # #1
+    offered = follow(failed.ptc["notice"], old="reprot", new="report")
+    assert offered.endswith(", resume=True)")
+    host.run_dying(kernel, offered)  # #2 runs from the failed statement on, and dies
+    kernel.restart()
+
+    # Going on with the fix, resume=True: the kernel's state is gone, so it runs whole.
+    again = host.run(
+        kernel, "await ptc_retry.replay('#2', 'os._exit(1) if pages else None', '', resume=True)"
+    )
+
+    assert again.status == "ok", again.error
+    assert again.stdout == "1 5\n"
+    assert "the kernel restarted" in again.stderr
+    assert host.counts["died email"] == 1
+    assert host.calls() == [("count", {"name": "died email"}), ("slow", {"s": 1.05})]

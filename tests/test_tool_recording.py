@@ -7,7 +7,7 @@ import asyncio
 import inspect
 import os
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -22,9 +22,9 @@ from ptc_retry.kernel.recording import (
     RecordedCalls,
     Reuse,
     Reuses,
+    calls_made,
     in_order,
     json_copy,
-    whole_recording,
 )
 from ptc_retry.sessions import SessionReader
 
@@ -115,6 +115,9 @@ def test_a_call_without_its_line_ends_what_can_be_matched() -> None:
     assert taken(reuse, call(1), call(2), call(3)) == ["r1", None, None]
     assert not in_order([line(1), line(3)]).complete
     assert not in_order([line(1)], total=2).complete and in_order([line(1)], total=1).complete
+    assert calls_made({"tool_calls": {"reused": 1, "live": 2}}) == 3
+    assert calls_made({"tool_calls": {"reused": True, "live": 2}}) is None
+    assert calls_made({"status": "unfinished"}) is None and calls_made(None) is None
 
 
 def test_the_last_line_of_a_call_wins() -> None:
@@ -141,47 +144,6 @@ def test_a_resume_matches_the_calls_of_the_statements_it_runs() -> None:
     # Lines that do not say their statement: no telling which calls the resume makes again.
     unknown = RecordedCalls([line(1, statement=None), line(2, statement=2)])
     assert unknown.from_statement(2) == [] and unknown.from_statement(0) == unknown.lines
-
-
-# -- the whole recording, along a chain of fixes ---------------------------------------------------
-
-
-def chain(
-    recordings: dict[str, list[dict[str, Any]]], histories: dict[str, dict[str, Any]]
-) -> Callable[[str], list[dict[str, Any]]]:
-    def whole(call_id: str) -> list[dict[str, Any]]:
-        return whole_recording(call_id, lambda c: recordings.get(c, []), histories.get).lines
-
-    return whole
-
-
-def test_a_resume_s_whole_recording_starts_with_the_calls_it_skipped() -> None:
-    # c1: calls in statements 0, 1 and 3, failed at 3. c2 resumed c1 from 3, failed at 4.
-    # c3 resumed c2 from 4. Their whole programs made every call from the first one on.
-    recordings = {
-        "c1": [line(1, statement=0), line(2, statement=1), line(3, statement=3)],
-        "c2": [line(1, statement=3, result="c2-1"), line(2, statement=4, ok=False)],
-        "c3": [line(1, statement=4, result="c3-1")],
-    }
-    histories = {
-        "c1": {"tool_calls": {"reused": 0, "live": 3}},
-        "c2": {"replay_of": "c1", "resumed_from": 3, "tool_calls": {"reused": 0, "live": 2}},
-        "c3": {"replay_of": "c2", "resumed_from": 4},
-    }
-    whole = chain(recordings, histories)
-    assert [r["result"] for r in whole("c3")] == ["r1", "r2", "c2-1", "c3-1"]
-    assert [r.get("result") for r in whole("c2")] == ["r1", "r2", "c2-1", None]
-
-
-def test_a_resume_whose_skipped_calls_are_unknown_reuses_only_what_is_sure() -> None:
-    recordings = {"c1": [line(1, statement=0)], "c2": [line(1, statement=3)]}
-    # c1 made two calls, but only one line is there: the lost one may be before statement 3.
-    histories = {
-        "c1": {"tool_calls": {"reused": 0, "live": 2}},
-        "c2": {"replay_of": "c1", "resumed_from": 3},
-    }
-    found = whole_recording("c2", lambda c: recordings[c], histories.get)
-    assert [r["k"] for r in found.lines] == [1] and not found.complete
 
 
 # -- replays inside replays ------------------------------------------------------------------------

@@ -2,12 +2,12 @@
 
 Each call a program makes (a host tool's, or a ``@ptc_retry.recorded`` function's) is one
 JSON line of ``tool-calls/<id>.jsonl`` in the session (the README's Storage section shows
-the format). A replay walks the whole recording of the program it replays, along its chain
-of fixes (:func:`whole_recording`), and matches each call by its place in that sequence
-(:class:`Reuse`): a call that is the recorded one (same tool, arguments and a recorded
-function's code) gets its result; a recorded failure goes live without ending the reuse;
-a call that differs from a recorded success sends every later one live. Plain Python: no
-IPython here.
+the format). A recording holds every call of its program's whole run, in order: a resume
+starts its own with the lines of the calls made by the statements it skips. A replay
+matches each call by its place in the recording of the program it replays (:class:`Reuse`):
+a call that is the recorded one (same tool, arguments and a recorded function's code) gets
+its result; a recorded failure goes live without ending the reuse; a call that differs from
+a recorded success sends every later one live. Plain Python: no IPython here.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import hashlib
 import inspect
 import json
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -170,46 +170,10 @@ def in_order(lines: Iterable[dict[str, Any]], total: int | None = None) -> Recor
     return RecordedCalls(ordered, complete)
 
 
-def whole_recording(
-    call_id: str,
-    recording_of: Callable[[str], list[dict[str, Any]]],
-    history_of: Callable[[str], dict[str, Any] | None],
-) -> RecordedCalls:
-    """The calls of the whole program ``call_id`` ran, in order, along its chain of fixes.
-
-    ``recording_of(id)`` gives a program's recorded lines, ``history_of(id)`` its latest
-    history line. A program that ran whole (a plain one, a replay, an extend) recorded all
-    its calls, reused ones too. A resume (``resumed_from: s`` and ``replay_of: q`` in its
-    history line) recorded only the calls from statement ``s`` on: the calls that ``q``'s
-    whole program made before ``s`` come first. When those cannot be told apart from the
-    rest, only they are given, and the result is not complete.
-    """
-    return _whole_recording(call_id, recording_of, history_of, frozenset())
-
-
-def _whole_recording(
-    call_id: str,
-    recording_of: Callable[[str], list[dict[str, Any]]],
-    history_of: Callable[[str], dict[str, Any] | None],
-    seen: frozenset[str],
-) -> RecordedCalls:
-    history = history_of(call_id) or {}
-    own = in_order(recording_of(call_id), _total(history))
-    start, origin = history.get("resumed_from"), history.get("replay_of")
-    if not (isinstance(start, int) and start > 0 and isinstance(origin, str)):
-        return own
-    if origin in seen or origin == call_id:  # a chain that loops is no history we wrote
-        return RecordedCalls([], complete=False)
-    resumed = _whole_recording(origin, recording_of, history_of, seen | {call_id})
-    before, _, sure = resumed.split(start)
-    if not sure:  # where the resume's own calls stand in the whole sequence is unknown
-        return RecordedCalls(before, complete=False)
-    return RecordedCalls(before + own.lines, own.complete)
-
-
-def _total(history: dict[str, Any]) -> int | None:
-    """How many calls a program made, by its history line's ``tool_calls``; None if unsaid."""
-    counts = history.get("tool_calls")
+def calls_made(history: dict[str, Any] | None) -> int | None:
+    """How many calls a program's run made, by its history line's ``tool_calls``; None when
+    the line does not say (the program made none, or it never finished)."""
+    counts = (history or {}).get("tool_calls")
     if not isinstance(counts, dict):
         return None
     reused, live = counts.get("reused"), counts.get("live")

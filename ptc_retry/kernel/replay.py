@@ -17,7 +17,7 @@ from ..core.errors import CheckpointError, PtcRetryError, ReplayError
 from ..core.program import run_program, statement_spans
 from ..core.store import CheckpointStore
 from .host import Host, current_host
-from .recording import Reuse, whole_recording
+from .recording import RecordedCalls, Reuse, calls_made, in_order
 from .resume import history_line
 from .tool_calls import program_calls
 from .tracebacks import cell_text, replay_filename
@@ -221,7 +221,16 @@ class Replay:
         # 5. Its tool calls that match the recorded ones of call_id get their results.
         calls = program_calls(host)
         assert calls is not None  # a program is running
-        reuse = self._reuse(store, call_id, start)
+        recorded = self._recorded(store, call_id)
+        if whole_call and start:
+            # This call's recording holds its whole program: first the skipped statements' calls.
+            calls.skip(recorded, start, call_id)
+        reuse = Reuse(
+            recorded.from_statement(start),
+            call_id=call_id,
+            source=store.reference_of(call_id) or call_id,
+            fresh=self.fresh,
+        )
         namespace = shell.user_ns
         program = run_program(corrected, filename, namespace, transformed=transformed, start=start)
         if whole_call:
@@ -249,18 +258,10 @@ class Replay:
             )
         return self.rest
 
-    def _reuse(self, store: CheckpointStore, call_id: str, start: int) -> Reuse:
-        """What this replay may take from the calls of ``call_id``'s whole program, from the
-        statement ``start`` it runs from (0: all of it)."""
-        source = store.reference_of(call_id) or call_id
-        if self.fresh:
-            return Reuse([], call_id=call_id, source=source, fresh=True)
-        latest: dict[str, dict[str, Any]] = {}
-        for line in store.history():  # the latest line of each call wins
-            if isinstance(line.get("id"), str):
-                latest[line["id"]] = line
-        whole = whole_recording(call_id, self.host.checkpoints.tool_calls, latest.get)
-        return Reuse(whole.from_statement(start), call_id=call_id, source=source)
+    def _recorded(self, store: CheckpointStore, call_id: str) -> RecordedCalls:
+        """The calls ``call_id``'s whole program made, in order, as its recording says."""
+        lines = self.host.checkpoints.tool_calls(call_id)
+        return in_order(lines, calls_made(history_line(store, call_id)))
 
 
 def _only_statement(source: str | None) -> bool:
