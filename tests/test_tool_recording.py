@@ -130,6 +130,10 @@ def test_the_last_line_of_a_call_wins() -> None:
 def test_a_result_recorded_as_not_reusable_runs_again_without_ending_the_match() -> None:
     reuse = Reuse([line(1, reusable=False), line(2)], call_id="c1", source="#1")
     assert taken(reuse, call(1), call(2)) == [None, "r2"]
+    damaged = line(1)
+    del damaged["result"]  # says it succeeded, holds nothing to give
+    reuse = Reuse([damaged, line(2)], call_id="c1", source="#1")
+    assert taken(reuse, call(1), call(2)) == [None, "r2"]
 
 
 def test_a_recorded_function_whose_code_changed_is_not_reused() -> None:

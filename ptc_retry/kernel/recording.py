@@ -229,8 +229,9 @@ class Reuse:
         if success < len(calls) and record.matches(calls[success]):
             self._next = success + 1
             line = calls[success]
-            # A result recorded as not reusable: this call goes live, the next may match.
-            return line if line.get("reusable", True) is not False else None
+            # A result recorded as not reusable (or a damaged line that holds none): this
+            # call goes live, and the next may still match.
+            return line if line.get("reusable", True) is not False and "result" in line else None
         failure = next((i for i in range(first, success) if record.matches(calls[i])), None)
         if failure is None:  # when in doubt, go live
             self._ended = True
