@@ -143,6 +143,36 @@ def test_resume_then_resume_then_an_extended_replay_sends_nothing_twice(
     )
 
 
+STOPPED = """\
+# Email the customer, wait for the slow warehouse report, then count the pages in it.
+sent = await tools.count(name="stopped email")
+report = await tools.slow(s=2)
+pages = len(reprot)
+print(sent, pages)
+"""
+
+
+def test_a_program_stopped_by_the_time_limit_goes_on_and_is_fixed_sending_nothing_twice(
+    shared: Kernel, host: Host, root: Any
+) -> None:
+    turn = next(_turns)
+    stopped = host.run(shared, STOPPED, turn=turn, time_limit=1)
+    assert stopped.ptc is not None and stopped.ptc["status"] == "interrupted"
+    offered = follow(stopped.ptc["notice"])
+    assert offered.startswith("await ptc_retry.resume(")
+
+    resumed = run(host, shared, offered, turn)  # from the statement that was stopped
+    assert undefined(resumed) == "reprot"
+    made = host.calls()
+    fixed = run(host, shared, follow(resumed.ptc["notice"], old="reprot", new="report"), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "1 5\n"
+    assert host.counts["stopped email"] == 1 and host.calls() == made
+    # Resumed or replayed whole (as the notice offers), its recording holds both calls.
+    assert [line["tool"] for line in recording(root, fixed.ptc["call_id"])] == ["count", "slow"]
+
+
 # -- failed calls the program caught ---------------------------------------------------------------
 
 CAUGHT = """\

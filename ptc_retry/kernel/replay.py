@@ -224,7 +224,7 @@ class Replay:
         recorded = self._recorded(store, call_id)
         if whole_call and start:
             # This call's recording holds its whole program: first the skipped statements' calls.
-            calls.skip(recorded, start, call_id)
+            calls.record_skipped(recorded, start, call_id)
         reuse = Reuse(
             recorded.from_statement(start),
             call_id=call_id,

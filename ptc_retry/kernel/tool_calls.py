@@ -90,7 +90,7 @@ class ProgramCalls:
         self._write(record)
         return record
 
-    def skip(self, recorded: RecordedCalls, start: int, call_id: str) -> None:
+    def record_skipped(self, recorded: RecordedCalls, start: int, call_id: str) -> None:
         """A resume of ``call_id`` starts at top-level statement ``start``, before any call:
         the calls its skipped statements made (in ``recorded``, ``call_id``'s recording)
         come first in this program's recording, marked reused from ``call_id``, since their
