@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections import Counter
 from typing import Any
 
 from ptc_retry.backend.code_mode import CUT_OFF_CELL
@@ -242,6 +243,53 @@ def test_a_retry_loop_gets_the_success_that_followed_its_failures(
     assert fixed.stderr == (
         f"ptc-retry: 2 tool results reused from {reference}; 0 calls made live.\n"
     )
+
+
+class Outages(Host):
+    """A host whose ``flaky`` service stays down for as many calls as ``down[key]`` says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down: Counter[str] = Counter()
+
+    def answer(self, call: dict[str, Any]) -> dict[str, Any]:
+        key = call["arguments"].get("key") if call["tool"] == "flaky" else None
+        if key is not None and self.down[key] > 0:
+            self.down[key] -= 1
+            self.failing.add(key)  # Host's flaky fails once for a key it holds
+        return super().answer(call)
+
+
+GAVE_UP = """\
+# Look the stock up, twice at most while the service is down, then email the customer.
+for attempt in range(2):
+    try:
+        stock = await tools.flaky(key="gave-up stock")
+        break
+    except ptc_retry.ToolError:
+        stock = None
+sent = await tools.count(name="gave-up email")
+print(attempt, stock, sent, undefined_name)
+"""
+
+
+def test_a_retry_loop_that_gave_up_and_now_succeeds_at_once_does_not_email_again(
+    shared: Kernel,
+) -> None:
+    host = Outages()
+    host.down["gave-up stock"] = 2
+    turn = next(_turns)
+    failed = run(host, shared, GAVE_UP, turn)
+    assert failed.error is not None and host.counts["gave-up email"] == 1
+
+    fixed = run(host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "0 gave-up stock: up 1\n"  # the service is back: one attempt
+    assert host.counts["gave-up email"] == 1
+    assert host.calls()[3:] == [("flaky", {"key": "gave-up stock"})]
+    reference = failed.ptc["reference"]
+    assert fixed.stderr == f"ptc-retry: 1 tool result reused from {reference}; 1 call made live.\n"
 
 
 GATHERED = """\
