@@ -2,8 +2,9 @@
 fixes (replay, resume, extend in several orders), failed calls the program caught, retry
 loops, a gather with one failure, and a program that replays and then does more.
 
-Each test plays the model: it sends exactly the call the last notice offers, filled in, and
-counts every call the host (``test_tools_kernel.Host``) makes from the first program on.
+Each test plays the model: it sends exactly the call the last notice offers, filled in (or
+a program of its own, where a model writes one), and counts every call the host
+(``test_tools_kernel.Host``) makes from the first program on.
 """
 
 from __future__ import annotations
