@@ -70,6 +70,19 @@ def raw(code: str) -> str:
     return json.dumps({"code": code}, ensure_ascii=False)
 
 
+def follow(notice: str | None, **fill: str) -> str:
+    """The call a notice tells the model to send, as the model sends it: the template's
+    placeholders (``old``, ``new``, ``rest``) filled with ``fill``'s texts as string literals."""
+    assert notice is not None, "the program got no notice"
+    first = notice.splitlines()[0]  # the template ends it (a quoted program may precede it)
+    call = first[first.rindex("await ptc_retry.") :]
+    for name, text in fill.items():
+        placeholder = f'"<{name}>"'
+        assert placeholder in call, f"{placeholder} is not in {call!r}"
+        call = call.replace(placeholder, json.dumps(text, ensure_ascii=False))
+    return call
+
+
 def history(directory: Path | None) -> list[dict[str, Any]]:
     """The lines of ``directory/history.jsonl`` (none when it does not exist yet)."""
     assert directory is not None

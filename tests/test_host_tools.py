@@ -25,7 +25,7 @@ from ptc_retry.backend.results import RUN_CODE_DESCRIPTION
 from ptc_retry.core.notice import CODE_PROMPT, TOOLS_PROMPT, prompt_section
 
 from . import test_backend_transports as transports
-from .helpers import Run, line_of, raw
+from .helpers import Run, follow, line_of, raw
 
 # The transports' fixtures: each test below runs on a local kernel and behind a real gateway.
 roots, gateway, transport, options = (
@@ -430,6 +430,45 @@ def test_a_replay_reuses_the_recorded_results(
     assert host.calls["add"] == calls  # no call made again
     if backend.gateway_url is None:
         assert line_of(backend.session_dir, "call_t7")["replay_of"] == "call_t6"
+
+
+CHAIN = """\
+# Email the order confirmation, wait for the slow warehouse service, then check the totals.
+sent = await tools.add(a=1, b=100)
+stock = await tools.nap(seconds=1.05)
+total = sent + lenn(stock)
+check = await tools.add(a=totl)
+print(sent, stock, check, reprot)
+"""
+
+
+def test_a_chain_of_fixes_the_notices_offer_makes_no_host_call_twice(
+    backend: KernelBackend, host: Host, run: Run[Any]
+) -> None:
+    before = Counter(host.calls)
+    first = run(backend.run_code(CHAIN, call_id="call_r1", turn=21))
+    assert first.ename == "NameError" and first.notice is not None
+    offered = follow(first.notice, old="lenn", new="len")
+    assert offered.endswith(", resume=True)")  # it ran for over a second
+
+    resumed = run(backend.run_code(offered, call_id="call_r2", turn=21))
+    assert resumed.evalue == "name 'totl' is not defined"
+    replayed = run(
+        backend.run_code(follow(resumed.notice, old="totl", new="total"), call_id="call_r3")
+    )
+    assert replayed.evalue == "name 'reprot' is not defined"
+    # The fix the notice offers next is cut off mid-stream, and the rest sent with extend.
+    fix = follow(replayed.notice, old=", reprot)", new=")")
+    cut = fix.index("reprot") + 3
+    arrived = '{"code": ' + json.dumps(fix[:cut])[:-1]
+    saved = run(backend.handle_partial_tool_call("run_code", arrived, "call_r4"))
+    extended = run(backend.run_code(follow(saved, rest=fix[cut:]), call_id="call_r5"))
+
+    assert extended.status == "ok", extended.text
+    assert extended.text.startswith("101 napped 1.05 114\n")
+    assert host.calls - before == Counter({"add": 2, "nap": 1})  # each made once, all along
+    sentence = f"ptc-retry: 3 tool results reused from {replayed.reference}; 0 calls made live."
+    assert sentence in extended.text
 
 
 # The kernel's stdin socket drops the input_requests it sends before the client's stdin

@@ -17,7 +17,15 @@ from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.schema import schema_signature
 from ptc_retry.core.store import CheckpointStore
 from ptc_retry.kernel.catalog import bind_arguments
-from ptc_retry.kernel.recording import CallRecord, Reuse, json_copy
+from ptc_retry.kernel.recording import (
+    CallRecord,
+    RecordedCalls,
+    Reuse,
+    Reuses,
+    calls_made,
+    in_order,
+    json_copy,
+)
 from ptc_retry.sessions import SessionReader
 
 
@@ -34,8 +42,18 @@ def call(k: int, tool: str = "t", n: int | None = None, code: str | None = None)
     return CallRecord(k, tool, {"n": k if n is None else n}, 0, code)
 
 
-def taken(reuse: Reuse, *calls: CallRecord) -> list[str | None]:
-    return [None if (found := reuse.take(c)) is None else found["result"] for c in calls]
+def taken(reuse: Reuse | Reuses, *calls: CallRecord) -> list[str | None]:
+    found = [reuse.take(c) for c in calls]
+    lines = [f[1] if isinstance(f, tuple) else f for f in found]
+    return [None if line is None else line["result"] for line in lines]
+
+
+def replaying(*reuses: Reuse) -> Reuses:
+    """Replays running one inside the other, outermost first."""
+    running = Reuses()
+    for reuse in reuses:
+        running.enter(reuse)
+    return running
 
 
 # -- what a replay reuses --------------------------------------------------------------------------
@@ -43,32 +61,78 @@ def taken(reuse: Reuse, *calls: CallRecord) -> list[str | None]:
 
 def test_calls_that_match_in_order_get_the_recorded_results() -> None:
     reuse = Reuse([line(1), line(2), line(3)], call_id="c1", source="#1")
-    assert taken(reuse, call(1), call(2), call(3), call(4)) == ["r1", "r2", "r3", None]
+    assert taken(replaying(reuse), call(1), call(2), call(3), call(4)) == ["r1", "r2", "r3", None]
     assert (reuse.reused, reuse.live) == (3, 1)
     assert reuse.sentence() == "ptc-retry: 3 tool results reused from #1; 1 call made live."
 
 
-def test_from_the_first_difference_every_call_goes_live() -> None:
+def test_a_call_that_differs_from_a_recorded_success_sends_every_later_one_live() -> None:
     reuse = Reuse([line(1), line(2), line(3)], call_id="c1", source="#1")
     assert taken(reuse, call(1), call(2, n=20), call(3)) == ["r1", None, None]
     assert taken(Reuse([line(1)], call_id="c1", source="#1"), call(1, tool="u")) == [None]
 
 
-def test_a_failed_call_is_not_reused_and_the_next_success_is_matched() -> None:
-    # A retry loop: the call failed once, then succeeded; the replay reuses the success.
-    records = [line(1), line(2, ok=False), line(3)]
-    records[2]["arguments"] = {"n": 2}
+def test_a_retried_call_takes_the_success_that_followed_its_failures() -> None:
+    # Recorded: x failed twice, then succeeded, then the email. The replay's first x gets
+    # the success (it was made once already), and the email is the next call in place.
+    records = [line(1, "x", ok=False), line(2, "x", ok=False), line(3, "x"), line(4, "email")]
+    for record in records[:3]:
+        record["arguments"] = {"n": 1}
     reuse = Reuse(records, call_id="c1", source="#1")
-    assert taken(reuse, call(1), call(2)) == ["r1", "r3"]
+    assert taken(reuse, call(1, "x"), call(2, "email", n=4)) == ["r3", "r4"]
+
+
+def test_a_caught_failure_goes_live_and_the_calls_after_it_are_reused() -> None:
+    records = [line(1, "x", ok=False), line(2, "email"), line(3, "x")]
+    records[2]["arguments"] = {"n": 1}  # x again, later: the program's own second call
+    reuse = Reuse(records, call_id="c1", source="#1")
+    assert taken(reuse, call(1, "x"), call(2, "email"), call(3, "x", n=1)) == [None, "r2", "r3"]
+
+
+def test_a_retry_loop_that_stops_sooner_still_reuses_the_calls_after_it() -> None:
+    # Recorded: x failed twice and the loop gave up; live, x succeeds at once this time.
+    records = [line(1, "x", ok=False), line(2, "x", ok=False), line(3, "email")]
+    records[1]["arguments"] = {"n": 1}
+    reuse = Reuse(records, call_id="c1", source="#1")
+    assert taken(reuse, call(1, "x"), call(2, "email", n=3)) == [None, "r3"]
+
+
+def test_a_gather_with_one_failed_call_reuses_the_others() -> None:
+    records = [line(1, "a"), line(2, "b", ok=False), line(3, "c"), line(4, "email")]
+    reuse = Reuse(records, call_id="c1", source="#1")
+    batch = (call(1, "a"), call(2, "b"), call(3, "c"), call(4, "email"))
+    assert taken(reuse, *batch) == ["r1", None, "r3", "r4"]
+
+
+def test_a_call_that_differs_from_recorded_failures_and_success_ends_the_reuse() -> None:
+    records = [line(1, "x", ok=False), line(2, "email")]
+    reuse = Reuse(records, call_id="c1", source="#1")
+    assert taken(reuse, call(1, "y"), call(2, "email")) == [None, None]
 
 
 def test_a_call_without_its_line_ends_what_can_be_matched() -> None:
-    reuse = Reuse([line(1), line(3)], call_id="c1", source="#1")  # k 2 never finished
+    reuse = Reuse(in_order([line(1), line(3)]).lines, call_id="c1", source="#1")  # k 2 lost
     assert taken(reuse, call(1), call(2), call(3)) == ["r1", None, None]
+    assert not in_order([line(1), line(3)]).complete
+    assert not in_order([line(1)], total=2).complete and in_order([line(1)], total=1).complete
+    assert calls_made({"tool_calls": {"reused": 1, "live": 2}}) == 3
+    assert calls_made({"tool_calls": {"reused": True, "live": 2}}) is None
+    assert calls_made({"status": "unfinished"}) is None and calls_made(None) is None
+
+
+def test_the_last_line_of_a_call_wins() -> None:
+    # The host completed a call the kernel saw fail: its later line is the call's truth.
+    records = [line(1), line(2, ok=False), line(2, result="late")]
+    reuse = Reuse(in_order(records).lines, call_id="c1", source="#1")
+    assert taken(reuse, call(1), call(2)) == ["r1", "late"]
 
 
 def test_a_result_recorded_as_not_reusable_runs_again_without_ending_the_match() -> None:
     reuse = Reuse([line(1, reusable=False), line(2)], call_id="c1", source="#1")
+    assert taken(reuse, call(1), call(2)) == [None, "r2"]
+    damaged = line(1)
+    del damaged["result"]  # says it succeeded, holds nothing to give
+    reuse = Reuse([damaged, line(2)], call_id="c1", source="#1")
     assert taken(reuse, call(1), call(2)) == [None, "r2"]
 
 
@@ -78,14 +142,44 @@ def test_a_recorded_function_whose_code_changed_is_not_reused() -> None:
 
 
 def test_a_resume_matches_the_calls_of_the_statements_it_runs() -> None:
-    records = [line(1, statement=0), line(2, statement=2), line(3, statement=2)]
-    reuse = Reuse(records, call_id="c1", source="#1", start=2)
+    records = RecordedCalls([line(1, statement=0), line(2, statement=2), line(3, statement=2)])
+    reuse = Reuse(records.from_statement(2), call_id="c1", source="#1")
     assert taken(reuse, call(2), call(3)) == ["r2", "r3"]
-    # Lines that do not say their statement, or a recording that starts later: no reuse.
-    unknown = [line(1, statement=None), line(2, statement=2)]
-    assert taken(Reuse(unknown, call_id="c1", source="#1", start=2), call(2)) == [None]
-    later = Reuse(records, call_id="c1", source="#1", start=1, recorded_from=2)
-    assert taken(later, call(2)) == [None]
+    # Lines that do not say their statement: no telling which calls the resume makes again.
+    unknown = RecordedCalls([line(1, statement=None), line(2, statement=2)])
+    assert unknown.from_statement(2) == [] and unknown.from_statement(0) == unknown.lines
+
+
+# -- replays inside replays ------------------------------------------------------------------------
+
+
+def test_a_nested_replay_takes_the_place_of_its_calls_in_the_outer_recording() -> None:
+    # Program #2 replayed #1 (its two calls reused) and sent an email; its replay replays #1
+    # again inside it: the outer recording holds all three calls, the email included.
+    outer = Reuse([line(1), line(2), line(3, "email")], call_id="c2", source="#2")
+    inner = Reuse([line(1), line(2)], call_id="c1", source="#1")
+    running = Reuses()
+    assert running.enter(outer) and not running.enter(inner)
+    assert taken(running, call(1), call(2)) == ["r1", "r2"]
+    running.leave(inner)
+    found = running.take(call(3, "email"))
+    assert found is not None and found[0] is outer
+    assert (outer.reused, outer.live, inner.reused) == (3, 0, 2)
+    assert outer.sentence() == "ptc-retry: 3 tool results reused from #2; 0 calls made live."
+
+
+def test_a_nested_replay_serves_the_calls_its_outer_recording_lacks() -> None:
+    outer = Reuse([], call_id="c4", source="#4")  # an extend of a cut-off call: it never ran
+    inner = Reuse([line(1)], call_id="c3", source="#3")
+    running = replaying(outer, inner)
+    assert taken(running, call(1), call(2)) == ["r1", None]
+    assert outer.sentence() == "ptc-retry: 1 tool result reused from #3; 1 call made live."
+
+
+def test_a_fresh_replay_makes_the_calls_of_its_nested_replays_live_too() -> None:
+    outer = Reuse([line(1)], call_id="c2", source="#2", fresh=True)
+    inner = Reuse([line(1)], call_id="c1", source="#1")
+    assert taken(replaying(outer, inner), call(1)) == [None]
 
 
 def test_nothing_reused_means_nothing_said() -> None:

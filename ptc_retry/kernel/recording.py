@@ -2,10 +2,12 @@
 
 Each call a program makes (a host tool's, or a ``@ptc_retry.recorded`` function's) is one
 JSON line of ``tool-calls/<id>.jsonl`` in the session (the README's Storage section shows
-the format). A replay walks the recording of the program it replays: its k-th call gets the
-result of the k-th successful recorded call when the tool, the arguments (and a recorded
-function's code) are the same and every call before it matched; from the first difference
-on, every call goes live. Plain Python: no IPython here.
+the format). A recording holds every call of its program's whole run, in order: a resume
+starts its own with the lines of the calls made by the statements it skips. A replay
+matches each call by its place in the recording of the program it replays (:class:`Reuse`):
+a call that is the recorded one (same tool, arguments and a recorded function's code) gets
+its result; a recorded failure goes live without ending the reuse; a call that differs from
+a recorded success sends every later one live. Plain Python: no IPython here.
 """
 
 from __future__ import annotations
@@ -116,82 +118,184 @@ class CallRecord:
         return line
 
 
-class Reuse:
-    """What one replay may take from the recording of the program it replays.
+@dataclass(frozen=True)
+class RecordedCalls:
+    """The calls a program made, in the order it made them, as far as its lines tell."""
 
-    ``records``: that recording's lines. ``start``: the top-level statement the replay starts
-    at (a resume; the calls of the statements it skips are not made again and are left out).
-    ``recorded_from``: the statement the replayed program itself started at (it was a
-    resume), so its recording holds nothing before it.
-    ``call_id`` and ``source`` name the replayed program (``source`` for the model).
+    lines: list[dict[str, Any]]
+    #: False when the program made more calls than ``lines`` holds (a line is missing or
+    #: unreadable): where the calls after ``lines`` stood is unknown.
+    complete: bool = True
+
+    def split(self, start: int) -> tuple[list[dict[str, Any]], list[dict[str, Any]], bool]:
+        """``(before, after, sure)``: the calls of the top-level statements before ``start``,
+        those of ``start`` on, and whether every call is known to be on its side.
+
+        Top-level statements run in order, so the calls' statements never go back: a call
+        that does not say its statement, or a missing one between the two sides, makes the
+        split unsure (then ``after`` is empty and ``before`` holds what is sure).
+        """
+        before: list[dict[str, Any]] = []
+        for index, line in enumerate(self.lines):
+            statement = line.get("statement")
+            if not isinstance(statement, int) or isinstance(statement, bool):
+                return before, [], False
+            if statement >= start:
+                return before, self.lines[index:], True
+            before.append(line)
+        return before, [], self.complete
+
+    def from_statement(self, start: int) -> list[dict[str, Any]]:
+        """The calls a run that starts at top-level statement ``start`` may be matched
+        against, in order; none when it is unsure which ones those are."""
+        return list(self.lines) if start <= 0 else self.split(start)[1]
+
+
+def in_order(lines: Iterable[dict[str, Any]], total: int | None = None) -> RecordedCalls:
+    """One recording's calls by ``k``, up to the first ``k`` that has no line.
+
+    When several lines carry the same ``k``, the last one wins: a later line is a later word
+    on the same call (the host's, when it completed a call the kernel saw fail). ``total``
+    is how many calls the program made, when its history line says so.
+    """
+    by_k: dict[int, dict[str, Any]] = {}
+    for line in lines:
+        k = line.get("k")
+        if isinstance(k, int) and not isinstance(k, bool) and k > 0:
+            by_k[k] = line
+    ordered: list[dict[str, Any]] = []
+    while len(ordered) + 1 in by_k:
+        ordered.append(by_k[len(ordered) + 1])
+    complete = len(ordered) == len(by_k) and (total is None or len(ordered) >= total)
+    return RecordedCalls(ordered, complete)
+
+
+def calls_made(history: dict[str, Any] | None) -> int | None:
+    """How many calls a program's run made, by its history line's ``tool_calls``; None when
+    the line does not say (the program made none, or it never finished)."""
+    counts = (history or {}).get("tool_calls")
+    if not isinstance(counts, dict):
+        return None
+    reused, live = counts.get("reused"), counts.get("live")
+    if type(reused) is not int or type(live) is not int:  # a bool is no count
+        return None
+    return reused + live
+
+
+class Reuse:
+    """What one replay may take from the whole recording of the program it replays.
+
+    ``calls``: that program's calls in order, from the statement the replay starts at
+    (:meth:`RecordedCalls.from_statement`). ``call_id`` and ``source`` name the replayed
+    program (``source`` for the model). ``fresh``: this replay makes every call live, and
+    so do the replays it runs.
+
+    Calls are matched by their place in the whole sequence. The next call takes the result
+    of the next recorded success when it is the same call (tool, arguments, a recorded
+    function's code); the recorded failures before that success are passed over, since
+    failed calls left no result to reuse and a retry loop may stop sooner this time. A call
+    that is one of those failures goes live, and matching goes on after it. A call that
+    differs from the next recorded success ends the reuse: every later call goes live.
     """
 
     def __init__(
         self,
-        records: Sequence[dict[str, Any]],
+        calls: Sequence[dict[str, Any]],
         *,
         call_id: str,
         source: str,
-        start: int = 0,
-        recorded_from: int = 0,
+        fresh: bool = False,
     ) -> None:
-        #: The replayed program's call id, and what the sentence names it (its reference).
         self.call_id = call_id
         self.source = source
+        self.fresh = fresh
+        self._calls = [] if fresh else list(calls)
+        self._next = 0
+        self._ended = not self._calls
+        #: The calls made while this replay ran, whichever replay's recording gave a result.
         self.reused = 0
         self.live = 0
-        self._expected = [] if start < recorded_from else _successes(records, start)
-        self._position = 0
-        self._diverged = not self._expected
+        self._sources: list[str] = []
 
     def take(self, record: CallRecord) -> dict[str, Any] | None:
-        """The recorded line whose result ``record`` (the next call) reuses, or None: it goes
-        live. A call that differs from its recorded counterpart sends every later one live."""
-        found = None
-        if not self._diverged and record.matches(self._expected[self._position]):
-            candidate = self._expected[self._position]
-            self._position += 1
-            self._diverged = self._position == len(self._expected)
-            # A result recorded as not reusable: this call goes live, the next may still match.
-            found = candidate if candidate.get("reusable", True) is not False else None
+        """The recorded line whose result ``record`` (the replay's next call) reuses, or
+        None: it goes live. Moves this replay's place in its recording either way."""
+        if self._ended:
+            return None
+        calls, first = self._calls, self._next
+        success = first
+        while success < len(calls) and calls[success].get("ok") is not True:
+            success += 1
+        if success < len(calls) and record.matches(calls[success]):
+            self._next = success + 1
+            line = calls[success]
+            # A result recorded as not reusable (or a damaged line that holds none): this
+            # call goes live, and the next may still match.
+            return line if line.get("reusable", True) is not False and "result" in line else None
+        failure = next((i for i in range(first, success) if record.matches(calls[i])), None)
+        if failure is None:  # when in doubt, go live
+            self._ended = True
         else:
-            self._diverged = True
-        if found is None:
+            self._next = failure + 1
+        return None
+
+    def count(self, source: str | None) -> None:
+        """A call was made while this replay ran: reused from ``source``, or live (None)."""
+        if source is None:
             self.live += 1
-        else:
-            self.reused += 1
-        return found
+            return
+        self.reused += 1
+        if source not in self._sources:
+            self._sources.append(source)
 
     def sentence(self) -> str | None:
-        """The one line the model reads after the replay, when something was reused."""
+        """The one line the model reads after the replay, when something was reused: the
+        calls made while it ran, counted exactly, and the programs whose results they got."""
         if not self.reused:
             return None
         results = "result" if self.reused == 1 else "results"
         calls = "call" if self.live == 1 else "calls"
+        sources = " and ".join(self._sources)
         return (
-            f"ptc-retry: {self.reused} tool {results} reused from {self.source}; "
+            f"ptc-retry: {self.reused} tool {results} reused from {sources}; "
             f"{self.live} {calls} made live."
         )
 
 
-def _successes(records: Iterable[dict[str, Any]], start: int) -> list[dict[str, Any]]:
-    """The successful calls of a recording, in order, from statement ``start`` on.
+class Reuses:
+    """The replays running in one program, outermost first (a program may replay, and a
+    replayed program may replay again), and what each call takes from them."""
 
-    Only up to the first call that has no line (the kernel died while it ran, or its line
-    is unreadable): whether it succeeded is unknown, so nothing after it can be matched by
-    position. A resume that needs statements it cannot see in a line reuses nothing.
-    """
-    numbered = sorted(
-        (line for line in records if isinstance(line.get("k"), int)), key=lambda line: line["k"]
-    )
-    found = []
-    for k, line in enumerate(numbered, 1):
-        if line["k"] != k:
-            break
-        if line.get("ok") is True:
-            found.append(line)
-    if start > 0:
-        if not all(isinstance(line.get("statement"), int) for line in found):
-            return []
-        found = [line for line in found if line["statement"] >= start]
-    return found
+    def __init__(self) -> None:
+        self._running: list[Reuse] = []
+
+    def enter(self, reuse: Reuse) -> bool:
+        """A replay starts; True when it is the outermost, whose sentence the model reads."""
+        self._running.append(reuse)
+        return len(self._running) == 1
+
+    def leave(self, reuse: Reuse) -> None:
+        """A replay ended (it may end after one that started later, under gather)."""
+        if reuse in self._running:
+            self._running.remove(reuse)
+
+    def take(self, record: CallRecord) -> tuple[Reuse, dict[str, Any]] | None:
+        """The replay whose recording gives ``record`` its result, and that line; None: the
+        call goes live.
+
+        Every running replay sees the call, so each keeps its place in its own recording.
+        The outermost one that has a result gives it: its recording holds what the replays
+        nested in it took, and a nested one still serves when the outer recording lacks the
+        call (an extend of a cut-off replay, whose own recording is empty).
+        """
+        found: tuple[Reuse, dict[str, Any]] | None = None
+        for reuse in self._running:
+            line = reuse.take(record)
+            if found is None and line is not None:
+                found = (reuse, line)
+        if any(reuse.fresh for reuse in self._running):
+            found = None
+        source = found[0].source if found is not None else None
+        for reuse in self._running:
+            reuse.count(source)
+        return found

@@ -17,7 +17,7 @@ from ..core.errors import CheckpointError, PtcRetryError, ReplayError
 from ..core.program import run_program, statement_spans
 from ..core.store import CheckpointStore
 from .host import Host, current_host
-from .recording import Reuse
+from .recording import RecordedCalls, Reuse, calls_made, in_order
 from .resume import history_line
 from .tool_calls import program_calls
 from .tracebacks import cell_text, replay_filename
@@ -221,17 +221,27 @@ class Replay:
         # 5. Its tool calls that match the recorded ones of call_id get their results.
         calls = program_calls(host)
         assert calls is not None  # a program is running
-        reuse = self._reuse(store, call_id, start)
+        recorded = self._recorded(store, call_id)
+        if whole_call and start:
+            # This call's recording holds its whole program: first the skipped statements' calls.
+            calls.record_skipped(recorded, start, call_id)
+        reuse = Reuse(
+            recorded.from_statement(start),
+            call_id=call_id,
+            source=store.reference_of(call_id) or call_id,
+            fresh=self.fresh,
+        )
         namespace = shell.user_ns
         program = run_program(corrected, filename, namespace, transformed=transformed, start=start)
         if whole_call:
             running.program_coroutine = program
-        outer, calls.reuse = calls.reuse, reuse
+        # A replay inside a replay says nothing itself: the outermost one counts its calls.
+        outermost = calls.reuses.enter(reuse)
         try:
             return await program
         finally:
-            calls.reuse = outer
-            sentence = reuse.sentence()
+            calls.reuses.leave(reuse)
+            sentence = reuse.sentence() if outermost else None
             if sentence is not None:
                 print(sentence, file=sys.stderr)
 
@@ -248,17 +258,10 @@ class Replay:
             )
         return self.rest
 
-    def _reuse(self, store: CheckpointStore, call_id: str, start: int) -> Reuse:
-        records = [] if self.fresh else self.host.checkpoints.tool_calls(call_id)
-        # A program that was itself a resume recorded the calls from where it started on.
-        started = (history_line(store, call_id) or {}).get("resumed_from") if records else None
-        return Reuse(
-            records,
-            call_id=call_id,
-            source=store.reference_of(call_id) or call_id,
-            start=start,
-            recorded_from=started if isinstance(started, int) else 0,
-        )
+    def _recorded(self, store: CheckpointStore, call_id: str) -> RecordedCalls:
+        """The calls ``call_id``'s whole program made, in order, as its recording says."""
+        lines = self.host.checkpoints.tool_calls(call_id)
+        return in_order(lines, calls_made(history_line(store, call_id)))
 
 
 def _only_statement(source: str | None) -> bool:

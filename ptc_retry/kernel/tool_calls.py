@@ -27,7 +27,7 @@ from ..core.program import statement_spans
 from ..core.protocol import parse_tool_reply, tool_request
 from .catalog import NO_BACKEND
 from .host import Host, current_host
-from .recording import CallRecord, Reuse
+from .recording import CallRecord, RecordedCalls, Reuses
 from .tracebacks import cell_text
 
 if TYPE_CHECKING:
@@ -46,8 +46,8 @@ class ProgramCalls:
     def __init__(self, host: Host, running: Running) -> None:
         self._host = host
         self.running = running
-        #: Set by a replay while the program it replays runs.
-        self.reuse: Reuse | None = None
+        #: The replays running in this program, which its calls may take results from.
+        self.reuses = Reuses()
         self.reused = 0
         self.live = 0
         self._count = 0
@@ -59,7 +59,7 @@ class ProgramCalls:
 
     def summary(self) -> dict[str, int] | None:
         """``{"reused": n, "live": m}`` for the history line; None when it made no call."""
-        return {"reused": self.reused, "live": self.live} if self._count else None
+        return {"reused": self.reused, "live": self.live} if self.reused or self.live else None
 
     def close(self) -> None:
         """The program ended: the calls still waiting to be sent fail, none is sent later."""
@@ -71,23 +71,42 @@ class ProgramCalls:
     # -- every call ----------------------------------------------------------------------------
 
     def begin(self, tool: str, arguments: Any, *, code: str | None = None) -> CallRecord:
-        """Number the next call; it comes back with its result when a replay reuses one
-        (``reused_from`` set), else the caller makes it and reports with ``finish``."""
+        """Number the next call; it comes back with its result when a running replay reuses
+        one (``reused_from`` set: the call id of the replayed program whose recording gave
+        it), else the caller makes it and reports with ``finish``."""
         if self._closed:
             raise ToolError(f"{tool}: the program that made this call has ended", tool=tool)
         if _INSIDE_RECORDED.get():
             return CallRecord(0, tool, arguments, None, code)  # k 0: not recorded
         self._count += 1
         record = CallRecord(self._count, tool, arguments, self._statement(), code)
-        reuse = self.reuse
-        found = reuse.take(record) if reuse is not None else None
-        if reuse is None or found is None:
+        found = self.reuses.take(record)
+        if found is None:
             self.live += 1
             return record
         self.reused += 1
-        record.ok, record.result, record.reused_from = True, found.get("result"), reuse.call_id
+        reuse, line = found
+        record.ok, record.result, record.reused_from = True, line.get("result"), reuse.call_id
         self._write(record)
         return record
+
+    def record_skipped(self, recorded: RecordedCalls, start: int, call_id: str) -> None:
+        """A resume of ``call_id`` starts at top-level statement ``start``, before any call:
+        the calls its skipped statements made (in ``recorded``, ``call_id``'s recording)
+        come first in this program's recording, marked reused from ``call_id``, since their
+        results are what the namespace holds. So a replay of this program, or of a fix of
+        it, finds every call of its whole run. Where it is unsure which calls those are, a
+        ``k`` without a line follows the sure ones: no later call can be matched by place.
+        The counts of the history line stay those of the calls this run makes."""
+        before, _, sure = recorded.split(start)
+        call = self.running.call
+        for line in before:
+            self._count += 1
+            if call is not None:
+                carried = dict(line, k=self._count, reused=True, reused_from=call_id)
+                self._host.checkpoints.record_tool_call(call, carried)
+        if not sure:
+            self._count += 1
 
     def finish(
         self,

@@ -1,0 +1,404 @@
+"""Nothing a program's tools did is done twice along the path the notices offer: chains of
+fixes (replay, resume, extend in several orders), failed calls the program caught, retry
+loops, a gather with one failure, and a program that replays and then does more.
+
+Each test plays the model: it sends exactly the call the last notice offers, filled in (or
+a program of its own, where a model writes one), and counts every call the host
+(``test_tools_kernel.Host``) makes from the first program on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections import Counter
+from typing import Any
+
+from ptc_retry.backend.code_mode import CUT_OFF_CELL
+
+from . import test_tools_kernel as tools_kernel
+from .helpers import Execution, Kernel, follow
+from .test_tools_kernel import Host, history_line, recording
+
+# test_tools_kernel's fixtures: a kernel of this module's own, and the host that counts calls.
+root, shared, host = tools_kernel.root, tools_kernel.shared, tools_kernel.host
+
+_turns = iter(range(1, 10_000))
+
+
+def run(host: Host, kernel: Kernel, code: str, turn: int) -> Execution:
+    """Run ``code`` as the agent's program of ``turn``; its result has the reply metadata."""
+    result = host.run(kernel, code, turn=turn)
+    assert result.ptc is not None, result.error
+    return result
+
+
+def undefined(result: Execution) -> str | None:
+    """The name whose NameError stopped ``result``'s program, if one did."""
+    found = re.fullmatch(r"name '(\w+)' is not defined", (result.error or {}).get("evalue", ""))
+    return found[1] if found else None
+
+
+def send_cut_off(host: Host, kernel: Kernel, code: str, turn: int) -> Execution:
+    """The model's call of ``code`` whose stream stopped part-way (``code`` is as far as it
+    got), handed over as ``KernelBackend.handle_partial_tool_call`` does."""
+    arrived = '{"code": ' + json.dumps(code)[:-1]  # no closing quote: it never came
+    return host.run(kernel, CUT_OFF_CELL, partial=True, arguments=arrived, turn=turn)
+
+
+# -- chains of fixes -----------------------------------------------------------------------------
+
+REPLAY_RESUME_REPLAY = """\
+# Confirm the order by email, fetch the warehouse report (slow), then check the totals.
+sent = await tools.count(name="chain-a email")
+rows = [sent] * 3
+total = len(rowz)
+fetched = await tools.slow(s=1.05)
+check = await tools.double(x=totl)
+print(sent, total, fetched, check, reprot)
+"""
+
+
+def test_replay_then_resume_then_replay_sends_nothing_twice(
+    shared: Kernel, host: Host, root: Any
+) -> None:
+    turn = next(_turns)
+    first = run(host, shared, REPLAY_RESUME_REPLAY, turn)
+    assert undefined(first) == "rowz"
+
+    # It failed at once: the notice offers a replay. The replay runs whole and is slow.
+    second = run(host, shared, follow(first.ptc["notice"], old="rowz", new="rows"), turn)
+    assert undefined(second) == "totl"
+    offered = follow(second.ptc["notice"], old="totl", new="total")
+    assert offered.endswith(", resume=True)")
+
+    third = run(host, shared, offered, turn)  # from the failed statement on
+    assert undefined(third) == "reprot"
+    assert history_line(root, third.ptc["call_id"])["resumed_from"] == 4
+    # Its recording holds its whole program: the calls of the statements it skipped first.
+    lines = recording(root, third.ptc["call_id"])
+    assert [(line["k"], line["tool"], line["reused_from"]) for line in lines[:2]] == [
+        (1, "count", second.ptc["call_id"]), (2, "slow", second.ptc["call_id"])
+    ]  # fmt: skip
+    assert (lines[2]["k"], lines[2]["tool"], lines[2]["reused"]) == (3, "double", False)
+
+    fourth = run(host, shared, follow(third.ptc["notice"], old="reprot", new="'ok'"), turn)
+
+    assert fourth.status == "ok", fourth.error
+    assert fourth.stdout == "1 3 slept 6 ok\n"
+    assert host.calls() == [
+        ("count", {"name": "chain-a email"}), ("slow", {"s": 1.05}), ("double", {"x": 3})
+    ]  # fmt: skip
+    reference = third.ptc["reference"]
+    assert (
+        fourth.stderr == f"ptc-retry: 3 tool results reused from {reference}; 0 calls made live.\n"
+    )
+    assert fourth.ptc["tool_calls"] == {"reused": 3, "live": 0}
+
+
+RESUME_RESUME_EXTEND = """\
+# Confirm the order by email, fetch two slow reports, then email the summary to the team.
+sent = await tools.count(name="chain-b email")
+daily = await tools.slow(s=1.05)
+a = dialy
+weekly = await tools.slow(s=1.1)
+b = weeklt
+summary = await tools.count(name="chain-b summary")
+print(sent, a, b, summary, totl)
+"""
+
+
+def test_resume_then_resume_then_an_extended_replay_sends_nothing_twice(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    first = run(host, shared, RESUME_RESUME_EXTEND, turn)
+    assert undefined(first) == "dialy"
+
+    second = run(host, shared, follow(first.ptc["notice"], old="dialy", new="daily"), turn)
+    assert undefined(second) == "weeklt"
+    offered = follow(second.ptc["notice"], old="weeklt", new="weekly")
+    assert offered.endswith(", resume=True)")  # the resume's own slow call took over 1 s
+
+    third = run(host, shared, offered, turn)
+    assert undefined(third) == "totl"
+    # The model's next call, the fix the notice offers, is cut off mid-stream.
+    fix = follow(third.ptc["notice"], old=", totl)", new=")")
+    assert not fix.endswith("resume=True)")
+    cut = fix.index("totl") + 2
+    cut_off = send_cut_off(host, shared, fix[:cut], turn)
+    assert cut_off.ptc is not None and cut_off.ptc["status"] == "partial"
+
+    extended = run(host, shared, follow(cut_off.ptc["notice"], rest=fix[cut:]), turn)
+
+    assert extended.status == "ok", extended.error
+    assert extended.stdout == "1 slept slept 1\n"
+    assert host.calls() == [
+        ("count", {"name": "chain-b email"}),
+        ("slow", {"s": 1.05}),
+        ("slow", {"s": 1.1}),
+        ("count", {"name": "chain-b summary"}),
+    ]
+    reference = third.ptc["reference"]
+    assert extended.stderr == (
+        f"ptc-retry: 4 tool results reused from {reference}; 0 calls made live.\n"
+    )
+
+
+STOPPED = """\
+# Email the customer, wait for the slow warehouse report, then count the pages in it.
+sent = await tools.count(name="stopped email")
+report = await tools.slow(s=2)
+pages = len(reprot)
+print(sent, pages)
+"""
+
+
+def test_a_program_stopped_by_the_time_limit_goes_on_and_is_fixed_sending_nothing_twice(
+    shared: Kernel, host: Host, root: Any
+) -> None:
+    turn = next(_turns)
+    stopped = host.run(shared, STOPPED, turn=turn, time_limit=1)
+    assert stopped.ptc is not None and stopped.ptc["status"] == "interrupted"
+    offered = follow(stopped.ptc["notice"])
+    assert offered.startswith("await ptc_retry.resume(")
+
+    resumed = run(host, shared, offered, turn)  # from the statement that was stopped
+    assert undefined(resumed) == "reprot"
+    made = host.calls()
+    fixed = run(host, shared, follow(resumed.ptc["notice"], old="reprot", new="report"), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "1 5\n"
+    assert host.counts["stopped email"] == 1 and host.calls() == made
+    # Resumed or replayed whole (as the notice offers), its recording holds both calls.
+    assert [line["tool"] for line in recording(root, fixed.ptc["call_id"])] == ["count", "slow"]
+
+
+# -- failed calls the program caught ---------------------------------------------------------------
+
+CAUGHT = """\
+# Look the stock up (the service may be down: go on without it), then email the customer.
+try:
+    stock = await tools.flaky(key="caught stock")
+except ptc_retry.ToolError:
+    stock = None
+sent = await tools.count(name="caught email")
+print(stock, sent, undefined_name)
+"""
+
+
+def test_a_caught_failed_call_goes_live_and_the_email_after_it_is_not_sent_again(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    host.failing.add("caught stock")
+    failed = run(host, shared, CAUGHT, turn)
+    assert failed.stdout == "" and failed.error is not None
+    assert host.counts["caught email"] == 1
+
+    fixed = run(host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "caught stock: up 1\n"
+    assert host.counts["caught email"] == 1
+    assert host.calls()[2:] == [("flaky", {"key": "caught stock"})]  # only the failed call again
+    reference = failed.ptc["reference"]
+    assert fixed.stderr == f"ptc-retry: 1 tool result reused from {reference}; 1 call made live.\n"
+
+
+RETRYING = """\
+# Look the stock up, retrying while the service is down, then email the customer.
+for attempt in range(3):
+    try:
+        stock = await tools.flaky(key="retried stock")
+        break
+    except ptc_retry.ToolError:
+        pass
+sent = await tools.count(name="retried email")
+print(attempt, stock, sent, undefined_name)
+"""
+
+
+def test_a_retry_loop_gets_the_success_that_followed_its_failures(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    host.failing.add("retried stock")
+    failed = run(host, shared, RETRYING, turn)
+    assert failed.error is not None
+    calls = host.calls()
+    assert calls == [
+        ("flaky", {"key": "retried stock"}),
+        ("flaky", {"key": "retried stock"}),
+        ("count", {"name": "retried email"}),
+    ]
+
+    fixed = run(host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn)
+
+    assert fixed.status == "ok", fixed.error
+    # The first attempt got the recorded success: the loop ended at once, nothing went live.
+    assert fixed.stdout == "0 retried stock: up 1\n"
+    assert host.calls() == calls
+    reference = failed.ptc["reference"]
+    assert fixed.stderr == (
+        f"ptc-retry: 2 tool results reused from {reference}; 0 calls made live.\n"
+    )
+
+
+class Outages(Host):
+    """A host whose ``flaky`` service stays down for as many calls as ``down[key]`` says."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down: Counter[str] = Counter()
+
+    def answer(self, call: dict[str, Any]) -> dict[str, Any]:
+        key = call["arguments"].get("key") if call["tool"] == "flaky" else None
+        if key is not None and self.down[key] > 0:
+            self.down[key] -= 1
+            self.failing.add(key)  # Host's flaky fails once for a key it holds
+        return super().answer(call)
+
+
+GAVE_UP = """\
+# Look the stock up, twice at most while the service is down, then email the customer.
+for attempt in range(2):
+    try:
+        stock = await tools.flaky(key="gave-up stock")
+        break
+    except ptc_retry.ToolError:
+        stock = None
+sent = await tools.count(name="gave-up email")
+print(attempt, stock, sent, undefined_name)
+"""
+
+
+def test_a_retry_loop_that_gave_up_and_now_succeeds_at_once_does_not_email_again(
+    shared: Kernel,
+) -> None:
+    host = Outages()
+    host.down["gave-up stock"] = 2
+    turn = next(_turns)
+    failed = run(host, shared, GAVE_UP, turn)
+    assert failed.error is not None and host.counts["gave-up email"] == 1
+
+    fixed = run(host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "0 gave-up stock: up 1\n"  # the service is back: one attempt
+    assert host.counts["gave-up email"] == 1
+    assert host.calls()[3:] == [("flaky", {"key": "gave-up stock"})]
+    reference = failed.ptc["reference"]
+    assert fixed.stderr == f"ptc-retry: 1 tool result reused from {reference}; 1 call made live.\n"
+
+
+GATHERED = """\
+# Price three items at once (one price service may be down), then email the quote.
+import asyncio
+got = await asyncio.gather(
+    tools.double(x=1), tools.flaky(key="gathered price"), tools.double(x=3),
+    return_exceptions=True,
+)
+sent = await tools.count(name="gathered email")
+print(got[0], type(got[1]).__name__, got[2], sent, undefined_name)
+"""
+
+
+def test_a_gather_with_one_failed_call_makes_only_that_call_again(
+    shared: Kernel, host: Host, root: Any
+) -> None:
+    turn = next(_turns)
+    host.failing.add("gathered price")
+    failed = run(host, shared, GATHERED, turn)
+    assert failed.error is not None and len(host.calls()) == 4
+
+    fixed = run(host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "2 str 6 1\n"  # the price service answered this time
+    assert host.calls()[4:] == [("flaky", {"key": "gathered price"})]
+    reference = failed.ptc["reference"]
+    assert fixed.stderr == f"ptc-retry: 3 tool results reused from {reference}; 1 call made live.\n"
+    lines = recording(root, fixed.ptc["call_id"])
+    assert sorted((line["k"], line["reused"]) for line in lines) == [
+        (1, True), (2, False), (3, True), (4, True)
+    ]  # fmt: skip
+
+
+# -- a program that replays and then does more -----------------------------------------------------
+
+REPORT = """\
+# Build the monthly report: fetch the numbers once, then format them for the team.
+numbers = await tools.count(name="report numbers")
+print("numbers:", numbers, missing_name)
+"""
+
+REPLAY_AND_MORE = """\
+# First the fixed report (replayed), then the email that sends it to the team.
+await ptc_retry.replay({reference}, ", missing_name", "")
+sent = await tools.count(name="report email")
+print("sent:", snet)
+"""
+
+
+def test_a_replay_of_a_program_that_replayed_and_did_more_sends_nothing_twice(
+    shared: Kernel, host: Host, root: Any
+) -> None:
+    turn = next(_turns)
+    report = run(host, shared, REPORT, turn)
+    assert report.error is not None
+    reference = json.dumps(report.ptc["reference"])
+
+    both = run(host, shared, REPLAY_AND_MORE.format(reference=reference), turn)
+    assert undefined(both) == "snet"
+    # Said of the replay, counted exactly: the email after it is the program's own call.
+    said = f"ptc-retry: 1 tool result reused from {report.ptc['reference']}; 0 calls made live.\n"
+    assert both.stderr == said
+
+    fixed = run(host, shared, follow(both.ptc["notice"], old="snet", new="sent"), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "numbers: 1\nsent: 1\n"
+    assert host.calls() == [
+        ("count", {"name": "report numbers"}),
+        ("count", {"name": "report email"}),
+    ]
+    # One line, of the whole replay: the nested replay's call and the email, both reused.
+    assert fixed.stderr == (
+        f"ptc-retry: 2 tool results reused from {both.ptc['reference']}; 0 calls made live.\n"
+    )
+    assert history_line(root, fixed.ptc["call_id"])["tool_calls"] == {"reused": 2, "live": 0}
+
+
+DIES_IN_THE_RESUME = """\
+# Email the customer, fetch the slow report, then hand it to the native renderer.
+import os
+sent = await tools.count(name="died email")
+report = await tools.slow(s=1.05)
+pages = len(reprot)
+os._exit(1) if pages else None  # stands for a crash inside a native library
+print(sent, pages)
+"""
+
+
+def test_a_resume_that_killed_its_kernel_is_resumed_without_sending_anything_twice(
+    start_kernel: Any, host: Host
+) -> None:
+    kernel = start_kernel()  # a kernel of its own: the resume kills it
+    failed = run(host, kernel, DIES_IN_THE_RESUME, next(_turns))  # #1
+    offered = follow(failed.ptc["notice"], old="reprot", new="report")
+    assert offered.endswith(", resume=True)")
+    host.run_dying(kernel, offered)  # #2 runs from the failed statement on, and dies
+    kernel.restart()
+
+    # Going on with the fix, resume=True: the kernel's state is gone, so it runs whole.
+    again = host.run(
+        kernel, "await ptc_retry.replay('#2', 'os._exit(1) if pages else None', '', resume=True)"
+    )
+
+    assert again.status == "ok", again.error
+    assert again.stdout == "1 5\n"
+    assert "the kernel restarted" in again.stderr
+    assert host.counts["died email"] == 1
+    assert host.calls() == [("count", {"name": "died email"}), ("slow", {"s": 1.05})]
