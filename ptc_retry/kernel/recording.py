@@ -3,15 +3,14 @@
 Each call a program makes (a host tool's, or a ``@ptc_retry.recorded`` function's) is one
 JSON line of ``tool-calls/<id>.jsonl`` in the session (the README's Storage section shows
 the format). A replay walks the recording of the program it replays: its k-th call gets the
-result of the k-th successful recorded call when the tool, the arguments (and a recorded
-function's code) are the same and every call before it matched; from the first difference
-on, every call goes live. Plain Python: no IPython here.
+result of the k-th successful recorded call when the tool and the arguments are the same
+and every call before it matched; from the first difference on, every call goes live. A
+recorded function's call that matches but whose code or reads differ (:mod:`.fingerprint`)
+goes live without ending the match. Plain Python: no IPython here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -55,20 +54,6 @@ def _same(copy: Any, value: Any) -> bool:
     return bool(copy == value)
 
 
-def code_digest(function: Any) -> str | None:
-    """A short digest of a function's source text, so that a replay that edits a recorded
-    function does not reuse its old results; None when its source cannot be had (a builtin).
-
-    The source, not the bytecode: the same text compiles to other bytecode in a cell than in
-    a replay (their compile flags differ).
-    """
-    try:
-        text = inspect.getsource(function)
-    except Exception:  # OSError, TypeError; tokenize's errors on odd sources
-        return None
-    return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:16]
-
-
 @dataclass
 class CallRecord:
     """One call of a running program, as its line in the recording says it."""
@@ -78,24 +63,36 @@ class CallRecord:
     arguments: Any  # canonical JSON value; None when the arguments are not JSON
     statement: int | None  # the program's top-level statement that made the call
     code: str | None = None  # a recorded function's code_digest
+    #: A recorded function's reads_digest (what it reads besides its arguments).
+    reads: str | None = None
     started: float = field(default_factory=time.time)
     ok: bool | None = None  # None while the call runs
     result: Any = None
     error: str | None = None
-    #: False when the result (or the arguments) would not come back the same from JSON.
+    #: False when the result (or the arguments) would not come back the same from JSON, or
+    #: what a recorded function reads could not be fingerprinted.
     reusable: bool = True
     #: The call id whose recorded result this call was given, when it was reused.
     reused_from: str | None = None
     duration: float = 0.0
 
     def matches(self, line: dict[str, Any]) -> bool:
-        """Whether ``line`` (a recorded call) is this call: same tool, arguments and code."""
+        """Whether ``line`` (a recorded call) is this call: same tool and arguments."""
         if self.arguments is None:  # not JSON: no telling whether it is the same
             return False
+        same_tool = line.get("tool") == self.tool
+        return same_tool and canonical(line.get("arguments")) == canonical(self.arguments)
+
+    def may_take(self, line: dict[str, Any]) -> bool:
+        """Whether this call may be given the result of ``line``, a recorded call it matches:
+        that result was reusable and, for a recorded function, its code and what it reads
+        are known and are what they were (a fix that edits the function, or changes a global
+        it reads, makes this call live without making the calls after it differ)."""
         return (
-            line.get("tool") == self.tool
+            self.reusable
+            and line.get("reusable", True) is not False
             and line.get("code") == self.code
-            and canonical(line.get("arguments")) == canonical(self.arguments)
+            and line.get("reads") == self.reads
         )
 
     def line(self) -> dict[str, Any]:
@@ -109,6 +106,8 @@ class CallRecord:
         line.update(statement=self.statement, time=round(self.started, 3))
         if self.code is not None:
             line["code"] = self.code
+        if self.reads is not None:
+            line["reads"] = self.reads
         if not self.reusable:
             line["reusable"] = False
         if self.reused_from is not None:
@@ -152,8 +151,9 @@ class Reuse:
             candidate = self._expected[self._position]
             self._position += 1
             self._diverged = self._position == len(self._expected)
-            # A result recorded as not reusable: this call goes live, the next may still match.
-            found = candidate if candidate.get("reusable", True) is not False else None
+            # A result recorded as not reusable, or that a recorded function would not return
+            # now (its reads differ): this call goes live, the next may still match.
+            found = candidate if record.may_take(candidate) else None
         else:
             self._diverged = True
         if found is None:
