@@ -153,6 +153,18 @@ def test_the_listing_shows_each_call_in_order() -> None:
         ("class C: pass\nc = C()\nc.rate = 1\ndef f(): return c.rate", "c.rate = 2", "differs"),
         ("class C:\n    rate = 1\ndef f(): return C.rate", "C.rate = 2", "differs"),
         ("def f(n): return 1 if n < 2 else n * f(n - 1)", "", "same"),
+        (
+            "class T:\n    def go(self): return self.rate\nt = T()\nt.rate = 1\nf = t.go",
+            "t.rate = 2",
+            "differs",
+        ),
+        # The object's own __getattr__ is never run to fingerprint it.
+        (
+            "class P:\n    def __getattr__(self, name): raise RuntimeError\n"
+            "p = P()\ndef f(): return p",
+            "",
+            "same",
+        ),
         ("import threading\nlock = threading.Lock()\ndef f(): return lock", "", "unknown"),
         ("def f(): return globals()['x']", "", "unknown"),
         ("BIG = list(range(20_000))\ndef f(): return BIG", "", "unknown"),

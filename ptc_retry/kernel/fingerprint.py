@@ -67,6 +67,7 @@ _SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), t
 # A class's entries that say where it was written or how instances store attributes.
 _CLASS_LAYOUT = frozenset({"__dict__", "__weakref__", "__firstlineno__", "__static_attributes__"})
 _LAYOUT_TYPES = (types.MemberDescriptorType, types.GetSetDescriptorType)
+_DEFINITIONS = (type, types.FunctionType, types.BuiltinFunctionType)
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: made by a class statement (or a C extension)
 
 _CODES: weakref.WeakKeyDictionary[types.CodeType, str] = weakref.WeakKeyDictionary()
@@ -165,13 +166,13 @@ class _Walk:
             return f"property({','.join(map(self.value, (value.fget, value.fset, value.fdel)))})"
         if isinstance(value, type) and self._own(value):
             return self._class(value)
+        if not isinstance(value, type) and all(map(self._python_class, kind.__mro__[:-1])):
+            return self._object(value)
         path = _import_path(value, self.module)
         if path is not None:
             return f"def:{path}"
         if kind is types.BuiltinMethodType and not isinstance(value.__self__, types.ModuleType):
             return f"builtin-method:{value.__name__}({self.value(value.__self__)})"
-        if not isinstance(value, type) and all(map(self._python_class, kind.__mro__[:-1])):
-            return self._object(value)
         raise _CannotTell(kind.__qualname__)
 
     def _function(self, function: types.FunctionType) -> str:
@@ -240,7 +241,13 @@ class _Walk:
 
     def _object(self, value: Any) -> str:
         """An object of classes written in Python: its class and its attributes."""
-        state = list(getattr(value, "__dict__", {}).items())
+        try:  # object's own lookup: no __getattr__ of the class runs
+            attributes = object.__getattribute__(value, "__dict__")
+        except AttributeError:  # only slots
+            attributes = {}
+        if type(attributes) is not dict:
+            raise _CannotTell("an odd __dict__")
+        state = list(attributes.items())
         for cls in type(value).__mro__:
             state.extend(_slot_values(cls, value))
         return f"object({self.value(type(value))}){{{self._items(state)}}}"
@@ -276,9 +283,12 @@ def _scalar(value: Any) -> str:
 def _import_path(value: Any, own_module: str | None) -> str | None:
     """``module:qualname`` when ``value`` is what that module defines under that name (an
     imported module's function, class or callable), else None."""
+    # A class's or function's own names; an object's only where it keeps them, so that no
+    # __getattr__ of the object runs.
+    read = getattr if isinstance(value, _DEFINITIONS) else inspect.getattr_static
     try:
-        module_name = getattr(value, "__module__", None)
-        qualname = getattr(value, "__qualname__", None)
+        module_name = read(value, "__module__", None)
+        qualname = read(value, "__qualname__", None)
         if not isinstance(module_name, str) or not isinstance(qualname, str):
             return None
         if module_name == own_module or "<" in qualname:
