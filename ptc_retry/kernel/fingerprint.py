@@ -109,7 +109,8 @@ class _Walk:
         module = self.namespace.get("__name__") if self.namespace is not None else None
         self.module = module if isinstance(module, str) else getattr(function, "__module__", None)
         self._left = MAX_VALUES
-        self._open: set[int] = set()  # the compound values being walked (for cycles)
+        #: The compound values being walked, by id, with their depth (for cycles).
+        self._open: dict[int, int] = {}
 
     def reads(self, function: Callable[..., Any]) -> str:
         """The token of what a call of ``function`` reads (its arguments aside)."""
@@ -129,13 +130,13 @@ class _Walk:
         if type(value) in _SCALARS:
             return _scalar(value)
         key = id(value)
-        if key in self._open:
-            return "cycle"
-        self._open.add(key)
+        if key in self._open:  # which enclosing value it refers back to
+            return f"cycle{self._open[key]}"
+        self._open[key] = len(self._open)
         try:
             return self._compound(value)
         finally:
-            self._open.discard(key)
+            del self._open[key]
 
     # -- kinds of values -----------------------------------------------------------------------
 
