@@ -131,6 +131,15 @@ def test_the_listing_shows_each_call_in_order() -> None:
 # -- what a recorded function reads ---------------------------------------------------------------
 
 
+# A module of the program's own (a config.py beside the notebook), made in sys.modules.
+CONFIG = (
+    "import sys, types\n"
+    "sys.modules['ptc_config'] = types.ModuleType('ptc_config')\n"
+    "sys.modules['ptc_config'].RATE = 0.5\n"
+)
+CHANGE = "sys.modules['ptc_config'].RATE = 2.0"
+
+
 @pytest.mark.parametrize(
     "program, change, expected",
     [
@@ -144,6 +153,9 @@ def test_the_listing_shows_each_call_in_order() -> None:
             "differs",
         ),
         ("import json, math\ndef f(x): return json.dumps(x) + str(math.pi)", "", "same"),
+        (CONFIG + "def f():\n    from ptc_config import RATE\n    return RATE", CHANGE, "differs"),
+        (CONFIG + "def f():\n    import ptc_config as c\n    return c.RATE", CHANGE, "differs"),
+        (CONFIG + "def f():\n    import ptc_config\n    return ptc_config.RATE", CHANGE, "differs"),
         (
             "def helper(x): return x\ndef f(x): return helper(x)",
             "def helper(x): return -x",

@@ -6,9 +6,10 @@ digests a replay compares before it gives the call a recorded result.
   code nested in it; not where it was written, so the same definition in a cell and in a
   replay's program (at other lines) has the same digest.
 - :func:`reads_digest`: the values the function reads when it is called: the globals its
-  code names (with the module attributes it names, ``config.RATE``), its closure cells, the
-  object a method is bound to; and, for the functions and classes of the program's own
-  namespace that it reads, their code and what they read in turn.
+  code names (with the module attributes it names, ``config.RATE``, also of a module it
+  imports itself), its closure cells, the object a method is bound to; and, for the
+  functions and classes of the program's own namespace that it reads, their code and what
+  they read in turn.
 
 The rule is "when in doubt, go live": a value that cannot be fingerprinted makes
 ``reads_digest`` None, and such a call is never given a recorded result. Fingerprinted:
@@ -56,6 +57,10 @@ WRAPPED: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = (
 _DYNAMIC = frozenset({"globals", "eval", "exec"})
 _LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
 _ATTRIBUTES = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
+_LOCAL_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_DEREF"})
+_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"})
+#: The first name of a read that starts at a module the code imports, not at a global.
+IMPORTED = ""
 # Flags that say how the code was compiled (a replay's block is nested in a function, a
 # cell may have seen a __future__ import), not what it does.
 _COMPILE_FLAGS = functools.reduce(
@@ -69,6 +74,8 @@ _CLASS_LAYOUT = frozenset({"__dict__", "__weakref__", "__firstlineno__", "__stat
 _LAYOUT_TYPES = (types.MemberDescriptorType, types.GetSetDescriptorType)
 _DEFINITIONS = (type, types.FunctionType, types.BuiltinFunctionType)
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: made by a class statement (or a C extension)
+
+_MISSING = object()
 
 _CODES: weakref.WeakKeyDictionary[types.CodeType, str] = weakref.WeakKeyDictionary()
 _READS: weakref.WeakKeyDictionary[types.CodeType, tuple[tuple[str, ...], ...]] = (
@@ -203,7 +210,12 @@ class _Walk:
         """The token of a global read ``name.attribute...``: the attributes are followed as
         long as they are modules' (``config.RATE``), and the value reached is fingerprinted."""
         name, *attributes = chain
-        if name in names:
+        if name == IMPORTED:  # (IMPORTED, "config", "RATE"): the module as imported now
+            name, *attributes = attributes
+            value = sys.modules.get(name, _MISSING)
+            if value is _MISSING:  # not imported yet: it will be, so the read is unknown
+                raise _CannotTell(f"module {name} not imported")
+        elif name in names:
             value = names[name]
         else:
             table = builtins_ if isinstance(builtins_, dict) else vars(builtins)
@@ -358,24 +370,58 @@ def _constant(value: Any) -> str:
 
 
 def _global_reads(code: types.CodeType) -> tuple[tuple[str, ...], ...]:
-    """The globals that ``code`` and the code nested in it read, each with the attributes
-    read right after it (``config.RATE`` is ``("config", "RATE")``), cached per code object."""
+    """The globals and imported modules that ``code`` and the code nested in it read, each
+    with the attributes read right after it (``config.RATE`` is ``("config", "RATE")``),
+    cached per code object."""
     found = _READS.get(code)
     if found is None:
         chains: dict[tuple[str, ...], None] = {}
         for inner in _nested(code):
-            chain: list[str] | None = None
-            for instruction in dis.get_instructions(inner):
-                if chain is not None and instruction.opname in _ATTRIBUTES:
-                    chain.append(instruction.argval)
-                    continue
-                if chain is not None:
-                    chains[tuple(chain)] = None
-                chain = [instruction.argval] if instruction.opname in _LOADS else None
-            if chain is not None:
-                chains[tuple(chain)] = None
+            chains.update(dict.fromkeys(_reads_of(inner)))
         found = _READS[code] = tuple(chains)
     return found
+
+
+def _reads_of(code: types.CodeType) -> Iterator[tuple[str, ...]]:
+    """The reads of one code object's own instructions: a global, or a module it imports
+    (``from config import RATE`` is ``(IMPORTED, "config", "RATE")``, and so is a later
+    ``config.RATE`` after ``import config``), followed by the attributes read from it."""
+    aliases: dict[str, tuple[str, ...]] = {}  # the local names an import bound
+    imported: tuple[str, ...] = ()  # the module the last import instruction left
+    binding: tuple[str, ...] | None = None  # what the next store binds to a name
+    chain: list[str] | None = None
+    previous: Any = None
+    for instruction in dis.get_instructions(code):
+        opname, argval = instruction.opname, instruction.argval
+        if chain is not None and opname in _ATTRIBUTES:
+            chain.append(argval)
+            continue
+        if chain is not None:
+            yield tuple(chain)
+            chain = None
+        if opname in _LOADS:
+            chain = [argval]
+        elif opname in _LOCAL_LOADS:
+            local = argval[-1] if isinstance(argval, tuple) else argval  # LOAD_FAST_LOAD_FAST
+            chain = list(aliases[local]) if local in aliases else None
+        elif opname == "IMPORT_NAME":
+            # ``import a.b`` leaves the package ``a`` (``as c`` then takes ``b`` from it);
+            # ``from a.b import c`` leaves ``a.b``.
+            whole = previous.opname == "LOAD_CONST" and isinstance(previous.argval, tuple)
+            imported = binding = (IMPORTED, argval if whole else argval.partition(".")[0])
+            plain = not whole
+        elif opname == "IMPORT_FROM" and imported:
+            binding = (*(binding if plain and binding else imported), argval)
+            yield binding
+        elif opname in _STORES:
+            if binding is not None:
+                aliases[argval] = binding
+            else:
+                aliases.pop(argval, None)
+            binding = None
+        previous = instruction
+    if chain is not None:
+        yield tuple(chain)
 
 
 def _nested(code: types.CodeType) -> Iterator[types.CodeType]:
