@@ -164,6 +164,12 @@ CHANGE = "sys.modules['ptc_config'].RATE = 2.0"
         ("N = 1\ndef helper(): return N\ndef f(): return helper()", "N = 2", "differs"),
         ("class C: pass\nc = C()\nc.rate = 1\ndef f(): return c.rate", "c.rate = 2", "differs"),
         ("class C:\n    rate = 1\ndef f(): return C.rate", "C.rate = 2", "differs"),
+        (
+            "import collections\nP = collections.namedtuple('P', 'rate')\nR = P(1)\n"
+            "def f(): return R.rate",
+            "R = P(2)",
+            "differs",
+        ),
         ("def f(n): return 1 if n < 2 else n * f(n - 1)", "", "same"),
         (
             "class T:\n    def go(self): return self.rate\nt = T()\nt.rate = 1\nf = t.go",

@@ -34,6 +34,7 @@ from __future__ import annotations
 import __future__
 
 import builtins
+import collections
 import dis
 import functools
 import hashlib
@@ -68,10 +69,15 @@ _COMPILE_FLAGS = functools.reduce(
     __future__.all_feature_names,
     0,
 )
+_CONTAINERS = (list, tuple, dict, set, frozenset)
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), type(NotImplemented))
 # A class's entries that say where it was written or how instances store attributes.
 _CLASS_LAYOUT = frozenset({"__dict__", "__weakref__", "__firstlineno__", "__static_attributes__"})
-_LAYOUT_TYPES = (types.MemberDescriptorType, types.GetSetDescriptorType)
+# A namedtuple's field getter (C's _tuplegetter; where it is a property, it is code to follow).
+_FIELD_GETTER = type(vars(collections.namedtuple("_Fields", "field"))["field"])
+_LAYOUT_TYPES = (types.MemberDescriptorType, types.GetSetDescriptorType) + (
+    () if _FIELD_GETTER is property else (_FIELD_GETTER,)
+)
 _DEFINITIONS = (type, types.FunctionType, types.BuiltinFunctionType)
 _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: made by a class statement (or a C extension)
 
@@ -176,6 +182,12 @@ class _Walk:
             return self._class(value)
         if not isinstance(value, type) and all(map(self._python_class, kind.__mro__[:-1])):
             return self._object(value)
+        base = next((base for base in _CONTAINERS if isinstance(value, base)), None)
+        if base is not None and all(
+            self._python_class(cls) for cls in kind.__mro__ if cls not in (base, object)
+        ):  # a namedtuple, a Counter: its class, its items and its attributes
+            contents = self.value(base(value))
+            return f"{self.value(kind)}({contents}){{{self._items(_attributes(value))}}}"
         path = _import_path(value, self.module)
         if path is not None:
             return f"def:{path}"
@@ -254,16 +266,7 @@ class _Walk:
 
     def _object(self, value: Any) -> str:
         """An object of classes written in Python: its class and its attributes."""
-        try:  # object's own lookup: no __getattr__ of the class runs
-            attributes = object.__getattribute__(value, "__dict__")
-        except AttributeError:  # only slots
-            attributes = {}
-        if type(attributes) is not dict:
-            raise _CannotTell("an odd __dict__")
-        state = list(attributes.items())
-        for cls in type(value).__mro__:
-            state.extend(_slot_values(cls, value))
-        return f"object({self.value(type(value))}){{{self._items(state)}}}"
+        return f"object({self.value(type(value))}){{{self._items(_attributes(value))}}}"
 
     def _items(self, items: Iterator[tuple[Any, Any]] | Any) -> str:
         return ",".join(f"{self.value(key)}:{self.value(item)}" for key, item in items)
@@ -312,6 +315,21 @@ def _import_path(value: Any, own_module: str | None) -> str | None:
     except Exception:  # no such attribute, or an object whose getattr fails
         return None
     return f"{module_name}:{qualname}" if found is value else None
+
+
+def _attributes(value: Any) -> list[tuple[str, Any]]:
+    """An object's attributes: its ``__dict__`` and its slots, read as ``object`` reads them
+    (no ``__getattr__`` of its class runs)."""
+    try:
+        attributes = object.__getattribute__(value, "__dict__")
+    except AttributeError:  # only slots
+        attributes = {}
+    if type(attributes) is not dict:
+        raise _CannotTell("an odd __dict__")
+    state = list(attributes.items())
+    for cls in type(value).__mro__:
+        state.extend(_slot_values(cls, value))
+    return state
 
 
 def _slot_values(cls: type, value: Any) -> Iterator[tuple[str, Any]]:
