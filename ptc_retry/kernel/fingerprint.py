@@ -15,7 +15,8 @@ The rule is "when in doubt, go live": a value that cannot be fingerprinted makes
 ``reads_digest`` None, and such a call is never given a recorded result. Fingerprinted:
 
 - None, bools, numbers, strings, bytes, and tuples, lists, dicts, sets, frozensets and
-  ``types.SimpleNamespace`` of such values, by value and type;
+  ``types.SimpleNamespace`` of such values, by value and type (a subclass written in
+  Python, such as a namedtuple, with its class and attributes);
 - modules by name (the attributes the code names are read and fingerprinted themselves);
 - a function, class or other callable that an imported module defines under its own name
   (``json.dumps``, ``math.sqrt``, ``numpy.mean``) by that name: imported modules are
