@@ -185,7 +185,8 @@ CHANGE = "sys.modules['ptc_config'].RATE = 2.0"
         ),
         ("import threading\nlock = threading.Lock()\ndef f(): return lock", "", "unknown"),
         ("def f(): return globals()['x']", "", "unknown"),
-        ("BIG = list(range(20_000))\ndef f(): return BIG", "", "unknown"),
+        ("BIG = [list(range(9))] * 20_000\ndef f(): return BIG", "BIG[0] = []", "differs"),
+        ("class C: pass\nBIG = [C() for _ in range(20_000)]\ndef f(): return BIG", "", "unknown"),
     ],
 )
 def test_what_a_recorded_function_reads_is_fingerprinted_or_unknown(

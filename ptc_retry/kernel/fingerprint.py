@@ -27,7 +27,8 @@ The rule is "when in doubt, go live": a value that cannot be fingerprinted makes
 - objects of classes written in Python by class and attributes (``__dict__``, ``__slots__``).
 
 Anything else (an open file, a lock, a generator, a numpy array, an object of a class
-written in C), more than :data:`MAX_VALUES` values, and code that calls ``globals``,
+written in C), more than :data:`MAX_VALUES` values besides plain data (builtin containers
+of builtin scalars, read whole with :mod:`marshal`), and code that calls ``globals``,
 ``eval`` or ``exec`` cannot be fingerprinted. Plain Python: no IPython here.
 """
 
@@ -40,13 +41,15 @@ import dis
 import functools
 import hashlib
 import inspect
+import marshal
 import sys
 import types
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
 
-#: At most this many values are fingerprinted for one call; beyond, the call goes live.
+#: At most this many values are walked one by one for a call (plain data read whole does
+#: not count); beyond, the call goes live.
 MAX_VALUES = 10_000
 
 #: ``@ptc_retry.recorded`` wrappers and the function each wraps: a wrapper read by another
@@ -156,6 +159,15 @@ class _Walk:
 
     def _compound(self, value: Any) -> str:
         kind = type(value)
+        if kind in _CONTAINERS:
+            # Plain data at C speed: marshal takes exactly these types (no subclass, no
+            # object), and version 2 writes contents only, not which objects are shared.
+            try:
+                data = marshal.dumps(value, 2)
+            except ValueError:  # an object inside, or a cycle: walked below
+                pass
+            else:
+                return f"data#{hashlib.sha256(data).hexdigest()}"
         if kind in (list, tuple):
             return f"{kind.__name__}[{','.join(map(self.value, value))}]"
         if kind in (set, frozenset):
