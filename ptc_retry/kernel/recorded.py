@@ -24,7 +24,7 @@ def recorded(function: F) -> F:
     are one call when ``y=2`` is the default) and result are recorded as JSON; a result that
     would not come back the same from JSON (a tuple, a set, an object) is recorded as not
     reusable, and that call runs again in a replay. A call whose function's code was edited,
-    or that reads other values now than when it was recorded (a global, a closure cell, a
+    or that reads other values than when it was recorded (a global, a closure cell, a
     helper function's code; see :mod:`.fingerprint`), or reads one that cannot be
     fingerprinted, runs again; the calls after it are still reused when they match.
     Outside a program (another thread, no ptc-retry) it is a plain call.

@@ -152,7 +152,7 @@ class Reuse:
             self._position += 1
             self._diverged = self._position == len(self._expected)
             # A result recorded as not reusable, or that a recorded function would not return
-            # now (its reads differ): this call goes live, the next may still match.
+            # now (its code or reads differ): this call goes live, the next may still match.
             found = candidate if record.may_take(candidate) else None
         else:
             self._diverged = True
