@@ -17,6 +17,7 @@ from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.schema import schema_signature
 from ptc_retry.core.store import CheckpointStore
 from ptc_retry.kernel.catalog import bind_arguments
+from ptc_retry.kernel.fingerprint import reads_digest
 from ptc_retry.kernel.recording import (
     CallRecord,
     RecordedCalls,
@@ -38,8 +39,10 @@ def line(
     return record
 
 
-def call(k: int, tool: str = "t", n: int | None = None, code: str | None = None) -> CallRecord:
-    return CallRecord(k, tool, {"n": k if n is None else n}, 0, code)
+def call(
+    k: int, tool: str = "t", n: int | None = None, code: str | None = None, reads: str | None = None
+) -> CallRecord:
+    return CallRecord(k, tool, {"n": k if n is None else n}, 0, code, reads)
 
 
 def taken(reuse: Reuse | Reuses, *calls: CallRecord) -> list[str | None]:
@@ -136,9 +139,15 @@ def test_a_result_recorded_as_not_reusable_runs_again_without_ending_the_match()
     assert taken(reuse, call(1), call(2)) == [None, "r2"]
 
 
-def test_a_recorded_function_whose_code_changed_is_not_reused() -> None:
-    reuse = Reuse([line(1, code="aaaa")], call_id="c1", source="#1")
-    assert taken(reuse, call(1, code="bbbb")) == [None]
+def test_a_recorded_function_whose_code_or_reads_changed_goes_live_and_the_next_matches() -> None:
+    records = [line(1, code="aaaa", reads="rrrr"), line(2)]
+    edited, changed = call(1, code="bbbb", reads="rrrr"), call(1, code="aaaa", reads="ssss")
+    unreadable = call(1, code="aaaa")  # its reads could not be fingerprinted
+    unreadable.reusable = False
+    for first in (edited, changed, unreadable):
+        assert taken(Reuse(records, call_id="c1", source="#1"), first, call(2)) == [None, "r2"]
+    same = call(1, code="aaaa", reads="rrrr")
+    assert taken(Reuse(records, call_id="c1", source="#1"), same, call(2)) == ["r1", "r2"]
 
 
 def test_a_resume_matches_the_calls_of_the_statements_it_runs() -> None:
@@ -211,6 +220,81 @@ def test_the_listing_shows_each_call_in_order() -> None:
         "#   1  double  ok        0.012  c3",
         "#   2  flaky   error     0.500",
     ]
+
+
+# -- what a recorded function reads ---------------------------------------------------------------
+
+
+# A module of the program's own (a config.py beside the notebook), made in sys.modules.
+CONFIG = (
+    "import sys, types\n"
+    "sys.modules['ptc_config'] = types.ModuleType('ptc_config')\n"
+    "sys.modules['ptc_config'].RATE = 0.5\n"
+)
+CHANGE = "sys.modules['ptc_config'].RATE = 2.0"
+
+
+@pytest.mark.parametrize(
+    "program, change, expected",
+    [
+        ("RATE = 0.5\ndef f(x): return x * RATE", "RATE = 2.0", "differs"),
+        ("RATE = 0.5\ndef f(x): return x * RATE", "RATE = 0.5", "same"),
+        ("R = [0.5]\ndef f(x): return x * R[0]", "R.append(1)", "differs"),
+        (
+            "import types\nconfig = types.ModuleType('config')\nconfig.RATE = 0.5\n"
+            "def f(x): return x * config.RATE",
+            "config.RATE = 2.0",
+            "differs",
+        ),
+        ("import json, math\ndef f(x): return json.dumps(x) + str(math.pi)", "", "same"),
+        (CONFIG + "def f():\n    from ptc_config import RATE\n    return RATE", CHANGE, "differs"),
+        (CONFIG + "def f():\n    import ptc_config as c\n    return c.RATE", CHANGE, "differs"),
+        (CONFIG + "def f():\n    import ptc_config\n    return ptc_config.RATE", CHANGE, "differs"),
+        (
+            "def helper(x): return x\ndef f(x): return helper(x)",
+            "def helper(x): return -x",
+            "differs",
+        ),
+        ("N = 1\ndef helper(): return N\ndef f(): return helper()", "N = 2", "differs"),
+        ("class C: pass\nc = C()\nc.rate = 1\ndef f(): return c.rate", "c.rate = 2", "differs"),
+        ("class C:\n    rate = 1\ndef f(): return C.rate", "C.rate = 2", "differs"),
+        (
+            "import collections\nP = collections.namedtuple('P', 'rate')\nR = P(1)\n"
+            "def f(): return R.rate",
+            "R = P(2)",
+            "differs",
+        ),
+        ("def f(n): return 1 if n < 2 else n * f(n - 1)", "", "same"),
+        (
+            "class T:\n    def go(self): return self.rate\nt = T()\nt.rate = 1\nf = t.go",
+            "t.rate = 2",
+            "differs",
+        ),
+        # The object's own __getattr__ is never run to fingerprint it.
+        (
+            "class P:\n    def __getattr__(self, name): raise RuntimeError\n"
+            "p = P()\ndef f(): return p",
+            "",
+            "same",
+        ),
+        ("import threading\nlock = threading.Lock()\ndef f(): return lock", "", "unknown"),
+        ("def f(): return globals()['x']", "", "unknown"),
+        ("BIG = [list(range(9))] * 20_000\ndef f(): return BIG", "BIG[0] = []", "differs"),
+        ("class C: pass\nBIG = [C() for _ in range(20_000)]\ndef f(): return BIG", "", "unknown"),
+    ],
+)
+def test_what_a_recorded_function_reads_is_fingerprinted_or_unknown(
+    program: str, change: str, expected: str
+) -> None:
+    namespace: dict[str, Any] = {"__name__": "program"}
+    exec(program, namespace)
+    before = reads_digest(namespace["f"])
+    exec(change, namespace)
+    after = reads_digest(namespace["f"])
+    if expected == "unknown":
+        assert before is None and after is None
+    else:
+        assert before is not None and (before == after) is (expected == "same")
 
 
 # -- the file in the session -----------------------------------------------------------------------

@@ -495,26 +495,27 @@ def test_a_resume_that_skips_a_statement_does_not_take_its_results(
 
 RECORDED = """\
 import asyncio
-calls = globals().get("calls", 0)
+LOG = {log!r}
+
+def note(what):
+    with open(LOG, "a") as log:
+        log.write(what + "\\n")
 
 @ptc_retry.recorded
 def lookup(key, *, upper=False):
-    global calls
-    calls += 1
-    return {"key": key.upper() if upper else key, "n": calls}
+    note(f"lookup {{key}}")
+    return {{"key": key.upper() if upper else key}}
 
 @ptc_retry.recorded
 async def fetch(key):
-    global calls
-    calls += 1
+    note(f"fetch {{key}}")
     await asyncio.sleep(0)
-    return [key, calls]
+    return [key]
 
 @ptc_retry.recorded
 def pair(key):
-    global calls
-    calls += 1
-    return (key, calls)  # a tuple would come back a list from JSON: not reused
+    note(f"pair {{key}}")
+    return (key, 1)  # a tuple would come back a list from JSON: not reused
 
 a = lookup("a", upper=True)
 b = await fetch("b")
@@ -525,21 +526,24 @@ print(missing)
 
 
 def test_recorded_functions_are_reused_in_a_load_ext_kernel(
-    start_kernel: Any, checkpoint_root: Path
+    start_kernel: Any, checkpoint_root: Path, tmp_path: Path
 ) -> None:
+    log = tmp_path / "calls.log"
     kernel = start_kernel("python3")  # the stock kernel: no backend, no reply metadata
     kernel.execute("%load_ext ptc_retry")
-    failed = kernel.execute(RECORDED)  # program #1, c1
+    failed = kernel.execute(RECORDED.format(log=str(log)))  # program #1, c1
     assert failed.error is not None and failed.error["ename"] == "NameError"
-    assert failed.stdout == "{'key': 'A', 'n': 1} ['b', 2] ('c', 3)\n"
+    assert failed.stdout == "{'key': 'A'} ['b'] ('c', 1)\n"
 
-    fixed = kernel.execute("await ptc_retry.replay('#1', 'print(missing)', 'calls')")
+    fixed = kernel.execute("await ptc_retry.replay('#1', 'print(missing)', 'c')")
 
     assert fixed.status == "ok", fixed.error
-    assert fixed.stdout == "{'key': 'A', 'n': 1} ['b', 2] ('c', 4)\n"
-    assert fixed.result == "4"  # one call again: pair's tuple was not reusable
+    assert fixed.stdout == "{'key': 'A'} ['b'] ('c', 1)\n" and fixed.result == "('c', 1)"
     assert fixed.stderr == "ptc-retry: 2 tool results reused from #1; 1 call made live.\n"
-    assert kernel.execute("lookup('z')['key'], calls").result == "('z', 5)"  # not a replay
+    # Only pair ran again: its tuple was not reusable.
+    assert log.read_text().splitlines() == ["lookup a", "fetch b", "pair c", "pair c"]
+    assert kernel.execute("lookup('z')['key']").result == "'z'"  # not a replay: a plain call
+    assert log.read_text().splitlines()[-1] == "lookup z"
 
     path = checkpoint_root / "test" / "tool-calls" / "c1.jsonl"
     lines = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
@@ -559,6 +563,161 @@ def test_editing_a_recorded_function_calls_it_again(start_kernel: Any) -> None:
     fixed = kernel.execute("await ptc_retry.replay('#1', edits=[('x + 1', 'x + 2'), ('boom', '')])")
 
     assert fixed.stdout == "3\n" and fixed.stderr == ""
+
+
+# What a recorded function's result depends on besides its arguments: each test's program
+# fails on its last line, and the fix is what the notice offers. The functions count their
+# live calls on the host (a host tool called inside a live recorded call is part of it).
+
+CONVERT = """\
+RATE = 0.5
+
+@ptc_retry.recorded
+async def convert(amount):
+    await tools.count(name="convert")
+    return amount * RATE
+
+first = await convert(100.0)
+await tools.count(name="email")
+second = await convert(10.0)
+assert first > 100, f"converted {first}"
+"""
+
+
+def fix(run: Execution, old: str, new: str) -> str:
+    """The replay line the notice of ``run`` offers, with ``old`` and ``new`` filled in."""
+    assert run.ptc is not None and run.ptc["notice"] is not None, run.error
+    return f"await ptc_retry.replay({run.ptc['reference']!r}, {old!r}, {new!r})"
+
+
+def test_a_fix_to_a_global_a_recorded_function_reads_takes_effect(
+    shared: Kernel, host: Host
+) -> None:
+    failed = host.run(shared, CONVERT)
+    assert failed.error is not None and failed.error["evalue"] == "converted 50.0"
+
+    fixed = host.run(shared, fix(failed, "RATE = 0.5", "RATE = 2.0") + "\nfirst, second")
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.result == "(200.0, 20.0)"  # not the recorded 50.0 and 5.0
+    # Both conversions ran again; the email between them was not sent again.
+    assert host.counts == {"convert": 4, "email": 1}
+    assert fixed.ptc is not None and fixed.ptc["tool_calls"] == {"reused": 1, "live": 2}
+
+
+def test_an_unchanged_recorded_function_with_unchanged_globals_is_reused(
+    shared: Kernel, host: Host
+) -> None:
+    failed = host.run(shared, CONVERT)
+
+    fixed = host.run(shared, fix(failed, "first > 100", "first < 100") + "\nfirst, second")
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.result == "(50.0, 5.0)"
+    assert host.counts == {"convert": 2, "email": 1}  # nothing ran twice
+
+
+def test_a_recorded_function_made_with_exec_goes_live_when_its_body_is_edited(
+    shared: Kernel, host: Host
+) -> None:
+    program = (
+        "exec('async def scale(x):\\n"
+        '    await tools.count(name="scale")\\n'
+        "    return x * 2\\n', globals())\n"
+        "scale = ptc_retry.recorded(scale)\n"
+        "result = await scale(5)\n"
+        "await tools.count(name='email')\n"
+        "assert result == 15, result\n"
+    )
+    failed = host.run(shared, program)
+    assert failed.error is not None and failed.error["evalue"] == "10"
+
+    fixed = host.run(shared, fix(failed, "x * 2", "x * 3") + "\nresult")
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.result == "15"
+    assert host.counts == {"scale": 2, "email": 1}
+
+
+def test_a_left_out_default_argument_keeps_the_reuse_of_the_later_calls(
+    shared: Kernel, host: Host
+) -> None:
+    program = (
+        "@ptc_retry.recorded\n"
+        "async def page(number, size=10):\n"
+        "    await tools.count(name=f'page {number}')\n"
+        "    return list(range(number * size, number * size + 2))\n"
+        "\n"
+        "first = await page(1, size=10)\n"
+        "rest = [await page(2), await page(3, 10)]\n"
+        "print(frist, rest)\n"
+    )
+    failed = host.run(shared, program)
+
+    fixed = host.run(
+        shared,
+        fix(
+            failed,
+            "page(1, size=10)\nrest = [await page(2), await page(3, 10)]\nprint(frist",
+            "page(1)\nrest = [await page(2, size=10), await page(3)]\nprint(first",
+        ),
+    )
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "[10, 11] [[20, 21], [30, 31]]\n"
+    assert host.counts == {"page 1": 1, "page 2": 1, "page 3": 1}
+
+
+def test_a_changed_closure_cell_makes_a_recorded_function_go_live(
+    shared: Kernel, host: Host
+) -> None:
+    program = (
+        "def scaler(factor):\n"
+        "    @ptc_retry.recorded\n"
+        "    async def scale(x):\n"
+        "        await tools.count(name='scale')\n"
+        "        return x * factor\n"
+        "    return scale\n"
+        "\n"
+        "result = await scaler(2)(5)\n"
+        "assert result == 15, result\n"
+    )
+    failed = host.run(shared, program)
+
+    fixed = host.run(shared, fix(failed, "scaler(2)", "scaler(3)") + "\nresult")
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.result == "15" and host.counts == {"scale": 2}
+
+
+def test_a_global_that_cannot_be_fingerprinted_makes_a_recorded_function_go_live(
+    shared: Kernel, host: Host, root: Path
+) -> None:
+    # An array keeps its numbers where no fingerprint can see them: the call cannot tell
+    # whether its result would be the same, so it goes live.
+    program = (
+        "import array\n"
+        "RATES = array.array('d', [0.5])\n"
+        "\n"
+        "@ptc_retry.recorded\n"
+        "async def convert(amount):\n"
+        "    await tools.count(name='convert')\n"
+        "    return amount * RATES[0]\n"
+        "\n"
+        "first = await convert(100.0)\n"
+        "await tools.count(name='email')\n"
+        "print(frist)\n"
+    )
+    failed = host.run(shared, program, call_id="array-rates")
+
+    fixed = host.run(shared, fix(failed, "print(frist)", "print(first)"))
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "50.0\n"
+    assert host.counts == {"convert": 2, "email": 1}
+    convert, email = recording(root, "array-rates")
+    assert convert["reusable"] is False and "reads" not in convert
+    assert "reusable" not in email
 
 
 def test_a_recorded_function_outside_a_program_is_a_plain_call() -> None:

@@ -8,7 +8,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from .recording import RECORDED, CallRecord, code_digest, json_copy
+from .fingerprint import WRAPPED, code_digest, reads_digest
+from .recording import RECORDED, CallRecord, json_copy
 from .tool_calls import ProgramCalls, current_calls
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -16,11 +17,16 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def recorded(function: F) -> F:
     """Record every call of ``function`` (sync or async) that a program makes; a replay of
-    that program gets the recorded result instead of calling it again.
+    that program gets the recorded result instead of calling it again, when the same call
+    would return it now.
 
-    A call's arguments and result are recorded as JSON; a result that would not come back
-    the same from JSON (a tuple, a set, an object) is recorded as not reusable, and that
-    call runs again in a replay. Editing the function's code makes its calls run again.
+    A call's arguments (by parameter name, defaults filled in, so ``f(1)`` and ``f(1, y=2)``
+    are one call when ``y=2`` is the default) and result are recorded as JSON; a result that
+    would not come back the same from JSON (a tuple, a set, an object) is recorded as not
+    reusable, and that call runs again in a replay. A call whose function's code was edited,
+    or that reads other values than when it was recorded (a global, a closure cell, a
+    helper function's code; see :mod:`.fingerprint`), or reads one that cannot be
+    fingerprinted, runs again; the calls after it are still reused when they match.
     Outside a program (another thread, no ptc-retry) it is a plain call.
     """
     tool = f"{RECORDED}{function.__module__}.{function.__qualname__}"
@@ -34,7 +40,11 @@ def recorded(function: F) -> F:
         calls = current_calls()
         if calls is None:
             raise _Outside
-        return calls, calls.begin(tool, _arguments(signature, args, kwargs), code=code)
+        arguments = _arguments(signature, args, kwargs)
+        reads = reads_digest(function)
+        return calls, calls.begin(
+            tool, arguments, code=code, reads=reads, reusable=reads is not None
+        )
 
     if inspect.iscoroutinefunction(function):
 
@@ -51,6 +61,7 @@ def recorded(function: F) -> F:
                 outcome.result = await function(*args, **kwargs)
             return outcome.result
 
+        WRAPPED[run_async] = function
         return run_async  # type: ignore[return-value]
 
     @functools.wraps(function)
@@ -66,6 +77,7 @@ def recorded(function: F) -> F:
             outcome.result = function(*args, **kwargs)
         return outcome.result
 
+    WRAPPED[run] = function
     return run  # type: ignore[return-value]
 
 
@@ -97,7 +109,8 @@ def _arguments(
     signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]
 ) -> Any:
     """A call's arguments as a JSON object by parameter name (positional ones under their
-    names); None when they are not JSON or do not bind (the function will say why)."""
+    names, the defaults of those left out filled in); None when they are not JSON (a
+    default included) or do not bind (the function will say why)."""
     if signature is None:
         value: dict[str, Any] = {"args": list(args), "kwargs": kwargs}
     else:
@@ -105,6 +118,7 @@ def _arguments(
             bound = signature.bind(*args, **kwargs)
         except TypeError:
             return None
+        bound.apply_defaults()
         value = dict(bound.arguments)
         for name, parameter in signature.parameters.items():
             if parameter.kind is inspect.Parameter.VAR_POSITIONAL and name in value:

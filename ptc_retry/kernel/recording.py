@@ -5,15 +5,15 @@ JSON line of ``tool-calls/<id>.jsonl`` in the session (the README's Storage sect
 the format). A recording holds every call of its program's whole run, in order: a resume
 starts its own with the lines of the calls made by the statements it skips. A replay
 matches each call by its place in the recording of the program it replays (:class:`Reuse`):
-a call that is the recorded one (same tool, arguments and a recorded function's code) gets
-its result; a recorded failure goes live without ending the reuse; a call that differs from
-a recorded success sends every later one live. Plain Python: no IPython here.
+a call that is the recorded one (same tool and arguments) gets its result; a recorded
+failure goes live without ending the reuse; a call that differs from a recorded success
+sends every later one live. A recorded function's call that matches but whose code or reads
+differ (:mod:`.fingerprint`) goes live without ending the match. Plain Python: no IPython
+here.
 """
 
 from __future__ import annotations
 
-import hashlib
-import inspect
 import json
 import time
 from collections.abc import Iterable, Sequence
@@ -57,20 +57,6 @@ def _same(copy: Any, value: Any) -> bool:
     return bool(copy == value)
 
 
-def code_digest(function: Any) -> str | None:
-    """A short digest of a function's source text, so that a replay that edits a recorded
-    function does not reuse its old results; None when its source cannot be had (a builtin).
-
-    The source, not the bytecode: the same text compiles to other bytecode in a cell than in
-    a replay (their compile flags differ).
-    """
-    try:
-        text = inspect.getsource(function)
-    except Exception:  # OSError, TypeError; tokenize's errors on odd sources
-        return None
-    return hashlib.sha256(text.encode("utf-8", "backslashreplace")).hexdigest()[:16]
-
-
 @dataclass
 class CallRecord:
     """One call of a running program, as its line in the recording says it."""
@@ -80,24 +66,36 @@ class CallRecord:
     arguments: Any  # canonical JSON value; None when the arguments are not JSON
     statement: int | None  # the program's top-level statement that made the call
     code: str | None = None  # a recorded function's code_digest
+    #: A recorded function's reads_digest (what it reads besides its arguments).
+    reads: str | None = None
     started: float = field(default_factory=time.time)
     ok: bool | None = None  # None while the call runs
     result: Any = None
     error: str | None = None
-    #: False when the result (or the arguments) would not come back the same from JSON.
+    #: False when the result (or the arguments) would not come back the same from JSON, or
+    #: what a recorded function reads could not be fingerprinted.
     reusable: bool = True
     #: The call id whose recorded result this call was given, when it was reused.
     reused_from: str | None = None
     duration: float = 0.0
 
     def matches(self, line: dict[str, Any]) -> bool:
-        """Whether ``line`` (a recorded call) is this call: same tool, arguments and code."""
+        """Whether ``line`` (a recorded call) is this call: same tool and arguments."""
         if self.arguments is None:  # not JSON: no telling whether it is the same
             return False
+        same_tool = line.get("tool") == self.tool
+        return same_tool and canonical(line.get("arguments")) == canonical(self.arguments)
+
+    def may_take(self, line: dict[str, Any]) -> bool:
+        """Whether this call may be given the result of ``line``, a recorded call it matches:
+        that result was reusable and, for a recorded function, its code and what it reads
+        are known and are what they were (a fix that edits the function, or changes a global
+        it reads, makes this call live without making the calls after it differ)."""
         return (
-            line.get("tool") == self.tool
+            self.reusable
+            and line.get("reusable", True) is not False
             and line.get("code") == self.code
-            and canonical(line.get("arguments")) == canonical(self.arguments)
+            and line.get("reads") == self.reads
         )
 
     def line(self) -> dict[str, Any]:
@@ -111,6 +109,8 @@ class CallRecord:
         line.update(statement=self.statement, time=round(self.started, 3))
         if self.code is not None:
             line["code"] = self.code
+        if self.reads is not None:
+            line["reads"] = self.reads
         if not self.reusable:
             line["reusable"] = False
         if self.reused_from is not None:
@@ -229,9 +229,10 @@ class Reuse:
         if success < len(calls) and record.matches(calls[success]):
             self._next = success + 1
             line = calls[success]
-            # A result recorded as not reusable (or a damaged line that holds none): this
-            # call goes live, and the next may still match.
-            return line if line.get("reusable", True) is not False and "result" in line else None
+            # A result recorded as not reusable (or a damaged line that holds none), or that a
+            # recorded function would not return now (its code or reads differ): this call
+            # goes live, and the next may still match.
+            return line if record.may_take(line) and "result" in line else None
         failure = next((i for i in range(first, success) if record.matches(calls[i])), None)
         if failure is None:  # when in doubt, go live
             self._ended = True

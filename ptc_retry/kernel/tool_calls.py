@@ -70,16 +70,27 @@ class ProgramCalls:
 
     # -- every call ----------------------------------------------------------------------------
 
-    def begin(self, tool: str, arguments: Any, *, code: str | None = None) -> CallRecord:
+    def begin(
+        self,
+        tool: str,
+        arguments: Any,
+        *,
+        code: str | None = None,
+        reads: str | None = None,
+        reusable: bool = True,
+    ) -> CallRecord:
         """Number the next call; it comes back with its result when a running replay reuses
         one (``reused_from`` set: the call id of the replayed program whose recording gave
-        it), else the caller makes it and reports with ``finish``."""
+        it), else the caller makes it and reports with ``finish``. ``code`` and ``reads``: a
+        recorded function's digests; ``reusable=False``: this call is never given a recorded
+        result, nor is its own ever reused."""
         if self._closed:
             raise ToolError(f"{tool}: the program that made this call has ended", tool=tool)
         if _INSIDE_RECORDED.get():
             return CallRecord(0, tool, arguments, None, code)  # k 0: not recorded
         self._count += 1
-        record = CallRecord(self._count, tool, arguments, self._statement(), code)
+        record = CallRecord(self._count, tool, arguments, self._statement(), code, reads)
+        record.reusable = reusable
         found = self.reuses.take(record)
         if found is None:
             self.live += 1
@@ -118,7 +129,7 @@ class ProgramCalls:
     ) -> None:
         """Record how a live call ended: ``result``, or ``error`` (what its ToolError says)."""
         record.ok, record.result, record.error = error is None, result, error
-        record.reusable = reusable and record.arguments is not None
+        record.reusable = reusable and record.reusable and record.arguments is not None
         record.duration = time.time() - record.started
         self._write(record)
 
