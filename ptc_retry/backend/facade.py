@@ -326,8 +326,11 @@ class KernelBackend:
         output-token limit, a dropped stream); the cut may fall anywhere. Code mode saves
         the longest decodable start of its ``"code"`` (and the arguments as they arrived,
         beside it) and runs nothing; ``await ptc_retry.extend("#n", "<rest>")`` then runs
-        the whole program. When not even the start of ``"code"`` arrived, nothing is saved
-        and the text says to send the call again. Native mode: see ``NativeTools``.
+        the whole program. When ``"code"`` arrived whole (the cut fell in a later key, or
+        before the final ``}``), the program runs as an ordinary call and the text starts
+        with one line naming what was cut. When not even the start of ``"code"`` arrived,
+        nothing is saved and the text says to send the call again. Native mode: see
+        ``NativeTools.call_partial``.
 
         Bytes are taken as UTF-8 up to a character the cut split (it is left out, so the
         saved arguments are the bytes that arrived without it); bytes that are not UTF-8

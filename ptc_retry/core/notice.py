@@ -186,6 +186,23 @@ def partial_notice(reference: str, program: str) -> str:
     )
 
 
+def cut_after_arguments(
+    tool: str, arrived: Sequence[str], ignored: Sequence[str] = (), cut_key: str | None = None
+) -> str:
+    """The line before the result of a call cut off after every argument ``tool`` takes
+    (``arrived``) came whole, so it ran as it is. It names what the call went without: the
+    keys that arrived whole but that ``tool`` does not take (``ignored``), then the key the
+    cut fell in (``cut_key``), when its name arrived."""
+    dropped = [_quoted(key) for key in ignored]
+    if cut_key is not None:
+        dropped.append(f"{_quoted(cut_key)} (cut off)")
+    without = f" without {', '.join(dropped)}" if dropped else ""
+    return (
+        f"{PREFIX}Cut off after {', '.join(map(_quoted, arrived))} arrived whole; {tool} takes "
+        f"nothing else, so the call ran{without}."
+    )
+
+
 def native_failure_notice(call_id: str, *, field: str = "<field>") -> str:
     """The one sentence appended to a failed direct tool call's result (native mode).
 

@@ -3,18 +3,19 @@
 A model streams a call's arguments token by token; when the stream stops (an output-token
 limit, a dropped connection), the string ends anywhere: inside a key, inside a string
 value, inside an escape such as ``\\u00e9`` or ``\\"``. ``cut_arguments`` reads the object as
-far as it arrived: the keys whose values are whole, and the longest decodable prefix of
-the string value being written when it stopped.
+far as it arrived: the keys whose values are whole, the longest decodable prefix of the
+string value being written when it stopped, and where the cut fell (``CutPlace``).
 """
 
 from __future__ import annotations
 
+import enum
 import json
 import re
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CutArguments", "cut_arguments", "string_prefix"]
+__all__ = ["CutArguments", "CutPlace", "cut_arguments", "string_prefix"]
 
 _DECODER = json.JSONDecoder(strict=False)
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -24,15 +25,38 @@ _OPEN_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*(\\|\\u[0-9a-fA-F]{0,3})\Z")
 _HIGH_SURROGATE = re.compile(r"(?<!\\)(?:\\\\)*(\\u[dD][89abAB][0-9a-fA-F]{2})\Z")
 
 
+class CutPlace(str, enum.Enum):
+    """Where a stream of JSON arguments stopped."""
+
+    #: Before the object began (nothing, or only blanks).
+    NOTHING = "nothing"
+    #: Between members: after ``{``, after a whole value or its comma, before the final ``}``.
+    BETWEEN = "between"
+    #: Inside a key's name: which key it was is not known.
+    KEY = "key"
+    #: Inside the string value of ``cut_key`` (``open_key``: it can be continued).
+    STRING = "string"
+    #: Inside another value of ``cut_key``: before it began, inside a number or a word
+    #: (``true``), or inside an array or object, outside any string in it.
+    VALUE = "value"
+    #: Inside a string nested in the array or object value of ``cut_key``.
+    NESTED_STRING = "nested string"
+    #: Nowhere: the closing ``}`` arrived, the object is whole.
+    WHOLE = "whole"
+
+
 @dataclass
 class CutArguments:
-    """What a cut arguments object holds: ``values``, the keys whose values arrived whole,
-    and, when the cut fell inside a string value, its key (``open_key``) and decoded prefix
-    (``open_prefix``)."""
+    """What a cut arguments object holds: ``values``, the keys whose values arrived whole;
+    ``place``, where the cut fell, and ``cut_key``, the key whose value it fell in (None
+    when the cut fell outside any value, or inside a key's name); when that value is a
+    string, its key again (``open_key``) and its decoded prefix (``open_prefix``)."""
 
     values: dict[str, Any] = field(default_factory=dict)
     open_key: str | None = None
     open_prefix: str = ""
+    place: CutPlace = CutPlace.NOTHING
+    cut_key: str | None = None
 
     def string(self, key: str) -> tuple[str, bool] | None:
         """``(text, whole)`` for the string value of ``key``: all of it (``whole``), or the
@@ -47,24 +71,31 @@ class CutArguments:
 def cut_arguments(raw: str) -> CutArguments:
     """Read the JSON object ``raw`` as far as it arrived (ValueError when it does not start
     as an object). A key that did not arrive whole and a value other than a string that was
-    cut are left out."""
+    cut are left out; a number that reaches the end of ``raw`` counts as cut (more digits
+    may follow). A closing ``}`` ends the reading (``CutPlace.WHOLE``). A value nested too
+    deep for Python to decode counts as cut."""
     position = _skip(raw, 0)
     if position == len(raw):
         return CutArguments()  # nothing arrived
     if raw[position] != "{":
         raise ValueError("the arguments do not start as a JSON object ({)")
-    found = CutArguments()
+    found = CutArguments(place=CutPlace.BETWEEN)
     position += 1
     while True:
         position = _skip(raw, position)
-        if position >= len(raw) or raw[position] == "}":
+        if position < len(raw) and raw[position] == "}":
+            found.place = CutPlace.WHOLE
             return found
-        if raw[position] == ",":
+        if position < len(raw) and raw[position] == ",":
             position = _skip(raw, position + 1)
+        if position >= len(raw):
+            return found
         try:
             key, position = _DECODER.raw_decode(raw, position)
         except ValueError:
+            found.place = CutPlace.KEY
             return found  # cut inside a key (or not JSON from here on)
+        found.place, found.cut_key = CutPlace.VALUE, str(key)
         position = _skip(raw, position)
         if raw[position : position + 1] != ":":
             return found
@@ -72,13 +103,19 @@ def cut_arguments(raw: str) -> CutArguments:
         if raw[position : position + 1] == '"':
             body, closed = _string_body(raw, position + 1)
             if not closed:
+                found.place = CutPlace.STRING
                 found.open_key, found.open_prefix = str(key), string_prefix(body)
                 return found
         try:
-            value, position = _DECODER.raw_decode(raw, position)
-        except ValueError:
-            return found  # cut inside a number, a list or an object
+            value, end = _DECODER.raw_decode(raw, position)
+        except (ValueError, RecursionError):  # RecursionError: nested deeper than Python goes
+            if _inside_nested_string(raw, position):
+                found.place = CutPlace.NESTED_STRING
+            return found  # cut inside a number, a word, an array or an object
+        if end == len(raw) and _is_number(value):
+            return found  # "12" may have been the start of "125"
         found.values[str(key)] = value
+        found.place, found.cut_key, position = CutPlace.BETWEEN, None, end
 
 
 def string_prefix(body: str) -> str:
@@ -106,6 +143,26 @@ def _string_body(raw: str, start: int) -> tuple[str, bool]:
         else:
             position += 1
     return raw[start:], False
+
+
+def _inside_nested_string(raw: str, start: int) -> bool:
+    """Whether ``raw`` ends inside a string of the array or object that starts at ``start``."""
+    if raw[start : start + 1] not in ("[", "{"):
+        return False
+    inside = False
+    position = start
+    while position < len(raw):
+        char = raw[position]
+        if inside and char == "\\":
+            position += 1  # the escaped character cannot end the string
+        elif char == '"':
+            inside = not inside
+        position += 1
+    return inside
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _skip(raw: str, position: int) -> int:
