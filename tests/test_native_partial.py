@@ -772,3 +772,18 @@ def test_every_cut_after_a_program_ended_runs_it_in_native_mode(
         assert text == f"{ran} call ran{without}.\n12", (end, text)
         assert line_of(backend.session_dir, call_id)["status"] == "ok"
         assert line_of(backend.kernel_session_dir, call_id)["status"] == "ok"
+
+
+def test_a_program_cut_after_it_ended_runs_in_the_message_it_was_sent_in(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    step = backend.next_step()
+    first = run(backend.handle_tool_call("run_code", raw("print('one')"), "k_s1", step=step))
+    cut = json.dumps({"code": "print('two')", "note": "second"})[:-8]
+    second = run(backend.handle_partial_tool_call("run_code", cut, "k_s2", step=step))
+
+    assert (first, second.splitlines()[-1]) == ("one", "two")
+    assert backend.last_tool_result is not None and backend.last_tool_result.call_id == "k_s2"
+    kernel = [line_of(backend.kernel_session_dir, i) for i in ("k_s1", "k_s2")]
+    assert kernel[0]["step"] == kernel[1]["step"]  # one model message, as it was sent
+    assert [line_of(backend.session_dir, i)["ordinal"] for i in ("k_s1", "k_s2")] == [1, 2]

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from ptc_retry.backend import KernelBackend
-from ptc_retry.backend.code_mode import NOT_KEPT
+from ptc_retry.backend.code_mode import CUT_OFF_CELL, NOT_KEPT
 from ptc_retry.core.notice import (
     CUT_BEFORE_CODE,
     cut_after_arguments,
@@ -231,6 +231,32 @@ def test_a_number_at_the_end_of_what_arrived_counts_as_cut() -> None:
     assert (deep.values, deep.place, deep.cut_key) == ({"code": "x"}, CutPlace.VALUE, "n")
 
 
+def test_a_key_given_twice_takes_its_last_value() -> None:
+    assert cut_arguments('{"code": "a", "code": "b"').string("code") == ("b", True)
+    assert cut_arguments('{"code": "a", "code": "b').string("code") == ("b", False)
+    assert cut_arguments('{"code": "a", "code": 5').string("code") is None
+    assert cut_arguments('{"code": "a", "code"').values == {}
+
+
+def test_a_kernel_asked_to_run_nothing_of_a_whole_program_says_how_to_run_it(
+    backend: KernelBackend, short_expected: str, run: Run[Any]
+) -> None:
+    arrived = json.dumps({"code": SHORT, "note": "x"})[:-5]
+    result = run(backend.run_code(CUT_OFF_CELL, arguments=arrived, partial=True, call_id="c_k1"))
+
+    assert result.status == "partial" and result.reference is not None
+    assert result.notice == (
+        f'[ptc-retry] Cut off after "code" arrived whole; saved as {result.reference}, not run. '
+        f'To run it: await ptc_retry.extend("{result.reference}", "")'
+    )
+    assert parse_notice(result.notice) == result.reference
+    tokenizer = load_tokenizer()
+    if tokenizer.available:
+        assert tokenizer.count(partial_notice("#12", SHORT, whole=True)) <= 40
+    line = result.notice.partition("To run it: ")[2]
+    assert run(backend.handle_tool_call("run_code", raw(line))) == short_expected
+
+
 @pytest.fixture(scope="module")
 def short_expected(backend: KernelBackend, run: Run[Any]) -> str:
     text = run(backend.handle_tool_call("run_code", raw(SHORT), "call_short_whole"))
@@ -323,7 +349,9 @@ def test_a_failing_program_cut_after_it_ended_is_replayed_without_calling_a_tool
     assert paid == ["INV-7"]  # the host paid once
 
 
-@pytest.mark.parametrize("arrived", ['{"co', "", '{"timeout": 3', '{"code": 5'])
+@pytest.mark.parametrize(
+    "arrived", ['{"co', "", '{"timeout": 3', '{"code": 5', '{"code": "print(1)", "code": 5']
+)
 def test_a_call_cut_before_its_program_began_saves_nothing(
     backend: KernelBackend, run: Run[Any], arrived: str
 ) -> None:

@@ -106,8 +106,7 @@ class CodeSession:
                 f"[ptc-retry] The call was cut off, and {exc} (a lone surrogate escape): "
                 "nothing was saved or run. Send the whole call again, the escape fixed."
             )
-        # A cut in a second "code" could still replace the program: that one is not whole.
-        if code[1] and cut.cut_key != "code":
+        if code[1]:
             return await self._run_whole_program(cut, raw, call_id, options)
         result = await self.run(
             CUT_OFF_CELL,  # the kernel decodes the program from the arguments; none runs

@@ -133,8 +133,9 @@ class KernelBackend:
         #: The result of the latest ``run_code`` (also through ``handle_tool_call``), for a
         #: loop that wants its status, metadata or outputs besides the text.
         self.last_result: RunResult | None = None
-        #: Native mode: the ``ToolResult`` of the latest ``handle_tool_call`` (for an edit,
-        #: its ``replay_of`` names the call it re-ran).
+        #: Native mode: the ``ToolResult`` of the latest ``handle_tool_call`` or
+        #: ``handle_partial_tool_call`` (for an edit, its ``replay_of`` names the call it
+        #: re-ran).
         self.last_tool_result: ToolResult | None = None
         self._code = CodeSession(self.run_code)
         for function in tools:
@@ -356,7 +357,13 @@ class KernelBackend:
         if self.mode == "native":
             if self._native is None or not self._running:
                 raise BackendError(_NOT_RUNNING)
-            return await self._native.invoke_partial(name, partial_raw_arguments, call_id, options)
+            result, error = await self._native.invoke_partial(
+                name, partial_raw_arguments, call_id, options
+            )
+            self.last_tool_result = result
+            if error is not None:  # the kernel is gone and cannot restart: raise it
+                raise error
+            return result.text
         return await self._code.invoke_partial(name, partial_raw_arguments, call_id, options)
 
     # -- turns and steps ----------------------------------------------------------------------

@@ -168,9 +168,16 @@ def quoted_end(line: str) -> str:
     return ("..." if len(line) > TAIL_CHARS else "") + repr(line[-TAIL_CHARS:])
 
 
-def partial_notice(reference: str, program: str) -> str:
+def partial_notice(reference: str, program: str, *, whole: bool = False) -> str:
     """What a call cut off mid-stream is told: where its saved ``program`` stops (the line,
-    and the exact end of that line, quoted) and the call that sends only the rest."""
+    and the exact end of that line, quoted) and the call that sends only the rest; for a
+    ``whole`` program (the cut fell after ``"code"``, in a request that asked the kernel
+    to run nothing), the call that runs it with nothing added."""
+    if whole:
+        return (
+            f'{PREFIX}Cut off after "code" arrived whole; saved as {reference}, not run. To run '
+            f'it: await ptc_retry.extend({_quoted(reference)}, "")'
+        )
     lines = program.count("\n")
     last = last_line(program)
     if not last:

@@ -96,6 +96,9 @@ def cut_arguments(raw: str) -> CutArguments:
             found.place = CutPlace.KEY
             return found  # cut inside a key (or not JSON from here on)
         found.place, found.cut_key = CutPlace.VALUE, str(key)
+        # A key given twice takes its last value (as json.loads does): the earlier one is
+        # no longer what arrived, whatever the cut leaves of this one.
+        found.values.pop(found.cut_key, None)
         position = _skip(raw, position)
         if raw[position : position + 1] != ":":
             return found

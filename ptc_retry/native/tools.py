@@ -260,6 +260,7 @@ class NativeTools:
         call_id: str | None = None,
         *,
         position: Position | None = None,
+        functions: Mapping[str, ToolFunction] | None = None,
     ) -> ToolResult:
         """Journal a call whose arguments stream stopped part-way (an output-token limit, a
         dropped connection). ``name`` may be ``editPreviousToolCalling``.
@@ -280,8 +281,8 @@ class NativeTools:
         and runs the call. Before any argument arrived whole (or an edit call outside a
         string), or for an unknown tool, nothing is saved and the text says where the cut
         fell and asks for the whole call again. Arguments that arrived whole, closing brace
-        and all, run as :meth:`invoke` runs them. ``position`` as for :meth:`invoke`. Never
-        raises for what the model sent.
+        and all, run as :meth:`invoke` runs them. ``position`` and ``functions`` as for
+        :meth:`invoke`. Never raises for what the model sent.
         """
         if name not in self:
             text = self._unknown_tool(name)
@@ -293,10 +294,20 @@ class NativeTools:
         except ValueError:  # not an object: nothing to go on from
             cut = CutArguments()
         if cut.place is CutPlace.WHOLE:  # nothing was cut after all
-            return await self.invoke(name, partial_raw_arguments, call_id, position=position)
+            return await self.invoke(
+                name, partial_raw_arguments, call_id, position=position, functions=functions
+            )
         declared = self._declared(name)
         if declared and all(key in cut.values for key in declared):
-            return await self._run_cut(name, cut, declared, call_id, position)
+            # Every value that arrived whole goes in, as in the whole call; only the one the
+            # cut fell in, which the tool does not take, is left out.
+            arguments = json.dumps(cut.values, ensure_ascii=False)
+            result = await self.invoke(
+                name, arguments, call_id, position=position, functions=functions
+            )
+            line = cut_after_arguments(name, declared, cut_key=cut.cut_key)
+            result.text = f"{line}\n{result.text}"
+            return result
         if cut.open_key is None:
             if name == EDIT_TOOL or not cut.values:
                 notice = cut_unsaved_notice(cut)
@@ -319,24 +330,6 @@ class NativeTools:
         if not isinstance(properties, dict) or parameters.get("additionalProperties") is not False:
             return None
         return list(properties)
-
-    async def _run_cut(
-        self,
-        name: str,
-        cut: CutArguments,
-        declared: list[str],
-        call_id: str | None,
-        position: Position | None,
-    ) -> ToolResult:
-        """A call cut off after every argument its tool takes (``declared``) arrived whole:
-        it runs as :meth:`invoke` runs it, and its text starts with a line saying so."""
-        # Every value that arrived whole goes in, as in the whole call; only the one the
-        # cut fell in, which the tool does not take, is left out.
-        arguments = json.dumps(cut.values, ensure_ascii=False)
-        result = await self.invoke(name, arguments, call_id, position=position)
-        line = cut_after_arguments(name, declared, cut_key=cut.cut_key)
-        result.text = f"{line}\n{result.text}"
-        return result
 
     def _save_cut(
         self,
