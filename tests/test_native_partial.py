@@ -439,6 +439,27 @@ def test_a_call_cut_before_an_optional_argument_runs_only_once_it_is_sent(desk: 
     assert desk.saved("call_1") == {"to": "ops@example.com", "body": LETTER}
 
 
+@pytest.mark.parametrize(
+    ("later", "where"),
+    [('"note": "draft of ju', 'in "note"'), ('"mode": 64', 'in "mode"')],
+    ids=["in-a-string", "in-a-number"],
+)
+def test_a_cut_in_a_key_the_tool_does_not_take_asks_only_for_what_it_takes(
+    desk: Desk, later: str, where: str
+) -> None:
+    result = desk.cut(f'{{"content": {json.dumps(LETTER)}, {later}', "call_1")
+
+    assert result.text == (
+        f'[ptc-retry] Saved; cut off {where}. Send only "path": editPreviousToolCalling('
+        '{"call_id": "call_1", "patch": [{"path": "path", "value": "<value>"}]})'
+    )
+    assert desk.saved("call_1") == {"content": LETTER}
+    patch = [{"path": "path", "value": ARGUMENTS["path"]}]
+    done = desk.send(EDIT_TOOL, {"call_id": "call_1", "patch": patch}, "call_2")
+    assert (done.status, done.extend_of) == ("ok", "call_1")
+    assert desk.written == [{"content": LETTER, "path": ARGUMENTS["path"]}]
+
+
 def test_a_call_cut_in_a_key_name_names_the_arguments_that_did_not_arrive(desk: Desk) -> None:
     result = desk.cut(f'{{"content": {json.dumps(LETTER)}, "pa', "call_1")
 

@@ -46,7 +46,7 @@ def where_cut(cut: CutArguments) -> str:
     ``in "tags"``, ``in a string inside "tags"``, ``after "path"``..."""
     key = json.dumps(cut.cut_key, ensure_ascii=False)
     after = f" after {json.dumps(list(cut.values)[-1], ensure_ascii=False)}" if cut.values else ""
-    if cut.place is CutPlace.VALUE:
+    if cut.place in (CutPlace.VALUE, CutPlace.STRING):
         return f"in {key}"
     if cut.place is CutPlace.NESTED_STRING:
         return f"in a string inside {key}"

@@ -9,6 +9,7 @@ Plain Python: no IPython, no Jupyter kernel. The README's "In an agent loop" sec
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import inspect
 import json
 import os
@@ -308,13 +309,16 @@ class NativeTools:
             line = cut_after_arguments(name, declared, cut_key=cut.cut_key)
             result.text = f"{line}\n{result.text}"
             return result
+        if declared is not None and cut.open_key not in (None, *declared):
+            # Cut in a string the tool does not take: going on with it would not help.
+            cut = dataclasses.replace(cut, open_key=None, open_prefix="")
         if cut.open_key is None:
             if name == EDIT_TOOL or not cut.values:
                 notice = cut_unsaved_notice(cut)
                 return self._with_notes(ToolResult(notice, "error", name, None, None))
-            missing = [cut.cut_key] if cut.cut_key is not None else []
-            missing += [k for k in declared or () if k not in cut.values and k not in missing]
-            return self._save_cut(name, partial_raw_arguments, cut, call_id, position, missing)
+            return self._save_cut(
+                name, partial_raw_arguments, cut, call_id, position, _missing(cut, declared)
+            )
         if name == EDIT_TOOL and not {"call_id", "previous_ordinal"} & set(cut.values):
             # The edit's target did not arrive whole: a completion could not say which call.
             return self._with_notes(ToolResult(CUT_NO_TARGET, "error", name, None, None))
@@ -485,6 +489,15 @@ class NativeTools:
         """A call that could not run at all: journaled as an error, no notice."""
         self._finish(call, "error", ename)
         return ToolResult(text, "error", tool, *_where(call), None, ename)
+
+
+def _missing(cut: CutArguments, declared: list[str] | None) -> list[str]:
+    """The arguments a cut-off call still needs, as far as they are known: the one the cut
+    fell in, then the others its tool declares that did not arrive whole."""
+    key = cut.cut_key
+    # A key the tool does not take is not missing (a schema that takes any key may take it).
+    missing = [key] if key is not None and (declared is None or key in declared) else []
+    return missing + [name for name in declared or () if name not in cut.values and name != key]
 
 
 def _describe_failure(exc: Exception) -> tuple[str, str]:
