@@ -808,3 +808,21 @@ def test_a_program_cut_after_it_ended_runs_in_the_message_it_was_sent_in(
     kernel = [line_of(backend.kernel_session_dir, i) for i in ("k_s1", "k_s2")]
     assert kernel[0]["step"] == kernel[1]["step"]  # one model message, as it was sent
     assert [line_of(backend.session_dir, i)["ordinal"] for i in ("k_s1", "k_s2")] == [1, 2]
+
+
+def test_a_failing_program_cut_after_it_ended_is_fixed_by_the_patch_its_notice_shows(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    program = "".join(f"row_{i} = {{'id': {i}, 'note': 'padding {i}'}}\n" for i in range(14))
+    program += "print(row_13['nite'])\n"  # a typo, after more than 500 bytes
+    cut = json.dumps({"code": program, "description": "Show the last note"})[:-10]
+
+    failed = run(backend.handle_partial_tool_call("run_code", cut, "k_f1"))
+
+    assert failed.startswith('[ptc-retry] Cut off after "code" arrived whole; ')
+    assert "KeyError: 'nite'" in failed
+    offered = failed.rpartition("editPreviousToolCalling(")[2][:-1]  # the notice's example
+    fix = json.loads(offered.replace("<old>", "'nite'").replace("<new>", "'note'"))
+    assert fix["patch"][0]["path"] == "code"
+    fixed = run(backend.handle_tool_call(EDIT_TOOL, fix, "k_f2"))
+    assert fixed == "replayed k_f1 (run_code) with 1 patch entry: padding 13"
