@@ -440,6 +440,25 @@ def test_a_call_cut_before_an_optional_argument_runs_only_once_it_is_sent(desk: 
 
 
 @pytest.mark.parametrize(
+    ("cut", "status"),
+    [
+        ('{"path": "a.txt", "content": "x \\ude00 y"', "ok"),
+        ('{"content": "x \\ude00 y", "pa', "partial"),
+        ('{"path": "a.txt \\ude00", "content": "x', "partial"),
+    ],
+    ids=["runs", "saved-outside-a-string", "saved-inside-a-string"],
+)
+def test_a_lone_surrogate_escape_that_arrived_whole_is_saved_as_its_escape(
+    desk: Desk, cut: str, status: str
+) -> None:
+    result = desk.cut(cut, "call_1")
+
+    assert result.status == status, result.text
+    assert "not saved" not in result.text
+    assert "\\ude00" in (desk.by_id / "call_1.json").read_text("utf-8")
+
+
+@pytest.mark.parametrize(
     ("later", "where"),
     [('"note": "draft of ju', 'in "note"'), ('"mode": 64', 'in "mode"')],
     ids=["in-a-string", "in-a-number"],

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from ..core.partial import CutArguments
 from ..core.store import Call, CheckpointStore
 from .partial import partial_arguments
 
-__all__ = ["Position", "ToolJournal"]
+__all__ = ["Position", "ToolJournal", "arguments_text"]
 
 
 @dataclass(frozen=True)
@@ -119,7 +120,7 @@ class ToolJournal:
         ``OSError`` or ``StoreError`` when the store cannot save (a call that got its
         checkpoint is then finished as an error, where the history can still be written).
         """
-        arguments = json.dumps(partial_arguments(cut), ensure_ascii=False)
+        arguments = arguments_text(partial_arguments(cut))
         call = self.begin(arguments, tool=tool, call_id=call_id, position=position)
         try:
             self.store.save_partial(call, raw_arguments)
@@ -214,3 +215,15 @@ class ToolJournal:
     def close(self) -> None:
         """Close the store (its history file). Idempotent."""
         self.store.close()
+
+
+def arguments_text(arguments: Mapping[str, Any]) -> str:
+    """The JSON text decoded ``arguments`` are saved as: UTF-8 where it can be, and escapes
+    when a value holds a lone surrogate (UTF-8 cannot hold one; the escape reads back as
+    the same value)."""
+    text = json.dumps(dict(arguments), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(dict(arguments))
+    return text

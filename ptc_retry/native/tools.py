@@ -35,7 +35,7 @@ from ..core.store import Call
 from ..core.warn import WarnOnce
 from .definitions import EDIT_TOOL, first_paragraph, signature_schema, tool_definitions
 from .edit import decode_arguments, prepare_edit
-from .journal import Position, ToolJournal
+from .journal import Position, ToolJournal, arguments_text
 from .partial import CUT_NO_TARGET, cut_saved_notice, cut_unsaved_notice, partial_notice
 
 __all__ = ["NativeTools", "ToolFailure", "ToolResult", "current_call"]
@@ -246,7 +246,7 @@ class NativeTools:
         become an error result.
         """
         if isinstance(raw_arguments, Mapping):
-            raw_arguments = json.dumps(dict(raw_arguments), ensure_ascii=False)
+            raw_arguments = arguments_text(raw_arguments)
         call = self._begin(raw_arguments, name, call_id, position)
         if name == EDIT_TOOL:
             result = await self._edit(raw_arguments, call, functions or {})
@@ -302,7 +302,7 @@ class NativeTools:
         if declared and all(key in cut.values for key in declared):
             # Every value that arrived whole goes in, as in the whole call; only the one the
             # cut fell in, which the tool does not take, is left out.
-            arguments = json.dumps(cut.values, ensure_ascii=False)
+            arguments = arguments_text(cut.values)
             result = await self.invoke(
                 name, arguments, call_id, position=position, functions=functions
             )
@@ -445,7 +445,7 @@ class NativeTools:
         replay_of, extend_of = (None, edit.target) if edit.completes else (edit.target, None)
         if call is not None:
             try:
-                patched = json.dumps(edit.arguments, ensure_ascii=False)
+                patched = arguments_text(edit.arguments)
                 self.journal.save_replay(
                     call, patched, tool=edit.tool, replay_of=replay_of, extend_of=extend_of
                 )
