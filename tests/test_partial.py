@@ -229,6 +229,7 @@ def test_a_number_at_the_end_of_what_arrived_counts_as_cut() -> None:
     assert cut_arguments('{"code": "x", "ok": true').values == {"code": "x", "ok": True}
     deep = cut_arguments('{"code": "x", "n": ' + "[" * 100_000)  # deeper than Python decodes
     assert (deep.values, deep.place, deep.cut_key) == ({"code": "x"}, CutPlace.VALUE, "n")
+    assert cut_arguments("{" + "[" * 100_000).place is CutPlace.KEY  # no key is an array
 
 
 def test_a_key_given_twice_takes_its_last_value() -> None:

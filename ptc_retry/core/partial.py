@@ -90,12 +90,12 @@ def cut_arguments(raw: str) -> CutArguments:
             position = _skip(raw, position + 1)
         if position >= len(raw):
             return found
-        try:
-            key, position = _DECODER.raw_decode(raw, position)
-        except ValueError:
+        read = _key(raw, position)
+        if read is None:
             found.place = CutPlace.KEY
             return found  # cut inside a key (or not JSON from here on)
-        found.place, found.cut_key = CutPlace.VALUE, str(key)
+        key, position = read
+        found.place, found.cut_key = CutPlace.VALUE, key
         # A key given twice takes its last value (as json.loads does): the earlier one is
         # no longer what arrived, whatever the cut leaves of this one.
         found.values.pop(found.cut_key, None)
@@ -107,7 +107,7 @@ def cut_arguments(raw: str) -> CutArguments:
             body, closed = _string_body(raw, position + 1)
             if not closed:
                 found.place = CutPlace.STRING
-                found.open_key, found.open_prefix = str(key), string_prefix(body)
+                found.open_key, found.open_prefix = key, string_prefix(body)
                 return found
         try:
             value, end = _DECODER.raw_decode(raw, position)
@@ -117,7 +117,7 @@ def cut_arguments(raw: str) -> CutArguments:
             return found  # cut inside a number, a word, an array or an object
         if end == len(raw) and _is_number(value):
             return found  # "12" may have been the start of "125"
-        found.values[str(key)] = value
+        found.values[key] = value
         found.place, found.cut_key, position = CutPlace.BETWEEN, None, end
 
 
@@ -146,6 +146,21 @@ def _string_body(raw: str, start: int) -> tuple[str, bool]:
         else:
             position += 1
     return raw[start:], False
+
+
+def _key(raw: str, start: int) -> tuple[str, int] | None:
+    """The key whose string starts at ``start`` and where it ends, or None when it did not
+    arrive whole (or what is there is no string)."""
+    if raw[start : start + 1] != '"':
+        return None
+    body, closed = _string_body(raw, start + 1)
+    if not closed:
+        return None
+    try:
+        key = _DECODER.decode(f'"{body}"')
+    except ValueError:
+        return None
+    return str(key), start + len(body) + 2
 
 
 def _inside_nested_string(raw: str, start: int) -> bool:

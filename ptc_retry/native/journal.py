@@ -116,9 +116,9 @@ class ToolJournal:
         ``by-id/<id>.json`` holds what the arguments decode to so far (the string it stopped
         in, if any, last), ``by-id/<id>.partial`` ``raw_arguments`` byte for byte; from here
         on :meth:`open_key` names that string and :meth:`was_cut_off` is true. ``finish`` it
-        with status ``"partial"``. Raises
-        ``OSError`` or ``StoreError`` when the store cannot save (a call that got its
-        checkpoint is then finished as an error, where the history can still be written).
+        with status ``"partial"``. Raises ``OSError`` or ``StoreError`` when the store cannot
+        save (a call that got its checkpoint is then finished as an error, where the history
+        can still be written).
         """
         arguments = arguments_text(partial_arguments(cut))
         call = self.begin(arguments, tool=tool, call_id=call_id, position=position)

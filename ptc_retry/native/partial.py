@@ -42,7 +42,7 @@ def partial_arguments(cut: CutArguments) -> dict[str, Any]:
 
 
 def where_cut(cut: CutArguments) -> str:
-    """Where a call was cut off outside a string value it can go on from, in a few words:
+    """Where a call was cut off, in a few words, when no ``append`` can go on from there:
     ``in "tags"``, ``in a string inside "tags"``, ``after "path"``..."""
     key = json.dumps(cut.cut_key, ensure_ascii=False)
     after = f" after {json.dumps(list(cut.values)[-1], ensure_ascii=False)}" if cut.values else ""
