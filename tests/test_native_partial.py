@@ -479,6 +479,26 @@ def test_a_cut_in_a_key_the_tool_does_not_take_asks_only_for_what_it_takes(
     assert desk.written == [{"content": LETTER, "path": ARGUMENTS["path"]}]
 
 
+def test_a_tool_that_takes_any_key_never_runs_cut_off(desk: Desk) -> None:
+    logged: list[dict[str, Any]] = []
+
+    @desk.tools.register
+    def log(message: str, **fields: Any) -> str:
+        """Log a message with any fields."""
+        logged.append({"message": message, **fields})
+        return "logged"
+
+    before_brace = desk.cut('{"message": "disk full"', "call_1", name="log")
+    in_a_field = desk.cut('{"level": 3, "mess', "call_2", name="log")
+
+    assert before_brace.text == (
+        '[ptc-retry] Saved; cut off after "message". Send only the rest: editPreviousToolCalling('
+        '{"call_id": "call_1", "patch": [{"path": "<key>", "value": "<value>"}]})'
+    )
+    assert 'Send only "message": ' in in_a_field.text
+    assert (before_brace.status, in_a_field.status, logged) == ("partial", "partial", [])
+
+
 def test_a_call_cut_in_a_key_name_names_the_arguments_that_did_not_arrive(desk: Desk) -> None:
     result = desk.cut(f'{{"content": {json.dumps(LETTER)}, "pa', "call_1")
 

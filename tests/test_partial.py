@@ -463,6 +463,10 @@ def test_a_kernel_without_ptc_retry_keeps_nothing_and_says_so(
         arrived = '{"code": "print(\'ran\')\\nx = '
         assert run(stock.handle_partial_tool_call("run_code", arrived, "call_s1")) == NOT_KEPT
         assert stock.last_result is not None and stock.last_result.text == "[no output]"
+        # A whole program needs nothing of ptc-retry: it runs there too.
+        whole = '{"code": "print(\'ran\')", "no'
+        text = run(stock.handle_partial_tool_call("run_code", whole, "call_s2"))
+        assert text == f"{cut_after_arguments('run_code', ['code'])}\nran"
     finally:
         run(stock.shutdown())
 

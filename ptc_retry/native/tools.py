@@ -298,8 +298,8 @@ class NativeTools:
             return await self.invoke(
                 name, partial_raw_arguments, call_id, position=position, functions=functions
             )
-        declared = self._declared(name)
-        if declared and all(key in cut.values for key in declared):
+        declared, closed = self._declared(name)
+        if closed and declared and all(key in cut.values for key in declared):
             # Every value that arrived whole goes in, as in the whole call; only the one the
             # cut fell in, which the tool does not take, is left out.
             arguments = arguments_text(cut.values)
@@ -309,7 +309,7 @@ class NativeTools:
             line = cut_after_arguments(name, declared, cut_key=cut.cut_key)
             result.text = f"{line}\n{result.text}"
             return result
-        if declared is not None and cut.open_key not in (None, *declared):
+        if closed and cut.open_key not in (None, *declared):
             # Cut in a string the tool does not take: going on with it would not help.
             cut = dataclasses.replace(cut, open_key=None, open_prefix="")
         if cut.open_key is None:
@@ -317,23 +317,22 @@ class NativeTools:
                 notice = cut_unsaved_notice(cut)
                 return self._with_notes(ToolResult(notice, "error", name, None, None))
             return self._save_cut(
-                name, partial_raw_arguments, cut, call_id, position, _missing(cut, declared)
+                name, partial_raw_arguments, cut, call_id, position, _missing(cut, declared, closed)
             )
         if name == EDIT_TOOL and not {"call_id", "previous_ordinal"} & set(cut.values):
             # The edit's target did not arrive whole: a completion could not say which call.
             return self._with_notes(ToolResult(CUT_NO_TARGET, "error", name, None, None))
         return self._save_cut(name, partial_raw_arguments, cut, call_id, position)
 
-    def _declared(self, name: str) -> list[str] | None:
-        """The arguments a registered tool's schema declares, when it allows no others
-        (None for the edit tool, or a schema that takes any key)."""
+    def _declared(self, name: str) -> tuple[list[str], bool]:
+        """The arguments a registered tool's schema declares, and whether it allows no
+        others (``additionalProperties: false``); none, and False, for the edit tool."""
         if name not in self._tools:
-            return None
+            return [], False
         parameters = self._parameters(name)
         properties = parameters.get("properties")
-        if not isinstance(properties, dict) or parameters.get("additionalProperties") is not False:
-            return None
-        return list(properties)
+        declared = list(properties) if isinstance(properties, dict) else []
+        return declared, bool(declared) and parameters.get("additionalProperties") is False
 
     def _save_cut(
         self,
@@ -491,13 +490,13 @@ class NativeTools:
         return ToolResult(text, "error", tool, *_where(call), None, ename)
 
 
-def _missing(cut: CutArguments, declared: list[str] | None) -> list[str]:
+def _missing(cut: CutArguments, declared: list[str], closed: bool) -> list[str]:
     """The arguments a cut-off call still needs, as far as they are known: the one the cut
     fell in, then the others its tool declares that did not arrive whole."""
     key = cut.cut_key
-    # A key the tool does not take is not missing (a schema that takes any key may take it).
-    missing = [key] if key is not None and (declared is None or key in declared) else []
-    return missing + [name for name in declared or () if name not in cut.values and name != key]
+    # A key a closed schema does not declare is not missing; an open one may take it.
+    missing = [key] if key is not None and (not closed or key in declared) else []
+    return missing + [name for name in declared if name not in cut.values and name != key]
 
 
 def _describe_failure(exc: Exception) -> tuple[str, str]:
