@@ -19,6 +19,11 @@ __all__ = ["CutArguments", "CutPlace", "cut_arguments", "string_prefix"]
 
 _DECODER = json.JSONDecoder(strict=False)
 _SPACE = re.compile(r"[ \t\n\r]*")
+# A string body: characters other than a quote or a backslash, and whole escapes (unrolled,
+# so runs of plain characters are taken at once).
+_BODY = re.compile(r'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
+# The longest escape either pattern below ends with (\uD83D).
+_ESCAPE_CHARS = 6
 # A string body's incomplete end: a lone backslash, or a \u escape missing hex digits.
 _OPEN_ESCAPE = re.compile(r"(?<!\\)(?:\\\\)*(\\|\\u[0-9a-fA-F]{0,3})\Z")
 # A complete escape of a high surrogate at the end: its low half may not have arrived.
@@ -125,7 +130,7 @@ def string_prefix(body: str) -> str:
     """The decoded text of a JSON string body (no quotes) cut anywhere: an escape that did
     not arrive whole, or a high surrogate whose low half may still follow, is left out."""
     for incomplete in (_OPEN_ESCAPE, _HIGH_SURROGATE):
-        match = incomplete.search(body)
+        match = incomplete.search(body, _tail(body))
         if match:
             body = body[: match.start(1)]
     decoded = _DECODER.decode(f'"{body}"')
@@ -133,18 +138,22 @@ def string_prefix(body: str) -> str:
     return decoded
 
 
+def _tail(body: str) -> int:
+    """Where the end of ``body`` that an escape at its end can reach begins: its last
+    characters, and the backslashes just before them (they decide what is escaped)."""
+    start = max(0, len(body) - _ESCAPE_CHARS)
+    while start > 0 and body[start - 1] == "\\":
+        start -= 1
+    return start
+
+
 def _string_body(raw: str, start: int) -> tuple[str, bool]:
     """The body of the JSON string that starts at ``start`` (after its quote), and whether
     its closing quote arrived."""
-    position = start
-    while position < len(raw):
-        char = raw[position]
-        if char == "\\":
-            position += 2
-        elif char == '"':
-            return raw[start:position], True
-        else:
-            position += 1
+    match = _BODY.match(raw, start)
+    end = match.end() if match else start
+    if raw[end : end + 1] == '"':
+        return raw[start:end], True
     return raw[start:], False
 
 
