@@ -22,7 +22,13 @@ from ptc_retry.backend import KernelBackend
 from ptc_retry.core.notice import prompt_section
 from ptc_retry.core.partial import cut_arguments
 from ptc_retry.native import EDIT_TOOL, EDIT_TOOL_DESCRIPTION, NativeTools, ToolResult
-from ptc_retry.native.partial import CUT_NO_TARGET, CUT_OUTSIDE_STRING, partial_notice
+from ptc_retry.native.partial import (
+    CUT_NO_TARGET,
+    cut_saved_notice,
+    cut_unsaved_notice,
+    partial_notice,
+    where_cut,
+)
 from ptc_retry.tokens import load_tokenizer
 
 from .helpers import Run, history, line_of, raw
@@ -176,28 +182,46 @@ def test_a_cut_right_after_the_opening_quote_saves_an_empty_string(desk: Desk) -
 
 
 @pytest.mark.parametrize(
-    "cut",
+    ("cut", "where"),
     [
-        pytest.param("", id="nothing"),
-        pytest.param("  ", id="blank"),
-        pytest.param("{", id="brace"),
-        pytest.param('{"path": "a.txt", "cont', id="inside-a-key"),
-        pytest.param('{"path": "a.txt", "content"', id="after-a-key"),
-        pytest.param('{"path": "a.txt", "content": ', id="before-a-value"),
-        pytest.param('{"path": "a.txt", "size": 12', id="inside-a-number"),
-        pytest.param('{"path": "a.txt", "tags": ["a", "b', id="inside-a-list"),
-        pytest.param('{"path": "a.txt"', id="after-a-whole-string"),
-        pytest.param('["a.txt", "con', id="not-an-object"),
+        pytest.param("", "before its arguments object began", id="nothing"),
+        pytest.param("  ", "before its arguments object began", id="blank"),
+        pytest.param('["a.txt", "con', "before its arguments object began", id="not-an-object"),
+        pytest.param("{", "before its first argument", id="brace"),
+        pytest.param('{"cont', "inside a key's name", id="inside-a-key"),
+        pytest.param('{"content"', 'in "content"', id="after-a-key"),
+        pytest.param('{"content": ', 'in "content"', id="before-a-value"),
+        pytest.param('{"size": 12', 'in "size"', id="inside-a-number"),
+        pytest.param('{"tags": ["a", ', 'in "tags"', id="inside-a-list"),
+        pytest.param('{"tags": ["a", "b', 'in a string inside "tags"', id="inside-a-nested-string"),
+        pytest.param('{"q": {"text": "wea', 'in a string inside "q"', id="inside-an-object"),
     ],
 )
-def test_a_cut_outside_a_string_value_saves_nothing(desk: Desk, cut: str) -> None:
+def test_a_cut_before_any_argument_arrived_whole_saves_nothing_and_says_where(
+    desk: Desk, cut: str, where: str
+) -> None:
     result = desk.cut(cut, "call_1")
 
-    assert result.text == CUT_OUTSIDE_STRING
+    assert result.text == (
+        f"[ptc-retry] The call was cut off {where}, which cannot be continued; nothing was "
+        "saved or run. Send the whole call again."
+    )
     assert (result.status, result.call_id, result.checkpoint) == ("error", None, None)
     assert list(desk.by_id.iterdir()) == []
     assert history(desk.tools.journal.session_dir) == []
     assert desk.written == []
+
+
+def test_an_edit_cut_inside_its_patch_saves_nothing_and_says_where(desk: Desk) -> None:
+    cut = '{"call_id": "call_0", "patch": [{"path": "content", "old_string": "ab'
+
+    result = desk.cut(cut, "call_1", name=EDIT_TOOL)
+
+    assert result.text == (
+        '[ptc-retry] The call was cut off in a string inside "patch", which cannot be '
+        "continued; nothing was saved or run. Send the whole call again."
+    )
+    assert list(desk.by_id.iterdir()) == []
 
 
 @pytest.mark.parametrize("cut", ['{"append": "print(1', '{"patch": [], "append": "x'])
@@ -280,8 +304,15 @@ def test_the_notice_costs_at_most_40_tokens_beyond_the_tail_and_the_id(call_id: 
     fixed = tokenizer.count(notice) - tokenizer.count(repr(tail)) - tokenizer.count(call_id)
 
     assert fixed <= 40, notice
-    assert tokenizer.count(CUT_OUTSIDE_STRING) <= 40
     assert "\n" not in notice and "\x1b" not in notice
+    nested = cut_arguments('{"path": "a", "tags": ["a", "b')
+    unsaved = cut_unsaved_notice(nested)
+    assert tokenizer.count(unsaved) - tokenizer.count('"tags"') <= 40, unsaved
+    saved = cut_saved_notice(call_id, nested, ["tags", "content"])
+    # Besides the id, where it stopped, the names and the example's path.
+    told = [call_id, where_cut(nested), ' "tags", "content"', "tags"]
+    assert tokenizer.count(saved) - sum(map(tokenizer.count, told)) <= 40, saved
+    assert "\n" not in saved
 
 
 # -- completing: append --------------------------------------------------------------------------
@@ -313,35 +344,170 @@ def test_a_completion_gives_the_result_of_the_uncut_call(desk: Desk) -> None:
     assert desk.line("call_1")["status"] == "partial"  # the cut-off call stays as it arrived
 
 
+#: What precedes a call that ran although it was cut: every argument write_file takes arrived.
+RAN = '[ptc-retry] Cut off after "path", "content" arrived whole; write_file takes nothing else'
+
+
 @pytest.mark.parametrize("ascii_only", [False, True], ids=["utf-8", "escaped"])
-def test_every_cut_position_completes_to_the_uncut_call_or_saves_nothing(
-    desk: Desk, ascii_only: bool
+@pytest.mark.parametrize("order", [("path", "content"), ("content", "path")], ids="-".join)
+def test_every_cut_position_writes_the_uncut_file_once_or_saves_nothing(
+    desk: Desk, ascii_only: bool, order: tuple[str, ...]
 ) -> None:
-    whole = json.dumps(ARGUMENTS, ensure_ascii=ascii_only)
-    completed = refused = 0
+    arguments = {key: ARGUMENTS[key] for key in order}
+    whole = json.dumps(arguments, ensure_ascii=ascii_only)
+    outcomes = {"ran": 0, "completed": 0, "refused": 0}
     for end in range(len(whole)):
         cut = whole[:end]
+        written = len(desk.written)
         result = desk.cut(cut)
-        if result.status != "partial":
-            assert result.text == CUT_OUTSIDE_STRING, cut
-            refused += 1
+        if result.status == "ok":  # every argument arrived: it ran, as the whole call
+            assert result.text.startswith(RAN), cut
+            outcomes["ran"] += 1
+        elif result.status == "partial":
+            assert result.call_id is not None and len(desk.written) == written
+            saved = desk.saved(result.call_id)
+            found = cut_arguments(cut)
+            more: dict[str, Any] = {}
+            if found.open_key is not None:
+                more["append"] = arguments[found.open_key][len(found.open_prefix) :]
+            # Keys that never arrived come with the completion, as a patch of values.
+            missing = [{"path": k, "value": v} for k, v in arguments.items() if k not in saved]
+            if missing:
+                more["patch"] = missing
+            if found.open_key is None:  # the notice names what did not arrive
+                assert all(json.dumps(key) in result.text for key in arguments if key not in saved)
+            done = desk.send(EDIT_TOOL, {"call_id": result.call_id, **more})
+            assert done.status == "ok" and done.extend_of == result.call_id, (cut, done.text)
+            assert (desk.by_id / f"{result.call_id}.partial").read_bytes() == cut.encode()
+            outcomes["completed"] += 1
+        else:
+            assert result.text.startswith("[ptc-retry] The call was cut off "), cut
+            assert not cut_arguments(cut).values  # refused only when nothing arrived whole
+            outcomes["refused"] += 1
             continue
-        assert result.call_id is not None
-        _, rest = rest_of(cut, ARGUMENTS)
-        # Keys that never arrived come with the completion, as a patch.
-        missing = [
-            {"path": k, "value": v}
-            for k, v in ARGUMENTS.items()
-            if k not in desk.saved(result.call_id)
-        ]
-        more = {"patch": missing} if missing else {}
-        done = desk.complete(result.call_id, rest, **more)
-        assert done.status == "ok", (cut, done.text)
-        assert desk.written[-1] == ARGUMENTS, cut
-        assert (desk.by_id / f"{result.call_id}.partial").read_bytes() == cut.encode()
-        completed += 1
-    assert completed > len(LETTER) and refused > 10
-    assert len(desk.written) == completed
+        assert desk.written[written:] == [arguments], cut  # written once, whole
+    assert outcomes["ran"] == 1 and outcomes["completed"] > len(LETTER)  # ran: before "}"
+    assert outcomes["refused"] > 5
+    assert len(desk.written) == outcomes["ran"] + outcomes["completed"]
+
+
+def test_a_call_cut_after_every_argument_arrived_runs_once_and_says_what_was_cut(
+    desk: Desk,
+) -> None:
+    whole = json.dumps({**ARGUMENTS, "mode": "overwrite"}, ensure_ascii=False)
+    before_brace = json.dumps(ARGUMENTS, ensure_ascii=False)[:-1]
+
+    cut_in_a_later_key = desk.cut(cut_inside(whole, "write"), "call_1")
+    cut_before_the_brace = desk.cut(before_brace, "call_2")
+
+    uncut = f"wrote {len(LETTER)} characters to notes/juin.txt"
+    assert cut_in_a_later_key.text == f'{RAN}, so the call ran without "mode" (cut off).\n{uncut}'
+    assert cut_before_the_brace.text == f"{RAN}, so the call ran.\n{uncut}"
+    assert desk.written == [ARGUMENTS, ARGUMENTS]
+    for call_id in ("call_1", "call_2"):
+        assert desk.saved(call_id) == ARGUMENTS  # what ran, not what was cut
+        assert desk.line(call_id)["status"] == "ok"
+        assert not (desk.by_id / f"{call_id}.partial").exists()
+
+
+def test_a_call_cut_before_an_optional_argument_runs_only_once_it_is_sent(desk: Desk) -> None:
+    sent: list[dict[str, Any]] = []
+
+    @desk.tools.register
+    def send_email(to: str, body: str, dry_run: bool = False) -> str:
+        """Send an email (counted on the host)."""
+        sent.append({"to": to, "body": body, "dry_run": dry_run})
+        return "drafted" if dry_run else "sent"
+
+    whole = json.dumps({"to": "ops@example.com", "body": LETTER, "dry_run": True})
+
+    result = desk.cut(cut_inside(whole, "true"), "call_1", name="send_email")
+
+    assert result.status == "partial" and sent == []
+    assert result.text == (
+        '[ptc-retry] Saved; cut off in "dry_run". Send only "dry_run": editPreviousToolCalling('
+        '{"call_id": "call_1", "patch": [{"path": "dry_run", "value": "<value>"}]})'
+    )
+    refused = desk.complete("call_1", "true", "call_2")
+    assert "call_1 was cut off outside a string value" in refused.text and sent == []
+    done = desk.send(
+        EDIT_TOOL, {"call_id": "call_1", "patch": [{"path": "dry_run", "value": True}]}, "call_3"
+    )
+    assert done.text == "completed call_1 (send_email) with 1 patch entry: drafted"
+    assert sent == [{"to": "ops@example.com", "body": LETTER, "dry_run": True}]
+    assert desk.line("call_3")["extend_of"] == "call_1"
+    assert desk.saved("call_1") == {"to": "ops@example.com", "body": LETTER}
+
+
+@pytest.mark.parametrize(
+    ("cut", "status"),
+    [
+        ('{"path": "a.txt", "content": "x \\ude00 y"', "ok"),
+        ('{"content": "x \\ude00 y", "pa', "partial"),
+        ('{"path": "a.txt \\ude00", "content": "x', "partial"),
+    ],
+    ids=["runs", "saved-outside-a-string", "saved-inside-a-string"],
+)
+def test_a_lone_surrogate_escape_that_arrived_whole_is_saved_as_its_escape(
+    desk: Desk, cut: str, status: str
+) -> None:
+    result = desk.cut(cut, "call_1")
+
+    assert result.status == status, result.text
+    assert "not saved" not in result.text
+    assert "\\ude00" in (desk.by_id / "call_1.json").read_text("utf-8")
+
+
+@pytest.mark.parametrize(
+    ("later", "where"),
+    [('"note": "draft of ju', 'in "note"'), ('"mode": 64', 'in "mode"')],
+    ids=["in-a-string", "in-a-number"],
+)
+def test_a_cut_in_a_key_the_tool_does_not_take_asks_only_for_what_it_takes(
+    desk: Desk, later: str, where: str
+) -> None:
+    result = desk.cut(f'{{"content": {json.dumps(LETTER)}, {later}', "call_1")
+
+    assert result.text == (
+        f'[ptc-retry] Saved; cut off {where}. Send only "path": editPreviousToolCalling('
+        '{"call_id": "call_1", "patch": [{"path": "path", "value": "<value>"}]})'
+    )
+    assert desk.saved("call_1") == {"content": LETTER}
+    patch = [{"path": "path", "value": ARGUMENTS["path"]}]
+    done = desk.send(EDIT_TOOL, {"call_id": "call_1", "patch": patch}, "call_2")
+    assert (done.status, done.extend_of) == ("ok", "call_1")
+    assert desk.written == [{"content": LETTER, "path": ARGUMENTS["path"]}]
+
+
+def test_a_tool_that_takes_any_key_never_runs_cut_off(desk: Desk) -> None:
+    logged: list[dict[str, Any]] = []
+
+    @desk.tools.register
+    def log(message: str, **fields: Any) -> str:
+        """Log a message with any fields."""
+        logged.append({"message": message, **fields})
+        return "logged"
+
+    before_brace = desk.cut('{"message": "disk full"', "call_1", name="log")
+    in_a_field = desk.cut('{"level": 3, "mess', "call_2", name="log")
+
+    assert before_brace.text == (
+        '[ptc-retry] Saved; cut off after "message". Send only the rest: editPreviousToolCalling('
+        '{"call_id": "call_1", "patch": [{"path": "<key>", "value": "<value>"}]})'
+    )
+    assert 'Send only "message": ' in in_a_field.text
+    assert (before_brace.status, in_a_field.status, logged) == ("partial", "partial", [])
+
+
+def test_a_call_cut_in_a_key_name_names_the_arguments_that_did_not_arrive(desk: Desk) -> None:
+    result = desk.cut(f'{{"content": {json.dumps(LETTER)}, "pa', "call_1")
+
+    assert result.text == (
+        '[ptc-retry] Saved; cut off inside a key\'s name after "content". Send only "path": '
+        'editPreviousToolCalling({"call_id": "call_1", "patch": [{"path": "path", "value": '
+        '"<value>"}]})'
+    )
+    assert desk.line("call_1")["status"] == "partial" and "open_key" not in desk.line("call_1")
 
 
 def test_windows_line_ends_survive_a_cut_between_cr_and_lf(desk: Desk) -> None:
@@ -646,3 +812,56 @@ def test_cut_off_calls_of_one_message_are_numbered_for_previous_ordinal(
     )
 
     assert done == "completed k_m2 (run_code): two"
+
+
+def test_every_cut_after_a_program_ended_runs_it_in_native_mode(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    program = "print(sum([3, 4, 5]))\n"
+    arguments = {"code": program, "description": "Sum «three»", "tags": ["a", "b"], "n": 25}
+    whole = json.dumps(arguments, ensure_ascii=False)
+    start = whole.index(json.dumps(program)) + len(json.dumps(program))
+    ran = '[ptc-retry] Cut off after "code" arrived whole; run_code takes nothing else, so the'
+    for end in range(start, len(whole)):
+        cut = cut_arguments(whole[:end])
+        without = f' without "{cut.cut_key}" (cut off)' if cut.cut_key is not None else ""
+        call_id = f"k_after_{end}"
+
+        text = run(backend.handle_partial_tool_call("run_code", whole[:end], call_id))
+
+        assert text == f"{ran} call ran{without}.\n12", (end, text)
+        assert line_of(backend.session_dir, call_id)["status"] == "ok"
+        assert line_of(backend.kernel_session_dir, call_id)["status"] == "ok"
+
+
+def test_a_program_cut_after_it_ended_runs_in_the_message_it_was_sent_in(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    step = backend.next_step()
+    first = run(backend.handle_tool_call("run_code", raw("print('one')"), "k_s1", step=step))
+    cut = json.dumps({"code": "print('two')", "note": "second"})[:-8]
+    second = run(backend.handle_partial_tool_call("run_code", cut, "k_s2", step=step))
+
+    assert (first, second.splitlines()[-1]) == ("one", "two")
+    assert backend.last_tool_result is not None and backend.last_tool_result.call_id == "k_s2"
+    kernel = [line_of(backend.kernel_session_dir, i) for i in ("k_s1", "k_s2")]
+    assert kernel[0]["step"] == kernel[1]["step"]  # one model message, as it was sent
+    assert [line_of(backend.session_dir, i)["ordinal"] for i in ("k_s1", "k_s2")] == [1, 2]
+
+
+def test_a_failing_program_cut_after_it_ended_is_fixed_by_the_patch_its_notice_shows(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    program = "".join(f"row_{i} = {{'id': {i}, 'note': 'padding {i}'}}\n" for i in range(14))
+    program += "print(row_13['nite'])\n"  # a typo, after more than 500 bytes
+    cut = json.dumps({"code": program, "description": "Show the last note"})[:-10]
+
+    failed = run(backend.handle_partial_tool_call("run_code", cut, "k_f1"))
+
+    assert failed.startswith('[ptc-retry] Cut off after "code" arrived whole; ')
+    assert "KeyError: 'nite'" in failed
+    offered = failed.rpartition("editPreviousToolCalling(")[2][:-1]  # the notice's example
+    fix = json.loads(offered.replace("<old>", "'nite'").replace("<new>", "'note'"))
+    assert fix["patch"][0]["path"] == "code"
+    fixed = run(backend.handle_tool_call(EDIT_TOOL, fix, "k_f2"))
+    assert fixed == "replayed k_f1 (run_code) with 1 patch entry: padding 13"

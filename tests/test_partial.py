@@ -15,13 +15,18 @@ from typing import Any
 import pytest
 
 from ptc_retry.backend import KernelBackend
-from ptc_retry.backend.code_mode import NOT_KEPT
-from ptc_retry.core.notice import CUT_BEFORE_CODE, parse_notice, partial_notice
-from ptc_retry.core.partial import cut_arguments, string_prefix
+from ptc_retry.backend.code_mode import CUT_OFF_CELL, NOT_KEPT
+from ptc_retry.core.notice import (
+    CUT_BEFORE_CODE,
+    cut_after_arguments,
+    parse_notice,
+    partial_notice,
+)
+from ptc_retry.core.partial import CutPlace, cut_arguments, string_prefix
 from ptc_retry.tokens import load_tokenizer
 
 from . import test_backend_transports as transports
-from .helpers import Run, raw
+from .helpers import Run, line_of, raw
 
 roots, gateway, transport, options = (
     transports.roots,
@@ -165,19 +170,189 @@ def test_a_cut_call_goes_on_from_where_it_stopped(
         assert json.loads((by_id / f"x_{cut}.json").read_text()) == {"code": PROGRAM}
 
 
-def test_a_program_whose_arguments_stopped_after_it_runs_with_nothing_added(
+def test_a_cut_in_a_later_key_that_never_finished_its_name_names_nothing(
     backend: KernelBackend, expected: str, run: Run[Any]
 ) -> None:
     arguments = json.dumps({"code": PROGRAM, "timeout": 30})
-    arrived = arguments[: arguments.index('"timeout"') + 4]  # inside a later key
+    arrived = arguments[: arguments.index('"timeout"') + 4]  # inside a later key's name
     text = run(backend.handle_partial_tool_call("run_code", arrived, "call_later_key"))
-    assert text.startswith("[ptc-retry] Cut off after line 112; ")
-    reference = backend.last_result.reference if backend.last_result else None
-    assert reference is not None
-    assert run(backend.handle_tool_call("run_code", _extend_line(reference, ""))) == expected
+    assert text == f"{cut_after_arguments('run_code', ['code'])}\n{expected}"
+    assert text.startswith(
+        '[ptc-retry] Cut off after "code" arrived whole; run_code takes nothing else, so the '
+        "call ran.\n"
+    )
+    result = backend.last_result
+    assert result is not None and (result.status, result.call_id) == ("ok", "call_later_key")
 
 
-@pytest.mark.parametrize("arrived", ['{"co', "", '{"timeout": 3', '{"code": 5'])
+#: A short program, then keys run_code does not take, of every JSON kind.
+SHORT = "numbers = [3, 4, 5]\nprint(sum(numbers), 'é')\n"
+LATER = {
+    "code": SHORT,
+    "description": 'Sum «three» "numbers"',
+    "tags": ["math", "demo"],
+    "options": {"retries": 2, "label": "x"},
+    "timeout": 30,
+}
+#: The same arguments as models write them: ASCII with escapes, compact UTF-8, indented.
+ENCODINGS = {
+    "escaped": json.dumps(LATER),
+    "compact-utf-8": json.dumps(LATER, ensure_ascii=False, separators=(",", ":")),
+    "indented": json.dumps(LATER, indent=2),
+}
+
+
+def _after_the_program(text: str) -> int:
+    """The offset just after the closing quote of ``"code"`` in ``text``."""
+    program = json.dumps(SHORT, ensure_ascii="é" not in text)
+    return text.index(program) + len(program)
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_every_cut_after_the_program_ended_holds_it_whole(encoding: str) -> None:
+    text = ENCODINGS[encoding]
+    places = set()
+    for end in range(_after_the_program(text), len(text) + 1):
+        cut = cut_arguments(text[:end])
+        assert cut.string("code") == (SHORT, True), end
+        # Only values that arrived whole are kept: never a number that could go on.
+        assert all(LATER[key] == value for key, value in cut.values.items()), end
+        assert cut.cut_key is None or cut.cut_key in LATER
+        places.add(cut.place)
+    assert places == set(CutPlace) - {CutPlace.NOTHING}
+
+
+def test_a_number_at_the_end_of_what_arrived_counts_as_cut() -> None:
+    assert cut_arguments('{"code": "x", "n": 12').values == {"code": "x"}
+    assert cut_arguments('{"code": "x", "n": 12').cut_key == "n"
+    assert cut_arguments('{"code": "x", "n": 12 ').values == {"code": "x", "n": 12}
+    assert cut_arguments('{"code": "x", "ok": true').values == {"code": "x", "ok": True}
+    deep = cut_arguments('{"code": "x", "n": ' + "[" * 100_000)  # deeper than Python decodes
+    assert (deep.values, deep.place, deep.cut_key) == ({"code": "x"}, CutPlace.VALUE, "n")
+    assert cut_arguments("{" + "[" * 100_000).place is CutPlace.KEY  # no key is an array
+
+
+def test_a_key_given_twice_takes_its_last_value() -> None:
+    assert cut_arguments('{"code": "a", "code": "b"').string("code") == ("b", True)
+    assert cut_arguments('{"code": "a", "code": "b').string("code") == ("b", False)
+    assert cut_arguments('{"code": "a", "code": 5').string("code") is None
+    assert cut_arguments('{"code": "a", "code"').values == {}
+
+
+def test_a_kernel_asked_to_run_nothing_of_a_whole_program_says_how_to_run_it(
+    backend: KernelBackend, short_expected: str, run: Run[Any]
+) -> None:
+    arrived = json.dumps({"code": SHORT, "note": "x"})[:-5]
+    result = run(backend.run_code(CUT_OFF_CELL, arguments=arrived, partial=True, call_id="c_k1"))
+
+    assert result.status == "partial" and result.reference is not None
+    assert result.notice == (
+        f'[ptc-retry] Cut off after "code" arrived whole; saved as {result.reference}, not run. '
+        f'To run it: await ptc_retry.extend("{result.reference}", "")'
+    )
+    assert parse_notice(result.notice) == result.reference
+    tokenizer = load_tokenizer()
+    if tokenizer.available:
+        assert tokenizer.count(partial_notice("#12", SHORT, whole=True)) <= 40
+    line = result.notice.partition("To run it: ")[2]
+    assert run(backend.handle_tool_call("run_code", raw(line))) == short_expected
+
+
+@pytest.fixture(scope="module")
+def short_expected(backend: KernelBackend, run: Run[Any]) -> str:
+    text = run(backend.handle_tool_call("run_code", raw(SHORT), "call_short_whole"))
+    assert text.rstrip() == "12 é"
+    return text
+
+
+def _cut_line(arrived: str) -> str:
+    cut = cut_arguments(arrived)
+    ignored = [key for key in cut.values if key != "code"]
+    return cut_after_arguments("run_code", ["code"], ignored, cut.cut_key)
+
+
+@pytest.mark.parametrize("encoding", sorted(ENCODINGS))
+def test_every_cut_after_the_program_ended_runs_it_as_the_whole_call(
+    backend: KernelBackend, short_expected: str, run: Run[Any], encoding: str
+) -> None:
+    if backend.gateway_url is not None and encoding != "compact-utf-8":
+        pytest.skip("the backend reads the cut before any transport: one encoding is enough")
+    whole = ENCODINGS[encoding].encode("utf-8")
+    start = _after_the_program(ENCODINGS[encoding])
+    start = len(ENCODINGS[encoding][:start].encode("utf-8"))
+    for end in range(start, len(whole)):  # every byte, so also inside « and »
+        arrived = whole[:end]
+        call_id = f"call_after_{encoding}_{end}"
+        text = run(backend.handle_partial_tool_call("run_code", arrived, call_id))
+        shown = arrived.decode("utf-8", errors="ignore")
+        assert text == f"{_cut_line(shown)}\n{short_expected}", (end, text)
+        assert "Send only what follows" not in text
+        result = backend.last_result
+        assert result is not None and (result.status, result.call_id) == ("ok", call_id)
+    if backend.gateway_url is None:  # the files are on this machine
+        by_id = Path(str(result.checkpoint)).parent
+        assert json.loads((by_id / f"{call_id}.json").read_text()) == {"code": SHORT}
+        assert not (by_id / f"{call_id}.partial").exists()
+        assert line_of(by_id.parent, call_id)["status"] == "ok"
+    # Whole, the closing brace included: an ordinary call, with its ordinary line.
+    text = run(backend.handle_partial_tool_call("run_code", whole, f"call_{encoding}_whole"))
+    assert text.startswith('[ptc-retry] Ignored "description", "options", "tags", "timeout"')
+    assert text.endswith(short_expected)
+
+
+def test_the_line_names_what_the_call_went_without() -> None:
+    arrived = ENCODINGS["escaped"]
+    arrived = arrived[: arrived.index('"math"') + 3]
+    assert _cut_line(arrived) == (
+        '[ptc-retry] Cut off after "code" arrived whole; run_code takes nothing else, so the '
+        'call ran without "description", "tags" (cut off).'
+    )
+    tokenizer = load_tokenizer()
+    if tokenizer.available:
+        names = tokenizer.count(' "description", "tags" (cut off)')
+        assert tokenizer.count(_cut_line(arrived)) - names <= 40
+
+
+def test_a_failing_program_cut_after_it_ended_is_replayed_without_calling_a_tool_again(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    paid: list[str] = []
+
+    def pay_h6(invoice: str) -> str:
+        """Pay an invoice (counted on the host)."""
+        paid.append(invoice)
+        return f"paid {invoice}"
+
+    backend.register_tool(pay_h6)
+    program = (
+        "receipt = await tools.pay_h6(invoice='INV-7')\n"
+        + "".join(f"line_{i} = 'padding so the notice is offered {i}'\n" for i in range(6))
+        + "print(receipt.uper())\n"
+    )
+    arguments = json.dumps({"code": program, "description": "Pay INV-7 and show it"})
+    arrived = arguments[: arguments.index("and show")]
+    text = run(backend.handle_partial_tool_call("run_code", arrived, "call_pay"))
+
+    assert text.startswith(
+        '[ptc-retry] Cut off after "code" arrived whole; run_code takes nothing else, so the '
+        'call ran without "description" (cut off).\n'
+    )
+    assert "AttributeError" in text and paid == ["INV-7"]
+    result = backend.last_result
+    assert result is not None and result.status == "error" and result.notice is not None
+    assert parse_notice(text) == result.reference
+    # Exactly what the notice says to send, its placeholders filled in.
+    offered = result.notice.partition("Send only: ")[2]
+    line = offered.replace('"<old>"', '"uper"').replace('"<new>"', '"upper"')
+    assert line.startswith(f'await ptc_retry.replay("{result.reference}"')
+    fixed = run(backend.handle_tool_call("run_code", raw(line), "call_pay_fix"))
+    assert "PAID INV-7" in fixed.splitlines()
+    assert paid == ["INV-7"]  # the host paid once
+
+
+@pytest.mark.parametrize(
+    "arrived", ['{"co', "", '{"timeout": 3', '{"code": 5', '{"code": "print(1)", "code": 5']
+)
 def test_a_call_cut_before_its_program_began_saves_nothing(
     backend: KernelBackend, run: Run[Any], arrived: str
 ) -> None:
@@ -288,6 +463,10 @@ def test_a_kernel_without_ptc_retry_keeps_nothing_and_says_so(
         arrived = '{"code": "print(\'ran\')\\nx = '
         assert run(stock.handle_partial_tool_call("run_code", arrived, "call_s1")) == NOT_KEPT
         assert stock.last_result is not None and stock.last_result.text == "[no output]"
+        # A whole program needs nothing of ptc-retry: it runs there too.
+        whole = '{"code": "print(\'ran\')", "no'
+        text = run(stock.handle_partial_tool_call("run_code", whole, "call_s2"))
+        assert text == f"{cut_after_arguments('run_code', ['code'])}\nran"
     finally:
         run(stock.shutdown())
 

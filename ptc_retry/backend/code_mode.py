@@ -5,11 +5,12 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from ..core.notice import CUT_BEFORE_CODE
-from ..core.partial import cut_arguments
+from ..core.notice import CUT_BEFORE_CODE, cut_after_arguments
+from ..core.partial import CutArguments, CutPlace, cut_arguments
 from .host_tools import HostTools
 from .results import (
     RUN_CODE,
@@ -81,18 +82,21 @@ class CodeSession:
     async def invoke_partial(
         self, name: str, raw: str, call_id: str | None, options: CallOptions
     ) -> str:
-        """A ``run_code`` call cut off mid-stream: the start of its program saved, nothing
-        run; the text the model reads says how to send the rest."""
+        """A ``run_code`` call cut off mid-stream. Cut inside its program: the start of the
+        program saved, nothing run; the text the model reads says how to send the rest. Cut
+        after the program ended (inside a later key, or before the final ``}``): the program
+        runs as the whole call would, and the text says first, in one line, what was cut."""
         if name not in self.tools:
             offered = ", ".join(self.tools)
             return f"Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran."
         try:
-            code = cut_arguments(raw).string("code")
+            cut = cut_arguments(raw)
         except ValueError as exc:
             return (
                 f"[ptc-retry] The call was cut off, and what arrived is not JSON ({exc}): "
                 "nothing was saved or run. Send the whole call again."
             )
+        code = cut.string("code")
         if code is None:
             return CUT_BEFORE_CODE
         try:
@@ -102,6 +106,8 @@ class CodeSession:
                 f"[ptc-retry] The call was cut off, and {exc} (a lone surrogate escape): "
                 "nothing was saved or run. Send the whole call again, the escape fixed."
             )
+        if code[1]:
+            return await self._run_whole_program(cut, raw, call_id, options)
         result = await self.run(
             CUT_OFF_CELL,  # the kernel decodes the program from the arguments; none runs
             call_id=call_id,
@@ -113,6 +119,22 @@ class CodeSession:
         if result.status != "partial":  # a kernel without ptc-retry ran the placeholder
             return NOT_KEPT
         return result.notice or result.text
+
+    async def _run_whole_program(
+        self, cut: CutArguments, raw: str, call_id: str | None, options: CallOptions
+    ) -> str:
+        """A call whose ``"code"`` arrived whole: ``run_code`` takes nothing else, so what was
+        cut after it changes nothing, and the program runs as an uncut call's would (saved as
+        ``{"code": ...}``: the arguments as they arrived are no JSON)."""
+        if cut.place is CutPlace.WHOLE:  # the closing brace arrived: nothing was cut
+            return await self.invoke(RUN_CODE, raw, call_id, options)
+        program = cut.values["code"]
+        arguments = {"code": program}
+        text = await self._run_code(
+            arguments, json.dumps(arguments, ensure_ascii=False), call_id, options
+        )
+        ignored = [key for key in cut.values if key != "code"]
+        return join_notes([cut_after_arguments(RUN_CODE, ["code"], ignored, cut.cut_key), text])
 
     async def _run_code(
         self, arguments: dict[str, Any], raw: str, call_id: str | None, options: CallOptions

@@ -134,8 +134,9 @@ class KernelBackend:
         #: The result of the latest ``run_code`` (also through ``handle_tool_call``), for a
         #: loop that wants its status, metadata or outputs besides the text.
         self.last_result: RunResult | None = None
-        #: Native mode: the ``ToolResult`` of the latest ``handle_tool_call`` (for an edit,
-        #: its ``replay_of`` names the call it re-ran).
+        #: Native mode: the ``ToolResult`` of the latest ``handle_tool_call`` or
+        #: ``handle_partial_tool_call`` (for an edit, its ``replay_of`` names the call it
+        #: re-ran).
         self.last_tool_result: ToolResult | None = None
         self._code = CodeSession(self.run_code)
         for function in tools:
@@ -327,8 +328,11 @@ class KernelBackend:
         output-token limit, a dropped stream); the cut may fall anywhere. Code mode saves
         the longest decodable start of its ``"code"`` (and the arguments as they arrived,
         beside it) and runs nothing; ``await ptc_retry.extend("#n", "<rest>")`` then runs
-        the whole program. When not even the start of ``"code"`` arrived, nothing is saved
-        and the text says to send the call again. Native mode: see ``NativeTools``.
+        the whole program. When ``"code"`` arrived whole (the cut fell in a later key, or
+        before the final ``}``), the program runs as an ordinary call and the text starts
+        with one line naming what was cut. When not even the start of ``"code"`` arrived,
+        nothing is saved and the text says to send the call again. Native mode: see
+        ``NativeTools.call_partial``.
 
         Bytes are taken as UTF-8 up to a character the cut split (it is left out, so the
         saved arguments are the bytes that arrived without it); bytes that are not UTF-8
@@ -354,7 +358,13 @@ class KernelBackend:
         if self.mode == "native":
             if self._native is None or not self._running:
                 raise BackendError(_NOT_RUNNING)
-            return await self._native.invoke_partial(name, partial_raw_arguments, call_id, options)
+            result, error = await self._native.invoke_partial(
+                name, partial_raw_arguments, call_id, options
+            )
+            self.last_tool_result = result
+            if error is not None:  # the kernel is gone and cannot restart: raise it
+                raise error
+            return result.text
         return await self._code.invoke_partial(name, partial_raw_arguments, call_id, options)
 
     # -- turns and steps ----------------------------------------------------------------------

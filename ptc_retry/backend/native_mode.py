@@ -117,15 +117,19 @@ class NativeSession:
 
     async def invoke_partial(
         self, name: str, partial: str, call_id: str | None, options: CallOptions
-    ) -> str:
+    ) -> tuple[ToolResult, BackendError | None]:
         """Journal one call whose arguments were cut off mid-stream (``partial``, as they
-        arrived) and return the text the model reads; nothing runs (see
-        ``NativeTools.call_partial``). ``options.turn`` is the call's turn as the backend
-        resolved it (None records turn 0); ``options.step`` makes it part of a model message
-        as for :meth:`invoke`."""
+        arrived); its result, and the BackendError that stopped its program, as for
+        :meth:`invoke`. It runs only when nothing it takes was cut (see
+        ``NativeTools.call_partial``), with ``options`` as :meth:`invoke` has them.
+        ``options.turn`` is the call's turn as the backend resolved it (None records turn
+        0); ``options.step`` makes it part of a model message as for :meth:`invoke`."""
         position = Position(options.turn or 0, self._journal_step(options.step))
-        result = await self.tools.call_partial(name, partial, call_id, position=position)
-        return result.text
+        run_code = NativeRunCode(self.run, options)
+        result = await self.tools.call_partial(
+            name, partial, call_id, position=position, functions={RUN_CODE: run_code}
+        )
+        return result, run_code.error
 
     def _journal_step(self, step: int | None) -> int | None:
         if step is None:

@@ -168,9 +168,16 @@ def quoted_end(line: str) -> str:
     return ("..." if len(line) > TAIL_CHARS else "") + repr(line[-TAIL_CHARS:])
 
 
-def partial_notice(reference: str, program: str) -> str:
+def partial_notice(reference: str, program: str, *, whole: bool = False) -> str:
     """What a call cut off mid-stream is told: where its saved ``program`` stops (the line,
-    and the exact end of that line, quoted) and the call that sends only the rest."""
+    and the exact end of that line, quoted) and the call that sends only the rest; for a
+    ``whole`` program (the cut fell after ``"code"``, in a request that asked the kernel
+    to run nothing), the call that runs it with nothing added."""
+    if whole:
+        return (
+            f'{PREFIX}Cut off after "code" arrived whole; saved as {reference}, not run. To run '
+            f'it: await ptc_retry.extend({_quoted(reference)}, "")'
+        )
     lines = program.count("\n")
     last = last_line(program)
     if not last:
@@ -183,6 +190,23 @@ def partial_notice(reference: str, program: str) -> str:
     return (
         f"{PREFIX}Cut off {where}; saved as {reference}{ending}. Send only what follows: "
         f'await ptc_retry.extend({_quoted(reference)}, "<rest>")'
+    )
+
+
+def cut_after_arguments(
+    tool: str, arrived: Sequence[str], ignored: Sequence[str] = (), cut_key: str | None = None
+) -> str:
+    """The line before the result of a call cut off after every argument ``tool`` takes
+    (``arrived``) came whole, so it ran as it is. It names what the call went without: the
+    keys that arrived whole but that ``tool`` does not take (``ignored``), then the key the
+    cut fell in (``cut_key``), when its name arrived."""
+    dropped = [_quoted(key) for key in ignored]
+    if cut_key is not None:
+        dropped.append(f"{_quoted(cut_key)} (cut off)")
+    without = f" without {', '.join(dropped)}" if dropped else ""
+    return (
+        f"{PREFIX}Cut off after {', '.join(map(_quoted, arrived))} arrived whole; {tool} takes "
+        f"nothing else, so the call ran{without}."
     )
 
 

@@ -147,7 +147,7 @@ class PtcRetryExtension:
         if found is None:
             running.notice = CUT_BEFORE_CODE
         elif call is not None and self.checkpoints.save_partial(call, str(raw)):
-            running.notice = partial_notice(call.reference, found[0])
+            running.notice = partial_notice(call.reference, found[0], whole=found[1])
             self.checkpoints.link_number(call)
         else:
             running.notice = (

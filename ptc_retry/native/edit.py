@@ -113,6 +113,8 @@ def _prepare(
         aims[own_id] = target_id
     tool = journal.tool_of(target_id)
     open_key = journal.open_key(target_id)
+    # Cut off where no string goes on: the patch's value entries are what completes it.
+    adds_the_rest = open_key is None and journal.was_cut_off(target_id)
     if tool == EDIT_TOOL and open_key is None:
         aim = aims.get(target_id)
         fix = f'fix the call it was aimed at (call_id "{aim}")' if aim else "fix its target"
@@ -131,11 +133,12 @@ def _prepare(
             f"({', '.join(tools) or 'none'}); call a tool with fresh arguments"
         )
     if append is not None:
-        decoded = _completed(target_id, decoded, open_key, append)
+        decoded = _completed(target_id, decoded, open_key, append, adds_the_rest)
     if entries:
         decoded = apply_patch(decoded, entries)
     if tool != EDIT_TOOL:
-        return Edit(target_id, tool, decoded, len(entries), completes=append is not None)
+        completes = append is not None or adds_the_rest
+        return Edit(target_id, tool, decoded, len(entries), completes=completes)
     # A cut-off edit call, now whole: the edit it holds is what runs.
     if target_id in chain:
         raise PatchError(
@@ -148,9 +151,16 @@ def _prepare(
 
 
 def _completed(
-    target_id: str, decoded: dict[str, Any], open_key: str | None, append: str
+    target_id: str, decoded: dict[str, Any], open_key: str | None, append: str, cut_off: bool
 ) -> dict[str, Any]:
-    """``decoded`` with ``append`` at the end of the string value ``open_key`` names."""
+    """``decoded`` with ``append`` at the end of the string value ``open_key`` names;
+    ``cut_off``: the target was cut off, outside any string value."""
+    if open_key is None and cut_off:
+        raise PatchError(
+            f'{target_id} was cut off outside a string value, so "append" has nothing to go '
+            'on from; add the arguments that did not arrive with a patch of {"path": ..., '
+            '"value": ...} entries instead'
+        )
     if open_key is None:
         raise PatchError(
             f'{target_id} was not cut off, so "append" has nothing to go on from; fix it '

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,7 +17,7 @@ from ..core.partial import CutArguments
 from ..core.store import Call, CheckpointStore
 from .partial import partial_arguments
 
-__all__ = ["Position", "ToolJournal"]
+__all__ = ["Position", "ToolJournal", "arguments_text"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,8 @@ class ToolJournal:
         steps = [line.get("step") for line in self.store.history()]
         self._last_step = max((s for s in steps if type(s) is int), default=0)
         self._tools: dict[str, str] = {}  # call id -> the tool its checkpoint is for
-        self._open: dict[str, str] = {}  # cut-off call id -> the key of the string it stopped in
+        # Cut-off call id -> the key of the string it stopped in (None: outside any string).
+        self._open: dict[str, str | None] = {}
 
     @property
     def session_dir(self) -> Path:
@@ -109,16 +111,16 @@ class ToolJournal:
         call_id: str | None = None,
         position: Position | None = None,
     ) -> Call:
-        """Save a call cut off inside a string value (``cut``: what ``raw_arguments`` holds).
+        """Save a call cut off mid-stream (``cut``: what ``raw_arguments`` holds).
 
         ``by-id/<id>.json`` holds what the arguments decode to so far (the string it stopped
-        in last), ``by-id/<id>.partial`` ``raw_arguments`` byte for byte; from here on
-        :meth:`open_key` names the string. ``finish`` it with status ``"partial"``. Raises
-        ``OSError`` or ``StoreError`` when the store cannot save (a call that got its
-        checkpoint is then finished as an error, where the history can still be written).
+        in, if any, last), ``by-id/<id>.partial`` ``raw_arguments`` byte for byte; from here
+        on :meth:`open_key` names that string and :meth:`was_cut_off` is true. ``finish`` it
+        with status ``"partial"``. Raises ``OSError`` or ``StoreError`` when the store cannot
+        save (a call that got its checkpoint is then finished as an error, where the history
+        can still be written).
         """
-        assert cut.open_key is not None
-        arguments = json.dumps(partial_arguments(cut), ensure_ascii=False)
+        arguments = arguments_text(partial_arguments(cut))
         call = self.begin(arguments, tool=tool, call_id=call_id, position=position)
         try:
             self.store.save_partial(call, raw_arguments)
@@ -133,8 +135,9 @@ class ToolJournal:
         """Append the call's history line (``status`` ok / error / interrupted / partial) and
         return it; a cut-off call's line also names its ``open_key``."""
         extra = {"ename": ename} if ename is not None else {}
-        if status == "partial" and call.id in self._open:
-            extra["open_key"] = self._open[call.id]
+        open_key = self._open.get(call.id)
+        if status == "partial" and open_key is not None:
+            extra["open_key"] = open_key
         return self.store.finish(call, status, **extra)
 
     def save_replay(
@@ -173,7 +176,7 @@ class ToolJournal:
 
     def open_key(self, call_id: str) -> str | None:
         """The key of the string value the call ``call_id`` was cut off in, or None when it
-        was not cut off (its arguments arrived whole).
+        was not cut off inside one (its arguments arrived whole, or it stopped elsewhere).
 
         Calls of this journal are known from ``begin_partial`` on; older ones from their
         history line (status ``partial``).
@@ -186,6 +189,16 @@ class ToolJournal:
                 key = line.get("open_key")
                 return key if line.get("status") == "partial" and isinstance(key, str) else None
         return None
+
+    def was_cut_off(self, call_id: str) -> bool:
+        """Whether the call ``call_id`` was cut off mid-stream (its history says ``partial``),
+        inside a string value or not."""
+        if call_id in self._open or call_id in self._tools:
+            return call_id in self._open
+        for line in reversed(self.store.history()):
+            if line.get("id") == call_id:
+                return bool(line.get("status") == "partial")
+        return False
 
     def load(self, target: str | int) -> tuple[str, str, dict[str, Any]]:
         """``(call_id, raw, decoded)`` of a call id or ``previous/<n>.json``; see ``store.load``."""
@@ -202,3 +215,15 @@ class ToolJournal:
     def close(self) -> None:
         """Close the store (its history file). Idempotent."""
         self.store.close()
+
+
+def arguments_text(arguments: Mapping[str, Any]) -> str:
+    """The JSON text decoded ``arguments`` are saved as: UTF-8 where it can be, and escapes
+    when a value holds a lone surrogate (UTF-8 cannot hold one; the escape reads back as
+    the same value)."""
+    text = json.dumps(dict(arguments), ensure_ascii=False)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(dict(arguments))
+    return text

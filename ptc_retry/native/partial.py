@@ -1,25 +1,28 @@
 """Direct tool calls cut off mid-stream: what the journal keeps of one, and what the model reads.
 
-``NativeTools.call_partial`` journals a call whose arguments stopped inside a string value;
-an ``editPreviousToolCalling`` call with ``append`` completes it (see :mod:`.edit`).
+``NativeTools.call_partial`` journals a call whose arguments stopped inside a string value
+(an ``editPreviousToolCalling`` call with ``append`` completes it, see :mod:`.edit`), or
+after some of its arguments arrived whole (a patch of ``value`` entries adds the rest).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
 from ..core.notice import PREFIX, last_line, quoted_end
-from ..core.partial import CutArguments
+from ..core.partial import CutArguments, CutPlace
 from .definitions import EDIT_TOOL
 
-__all__ = ["CUT_NO_TARGET", "CUT_OUTSIDE_STRING", "partial_arguments", "partial_notice"]
-
-#: What a call cut off outside any string value is told: there is nothing to go on from.
-CUT_OUTSIDE_STRING = (
-    f"{PREFIX}The call was cut off outside a string value, so it cannot be continued; "
-    "nothing was saved or run. Send the whole call again."
-)
+__all__ = [
+    "CUT_NO_TARGET",
+    "cut_saved_notice",
+    "cut_unsaved_notice",
+    "partial_arguments",
+    "partial_notice",
+    "where_cut",
+]
 
 
 #: What an edit call cut off before its call_id (or previous_ordinal) arrived whole is told.
@@ -31,11 +34,47 @@ CUT_NO_TARGET = (
 
 def partial_arguments(cut: CutArguments) -> dict[str, Any]:
     """The object a cut-off call's checkpoint holds: the values that arrived whole, then the
-    string value it stopped in (``cut.open_key``) with what it holds so far, last."""
-    assert cut.open_key is not None
+    string value it stopped in (``cut.open_key``), if any, with what it holds so far, last."""
     arguments = {key: value for key, value in cut.values.items() if key != cut.open_key}
-    arguments[cut.open_key] = cut.open_prefix
+    if cut.open_key is not None:
+        arguments[cut.open_key] = cut.open_prefix
     return arguments
+
+
+def where_cut(cut: CutArguments) -> str:
+    """Where a call was cut off, in a few words, when no ``append`` can go on from there:
+    ``in "tags"``, ``in a string inside "tags"``, ``after "path"``..."""
+    key = json.dumps(cut.cut_key, ensure_ascii=False)
+    after = f" after {json.dumps(list(cut.values)[-1], ensure_ascii=False)}" if cut.values else ""
+    if cut.place in (CutPlace.VALUE, CutPlace.STRING):
+        return f"in {key}"
+    if cut.place is CutPlace.NESTED_STRING:
+        return f"in a string inside {key}"
+    if cut.place is CutPlace.KEY:
+        return f"inside a key's name{after}"
+    if cut.place is CutPlace.BETWEEN:
+        return after.lstrip() or "before its first argument"
+    return "before its arguments object began"
+
+
+def cut_unsaved_notice(cut: CutArguments) -> str:
+    """What a call cut off where nothing of it can be kept is told (before any argument
+    arrived whole, or an edit call outside a string value)."""
+    return (
+        f"{PREFIX}The call was cut off {where_cut(cut)}, which cannot be continued; nothing "
+        "was saved or run. Send the whole call again."
+    )
+
+
+def cut_saved_notice(call_id: str, cut: CutArguments, missing: Sequence[str]) -> str:
+    """What a call cut off after some of its arguments arrived whole, and before others
+    (``missing``: their names, when known), is told: where it stopped, and the edit call
+    that adds what is missing (a ``value`` entry each) and runs it."""
+    names = ", ".join(json.dumps(name, ensure_ascii=False) for name in missing)
+    entry = {"path": missing[0] if missing else "<key>", "value": "<value>"}
+    example = json.dumps({"call_id": call_id, "patch": [entry]}, ensure_ascii=False)
+    what = names or "the rest"
+    return f"{PREFIX}Saved; cut off {where_cut(cut)}. Send only {what}: {EDIT_TOOL}({example})"
 
 
 def partial_notice(call_id: str, key: str, prefix: str) -> str:

@@ -9,6 +9,7 @@ Plain Python: no IPython, no Jupyter kernel. The README's "In an agent loop" sec
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import inspect
 import json
 import os
@@ -21,15 +22,21 @@ from typing import Any, Callable, TypeVar, Union
 from jupyter_core.utils import run_sync
 
 from ..core.errors import PtcRetryError, StoreError
-from ..core.notice import NATIVE_NOTICE_MIN_BYTES, PREFIX, native_failure_notice, prompt_section
-from ..core.partial import CutArguments, cut_arguments
+from ..core.notice import (
+    NATIVE_NOTICE_MIN_BYTES,
+    PREFIX,
+    cut_after_arguments,
+    native_failure_notice,
+    prompt_section,
+)
+from ..core.partial import CutArguments, CutPlace, cut_arguments
 from ..core.patch import format_path
 from ..core.store import Call
 from ..core.warn import WarnOnce
 from .definitions import EDIT_TOOL, first_paragraph, signature_schema, tool_definitions
 from .edit import decode_arguments, prepare_edit
-from .journal import Position, ToolJournal
-from .partial import CUT_NO_TARGET, CUT_OUTSIDE_STRING, partial_notice
+from .journal import Position, ToolJournal, arguments_text
+from .partial import CUT_NO_TARGET, cut_saved_notice, cut_unsaved_notice, partial_notice
 
 __all__ = ["NativeTools", "ToolFailure", "ToolResult", "current_call"]
 
@@ -193,11 +200,16 @@ class NativeTools:
             description = tool.description
             if description is None:
                 description = first_paragraph(tool.function)
-            parameters = tool.parameters
-            if parameters is None:
-                parameters = signature_schema(tool.function)
-            specs.append({"name": name, "description": description, "parameters": parameters})
+            specs.append(
+                {"name": name, "description": description, "parameters": self._parameters(name)}
+            )
         return tool_definitions(format, specs)
+
+    def _parameters(self, name: str) -> dict[str, Any]:
+        """The JSON schema of a registered tool's arguments: as given, or read from its
+        signature."""
+        tool = self._tools[name]
+        return tool.parameters if tool.parameters is not None else signature_schema(tool.function)
 
     def prompt_section(self) -> str:
         """The native-mode system-prompt section for this journal's session directory."""
@@ -234,7 +246,7 @@ class NativeTools:
         become an error result.
         """
         if isinstance(raw_arguments, Mapping):
-            raw_arguments = json.dumps(dict(raw_arguments), ensure_ascii=False)
+            raw_arguments = arguments_text(raw_arguments)
         call = self._begin(raw_arguments, name, call_id, position)
         if name == EDIT_TOOL:
             result = await self._edit(raw_arguments, call, functions or {})
@@ -249,18 +261,29 @@ class NativeTools:
         call_id: str | None = None,
         *,
         position: Position | None = None,
+        functions: Mapping[str, ToolFunction] | None = None,
     ) -> ToolResult:
         """Journal a call whose arguments stream stopped part-way (an output-token limit, a
-        dropped connection); nothing runs. ``name`` may be ``editPreviousToolCalling``.
+        dropped connection). ``name`` may be ``editPreviousToolCalling``.
 
-        Cut inside a string value: the call is saved with status ``partial``
-        (``by-id/<id>.json`` holds what its arguments decode to so far,
+        Cut after every argument the tool's schema declares arrived whole (a schema that
+        allows no other key; the cut fell in a key it does not take, or before the final
+        ``}``): nothing the tool takes is missing, so the call runs as :meth:`invoke` runs
+        it, with the values that arrived whole, and its text starts with one line naming
+        the key that was cut, when its name arrived.
+
+        Otherwise nothing runs. Cut inside a string value: the call is saved with status
+        ``partial`` (``by-id/<id>.json`` holds what its arguments decode to so far,
         ``by-id/<id>.partial`` the text exactly as it arrived) and the text tells the model
         where it stopped and how to send only the rest: ``editPreviousToolCalling`` with
-        ``append``, which completes and runs it. Cut anywhere else (inside a key or a
-        number, before the object began), or for an unknown tool, nothing is saved and the
-        text asks for the whole call again. ``position`` as for :meth:`invoke`. Never raises
-        for what the model sent.
+        ``append``, which completes and runs it. Cut elsewhere after some arguments arrived
+        whole: saved the same way, and the text names the arguments that did not arrive
+        and shows the ``editPreviousToolCalling`` patch of ``value`` entries that adds them
+        and runs the call. Before any argument arrived whole (or an edit call outside a
+        string), or for an unknown tool, nothing is saved and the text says where the cut
+        fell and asks for the whole call again. Arguments that arrived whole, closing brace
+        and all, run as :meth:`invoke` runs them. ``position`` and ``functions`` as for
+        :meth:`invoke`. Never raises for what the model sent.
         """
         if name not in self:
             text = self._unknown_tool(name)
@@ -269,16 +292,62 @@ class NativeTools:
             )
         try:
             cut = cut_arguments(partial_raw_arguments)
-        except (ValueError, RecursionError):  # not an object: nothing to go on from
+        except ValueError:  # not an object: nothing to go on from
             cut = CutArguments()
+        if cut.place is CutPlace.WHOLE:  # nothing was cut after all
+            return await self.invoke(
+                name, partial_raw_arguments, call_id, position=position, functions=functions
+            )
+        declared, closed = self._declared(name)
+        if closed and declared and all(key in cut.values for key in declared):
+            # Every value that arrived whole goes in, as in the whole call; only the one the
+            # cut fell in, which the tool does not take, is left out.
+            arguments = arguments_text(cut.values)
+            result = await self.invoke(
+                name, arguments, call_id, position=position, functions=functions
+            )
+            line = cut_after_arguments(name, declared, cut_key=cut.cut_key)
+            result.text = f"{line}\n{result.text}"
+            return result
+        if closed and cut.open_key not in (None, *declared):
+            # Cut in a string the tool does not take: going on with it would not help.
+            cut = dataclasses.replace(cut, open_key=None, open_prefix="")
         if cut.open_key is None:
-            return self._with_notes(ToolResult(CUT_OUTSIDE_STRING, "error", name, None, None))
+            if name == EDIT_TOOL or not cut.values:
+                notice = cut_unsaved_notice(cut)
+                return self._with_notes(ToolResult(notice, "error", name, None, None))
+            return self._save_cut(
+                name, partial_raw_arguments, cut, call_id, position, _missing(cut, declared, closed)
+            )
         if name == EDIT_TOOL and not {"call_id", "previous_ordinal"} & set(cut.values):
             # The edit's target did not arrive whole: a completion could not say which call.
             return self._with_notes(ToolResult(CUT_NO_TARGET, "error", name, None, None))
+        return self._save_cut(name, partial_raw_arguments, cut, call_id, position)
+
+    def _declared(self, name: str) -> tuple[list[str], bool]:
+        """The arguments a registered tool's schema declares, and whether it allows no
+        others (``additionalProperties: false``); none, and False, for the edit tool."""
+        if name not in self._tools:
+            return [], False
+        parameters = self._parameters(name)
+        properties = parameters.get("properties")
+        declared = list(properties) if isinstance(properties, dict) else []
+        return declared, bool(declared) and parameters.get("additionalProperties") is False
+
+    def _save_cut(
+        self,
+        name: str,
+        raw: str,
+        cut: CutArguments,
+        call_id: str | None,
+        position: Position | None,
+        missing: list[str] | None = None,
+    ) -> ToolResult:
+        """Journal a cut-off call with status ``partial``; the notice says how to go on:
+        ``append`` the rest of its open string, or add the ``missing`` arguments."""
         try:
             call = self.journal.begin_partial(
-                partial_raw_arguments, cut, tool=name, call_id=call_id, position=position
+                raw, cut, tool=name, call_id=call_id, position=position
             )
         except (OSError, StoreError) as exc:
             text = (
@@ -288,7 +357,10 @@ class NativeTools:
             return self._with_notes(ToolResult(text, "error", name, None, None))
         self._warn.reset()  # the store works again: a new problem is news
         self._finish(call, "partial", None)
-        notice = partial_notice(call.id, cut.open_key, cut.open_prefix)
+        if cut.open_key is not None:
+            notice = partial_notice(call.id, cut.open_key, cut.open_prefix)
+        else:
+            notice = cut_saved_notice(call.id, cut, missing or [])
         return self._with_notes(ToolResult(notice, "partial", name, call.id, call.path, notice))
 
     def call_partial_sync(
@@ -372,7 +444,7 @@ class NativeTools:
         replay_of, extend_of = (None, edit.target) if edit.completes else (edit.target, None)
         if call is not None:
             try:
-                patched = json.dumps(edit.arguments, ensure_ascii=False)
+                patched = arguments_text(edit.arguments)
                 self.journal.save_replay(
                     call, patched, tool=edit.tool, replay_of=replay_of, extend_of=extend_of
                 )
@@ -416,6 +488,15 @@ class NativeTools:
         """A call that could not run at all: journaled as an error, no notice."""
         self._finish(call, "error", ename)
         return ToolResult(text, "error", tool, *_where(call), None, ename)
+
+
+def _missing(cut: CutArguments, declared: list[str], closed: bool) -> list[str]:
+    """The arguments a cut-off call still needs, as far as they are known: the one the cut
+    fell in, then the others its tool declares that did not arrive whole."""
+    key = cut.cut_key
+    # A key a closed schema does not declare is not missing; an open one may take it.
+    missing = [key] if key is not None and (not closed or key in declared) else []
+    return missing + [name for name in declared if name not in cut.values and name != key]
 
 
 def _describe_failure(exc: Exception) -> tuple[str, str]:
