@@ -18,6 +18,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.session_files import latest_calls
+
 #: The tool name of a ``@ptc_retry.recorded`` function: ``recorded:<module>.<qualname>``.
 RECORDED = "recorded:"
 
@@ -177,13 +179,13 @@ class Reuse:
 def _successes(records: Iterable[dict[str, Any]], start: int) -> list[dict[str, Any]]:
     """The successful calls of a recording, in order, from statement ``start`` on.
 
-    Only up to the first call that has no line (the kernel died while it ran, or its line
-    is unreadable): whether it succeeded is unknown, so nothing after it can be matched by
-    position. A resume that needs statements it cannot see in a line reuses nothing.
+    A call's last line is its truth (the host's, when it completed a call the kernel had
+    given up on). Only up to the first call that has no line (the kernel died while it ran
+    and the host did not complete it, or its line is unreadable): whether it succeeded is
+    unknown, so nothing after it can be matched by position. A resume that needs
+    statements it cannot see in a line reuses nothing.
     """
-    numbered = sorted(
-        (line for line in records if isinstance(line.get("k"), int)), key=lambda line: line["k"]
-    )
+    numbered = latest_calls(records)
     found = []
     for k, line in enumerate(numbered, 1):
         if line["k"] != k:
