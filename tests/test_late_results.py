@@ -24,7 +24,9 @@ from typing import Any
 import pytest
 
 from ptc_retry.backend import KernelBackend
+from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.protocol import TOOL_RESULTS
+from ptc_retry.kernel.recording import CallRecord, Reuse
 
 from . import test_backend_transports as transports
 from .helpers import Kernel, Run, raw
@@ -235,7 +237,26 @@ def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
     assert (line["k"], line["tool"], line["statement"]) == (2, "pay", None)
 
 
-# -- the kernel's rules, on a kernel the test answers itself ---------------------------------
+# -- the kernel's rules ----------------------------------------------------------------------
+
+
+def test_a_calls_last_line_counts_for_reuse_and_the_listing() -> None:
+    interrupted = {
+        "k": 1, "tool": "charge", "arguments": {"order": 7}, "ok": False,
+        "error": "interrupted while it ran", "duration": 1.0, "reused": False, "statement": 0,
+    }  # fmt: skip
+    noted = {"k": 2, "tool": "note", "arguments": {}, "ok": True, "result": "n", "statement": 0}
+    late = {**interrupted, "ok": True, "result": "receipt 7", "late": True}
+    del late["error"]
+    records = [interrupted, noted, late]
+
+    reuse = Reuse(records, call_id="c1", source="#1")
+
+    assert reuse.take(CallRecord(1, "charge", {"order": 7}, 0)) is late
+    assert reuse.take(CallRecord(2, "note", {}, 0)) is noted
+    listing = format_tool_calls(records, "c1").splitlines()
+    assert listing[0].startswith("# tool calls: 2 ")
+    assert [row.split()[1:4] for row in listing[2:]] == [["1", "charge", "ok"], ["2", "note", "ok"]]
 
 
 def _recording(root: Path, call_id: str) -> list[dict[str, Any]]:
