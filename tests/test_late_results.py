@@ -15,6 +15,7 @@ import json
 import os
 import re
 import signal
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -53,6 +54,7 @@ class Shop:
         self.calls: Counter[str] = Counter()
         self.kernel_pid: int | None = None
         self.first_slow: set[str] = set()  # tools whose next call is slow (and maybe fails)
+        self.let_go = threading.Event()
 
     def note(self, text: str) -> str:
         """Write a line to the audit log."""
@@ -89,8 +91,14 @@ class Shop:
             raise ConnectionError("the bank is down")
         return f"refunded {order}"
 
+    def stall(self) -> str:
+        """Hang (a sync API that never answers) until the test lets it go."""
+        self.calls["stall"] += 1
+        self.let_go.wait(BOUND)
+        return "answered at last"
+
     def tools(self) -> list[Any]:
-        return [self.note, self.charge, self.pay, self.reserve, self.refund]
+        return [self.note, self.charge, self.pay, self.reserve, self.refund, self.stall]
 
 
 @pytest.fixture(scope="module")
@@ -208,6 +216,24 @@ def test_what_the_host_did_not_complete_is_made_again(
     assert shop.calls == {"reserve": 2, "refund": 2}
     assert "reused" not in resumed
     assert late_lines(backend, "call_n1") == []
+
+
+def test_a_sync_tool_that_never_returns_holds_the_next_program_back_only_its_timeout(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    shop.calls.clear()
+    stopped = run(call(backend, raw("await tools.stall()"), "call_h1", timeout=1))
+    assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
+    started = time.monotonic()
+    try:
+        after = run(backend.run_code("'next'", call_id="call_h2", timeout=2))
+        waited = time.monotonic() - started
+    finally:
+        shop.let_go.set()
+
+    assert after.value == "'next'"
+    assert 1.5 < waited < 10  # it waited for the stalled call, then went on without it
+    assert shop.calls == {"stall": 1}
 
 
 def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
