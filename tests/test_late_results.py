@@ -97,8 +97,14 @@ class Shop:
         self.let_go.wait(BOUND)
         return "answered at last"
 
+    def quote(self, seconds: float) -> str:
+        """A review, slowly, cut inside an emoji by the API it comes from."""
+        self.calls["quote"] += 1
+        time.sleep(seconds)
+        return "Great job \ud83d"
+
     def tools(self) -> list[Any]:
-        return [self.note, self.charge, self.pay, self.reserve, self.refund, self.stall]
+        return [self.note, self.charge, self.pay, self.reserve, self.refund, self.stall, self.quote]
 
 
 @pytest.fixture(scope="module")
@@ -234,6 +240,18 @@ def test_a_sync_tool_that_never_returns_holds_the_next_program_back_only_its_tim
     assert after.value == "'next'"
     assert 1.5 < waited < 10  # it waited for the stalled call, then went on without it
     assert shop.calls == {"stall": 1}
+
+
+def test_a_late_result_no_message_can_carry_never_stops_the_next_program(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    stopped = run(call(backend, raw("await tools.quote(seconds=1.5)"), "call_q1", timeout=1))
+    assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
+
+    after = run(backend.run_code("'next'", call_id="call_q2", timeout=20))
+    again = run(backend.run_code("'and the next'", call_id="call_q3", timeout=20))
+
+    assert (after.value, again.value) == ("'next'", "'and the next'")
 
 
 def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(

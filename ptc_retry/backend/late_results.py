@@ -13,6 +13,7 @@ failed.
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -35,8 +36,14 @@ class LateResults:
 
     def keep(self, entry: dict[str, Any]) -> None:
         """Carry ``entry`` (a ``host_result``) with the next request; a later entry for the
-        same call replaces an earlier one."""
+        same call replaces an earlier one. An entry that no message can carry (a lone
+        surrogate, nesting too deep to encode) is left out: it would stop every request."""
         key = (entry["program"], entry["k"])
+        try:
+            json.dumps(entry, ensure_ascii=False).encode("utf-8")
+        except (TypeError, ValueError, RecursionError) as exc:
+            log.info("the result of call %d of %s cannot be sent (%s): left out", *key[::-1], exc)
+            return
         self._kept.pop(key, None)  # a replaced entry goes to the end: the order they came in
         self._kept[key] = entry
         log.info("kept the result of call %d of %s for the kernel's recording", key[1], key[0])
