@@ -123,10 +123,14 @@ class HostTools:
 
     async def wait_for_threads(self, timeout: float) -> bool:
         """Wait, at most ``timeout`` seconds, for the sync functions of cancelled batches
-        that still run in their threads; True once none does."""
+        that still run in their threads; True once none does. Each is waited for once:
+        one that never returns holds back a single wait, not every later one (what it
+        returns, if it ever does, still goes to its ``completed``)."""
         if self._running:
-            await asyncio.wait(set(self._running), timeout=timeout)
-        return not self._running
+            waiting, self._running = self._running, set()
+            await asyncio.wait(waiting, timeout=timeout)
+            return all(thread.done() for thread in waiting)
+        return True
 
     async def _answer(self, call: dict[str, Any], completed: Completed | None) -> dict[str, Any]:
         call_id = call.get("id")
