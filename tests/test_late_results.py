@@ -193,7 +193,7 @@ def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
         await backend.transport.interrupt()  # a person presses stop
         return await running
 
-    stopped = run(stop_while_charging())
+    stopped = run(asyncio.wait_for(stop_while_charging(), BOUND))
     # Cancelled, the loop never read a text: it goes on with the program by its call id.
     line = offered(stopped) if stopped is not None else f'await ptc_retry.resume("{call_id}")'
     resumed = run(call(backend, raw(line), f"{call_id}_resumed", timeout=20))
