@@ -12,6 +12,7 @@ from typing import Any, Callable
 from ..core.notice import CUT_BEFORE_CODE, cut_after_arguments
 from ..core.partial import CutArguments, CutPlace, cut_arguments
 from .host_tools import HostTools
+from .late_results import LateResults
 from .results import (
     RUN_CODE,
     RUN_CODE_DESCRIPTION,
@@ -40,11 +41,13 @@ NOT_KEPT = (
 
 class CodeSession:
     """A code-mode backend's tools: ``run_code`` (running programs with ``run``) for the
-    model, and ``host_tools`` for its programs."""
+    model, and ``host_tools`` for its programs, with ``late_results``, what they completed
+    that the kernel never took."""
 
     def __init__(self, run: RunCode) -> None:
         self.run = run
         self.host_tools = HostTools()
+        self.late_results = LateResults()
         self.tools = {
             RUN_CODE: Tool(RUN_CODE, RUN_CODE_DESCRIPTION, RUN_CODE_PARAMETERS, self._run_code)
         }

@@ -15,11 +15,12 @@ from typing import Any, Callable
 from ..core.errors import BackendError
 from ..core.layout import checkpoint_path, sanitize
 from ..core.notice import parse_notice, resume_call
-from ..core.protocol import METADATA_KEY, execute_request
+from ..core.protocol import METADATA_KEY, TOOL_RESULTS, execute_request
 from ..core.session_files import calls_sent_as
 from .capture import Capture, strip_ansi
 from .host_tools import HostTools
 from .input_requests import InputRequests
+from .late_results import LateResults
 from .results import RunResult, join_notes
 from .transport import Transport
 
@@ -31,6 +32,9 @@ log = logging.getLogger(__name__)
 #: backend is not shutting down: a local kernel's death, or a shutdown, ends a running call
 #: within about this long. Behind a gateway, the gateway's own notice of a death decides.
 POLL_INTERVAL = 0.5
+#: Seconds a program without a timeout waits, before it is sent, for host calls of earlier
+#: programs that still run in worker threads (see ``Execution._host_calls_returned``).
+THREADS_WAIT = 60.0
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,8 @@ class ExecutionSettings:
     #: The host's tools programs may call; while there are any, the request allows stdin
     #: and carries their catalog.
     tools: HostTools | None = None
+    #: Results of the host's tools the kernel never took, carried by the next request.
+    late_results: LateResults | None = None
 
 
 class Execution:
@@ -79,15 +85,38 @@ class Execution:
         self.status: str | None = None  # set when the backend decides it (timeout, died)
         self.restarted = False
         self.msg_id: str | None = None
-        self.input_requests = InputRequests(kernel, settings.tools or HostTools())
+        self.cancelled = False  # the caller gave up on it
+        self.input_requests = InputRequests(
+            kernel, settings.tools or HostTools(), settings.late_results
+        )
+        #: The late results this request carries to the kernel.
+        self._carried: list[dict[str, Any]] = []
 
     async def run(self) -> RunResult:
+        await self._host_calls_returned()
         prelude = await self._revive()
         result = await self._execute()
         if prelude is not None:
             result.text = join_notes([prelude, result.text])
             result.restarted = True
         return result
+
+    async def _host_calls_returned(self) -> None:
+        """Wait until the host calls of earlier programs that still run in worker threads
+        have returned (at most this call's timeout, else ``THREADS_WAIT``), so that what
+        they return goes with this request: a resume of their program must not make them
+        again while they still run."""
+        tools = self.settings.tools
+        if tools is None:
+            return
+        wait = self.timeout if self.timeout is not None else THREADS_WAIT
+        if not await tools.wait_for_threads(wait):
+            log.info(
+                "host calls of an earlier program still run after %g s: call %s goes on; "
+                "their results go with a later program",
+                wait,
+                self.request.get("call_id"),
+            )
 
     async def _revive(self) -> str | None:
         """Restart a kernel that died since the last call; the note that says so, or None."""
@@ -134,7 +163,7 @@ class Execution:
                     continue
                 msg_type = message["msg_type"]
                 if msg_type == "execute_reply":
-                    self.reply = message
+                    self._replied(message)
                 elif msg_type == "status":
                     idle = idle or message["content"].get("execution_state") == "idle"
                 elif msg_type == "input_request":
@@ -143,13 +172,33 @@ class Execution:
                     self._output(msg_type, message["content"])
         except asyncio.CancelledError:
             # The caller gave up: stop the program too, so the kernel is free for the next call.
+            self.cancelled = True
             await self.input_requests.cancel()
             await self._interrupt("was cancelled by its caller")
             raise
         finally:
             # Whatever ended the program (its reply, a death, a shutdown) ends its tool calls.
             await self.input_requests.cancel()
+            self.input_requests.end(stopped=self._stopped())
         return self._result(time.monotonic() - started)
+
+    def _replied(self, message: dict[str, Any]) -> None:
+        """The execute_reply: the kernel read this request, and the late results it carried."""
+        self.reply = message
+        late = self.settings.late_results
+        if late is not None and self._carried:
+            late.delivered(self._carried)
+            self._carried = []
+
+    def _stopped(self) -> bool:
+        """Whether the program may have stopped waiting for a tool reply as it went out: it
+        was interrupted, timed out, cancelled, or its kernel died or gave no reply."""
+        if self.interrupted or self.cancelled or self.restarted or self.reply is None:
+            return True
+        metadata = self.reply.get("metadata", {}).get(METADATA_KEY)
+        if isinstance(metadata, dict):
+            return metadata.get("status") == "interrupted"
+        return self.reply["content"].get("ename") == "KeyboardInterrupt"
 
     def _request(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The execute_request's content and metadata: with host tools, stdin is allowed and
@@ -158,6 +207,10 @@ class Execution:
         if not tools:
             return execute_request(self.code), {METADATA_KEY: self.request}
         request = {**self.request, "tools": tools.catalog()}
+        late = self.settings.late_results
+        # A blank cell never reaches the kernel's hooks: the results wait for the next one.
+        if late and self.code and not self.code.isspace():
+            self._carried = request[TOOL_RESULTS] = late.entries()
         return execute_request(self.code, allow_stdin=True), {METADATA_KEY: request}
 
     async def _interrupt(self, why: str) -> None:
@@ -235,7 +288,7 @@ class Execution:
             if message is None:
                 return
             if message["msg_type"] == "execute_reply":
-                self.reply = message
+                self._replied(message)
             elif message["msg_type"] not in ("status", "execute_input", "input_request"):
                 self._output(message["msg_type"], message["content"])
 

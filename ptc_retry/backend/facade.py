@@ -526,6 +526,7 @@ class KernelBackend:
                 checkpoints=self.kernel_session_dir,
                 resume_hint=self.mode == "code",  # native mode: the journal's notice follows
                 tools=self._code.host_tools,
+                late_results=self._code.late_results,
             )
             restart, closing = self._restart, lambda: self._closing
             execution = Execution(

@@ -16,9 +16,12 @@ from ..core.schema import signature_text
 from ..native.definitions import first_paragraph, signature_schema
 from .results import json_kind
 
-__all__ = ["HostTool", "HostTools"]
+__all__ = ["Completed", "HostTool", "HostTools"]
 
 log = logging.getLogger(__name__)
+
+#: ``completed(call, result)``: told of each call whose function returned a JSON result.
+Completed = Callable[[dict[str, Any], Any], None]
 
 #: JSON schema types, as a signature line shows them (and as the checks name them).
 _CHECKS: dict[str, Callable[[Any], bool]] = {
@@ -51,6 +54,8 @@ class HostTools:
 
     def __init__(self) -> None:
         self._tools: dict[str, HostTool] = {}
+        #: Sync functions of cancelled batches that still run in their threads.
+        self._running: set[asyncio.Future[Any]] = set()
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -102,23 +107,42 @@ class HostTools:
         self._tools[tool_name] = tool
         return tool
 
-    async def answer(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    async def answer(
+        self, calls: list[dict[str, Any]], completed: Completed | None = None
+    ) -> list[dict[str, Any]]:
         """The results of one batch of calls, made concurrently, in the order of ``calls``.
 
         Each is ``{"id", "ok": True, "result"}`` or ``{"id", "ok": False, "error"}``; nothing
-        a call does raises here (cancelling the batch cancels its calls).
+        a call does raises here. Cancelling the batch cancels its async functions; a sync
+        one runs on in its thread to its end (``wait_for_threads`` waits for it).
+        ``completed(call, result)`` is called for each call whose function returned a JSON
+        result, as it returns: also for a sync function that returns after its batch was
+        cancelled, and never for one that raised.
         """
-        return list(await asyncio.gather(*(self._answer(call) for call in calls)))
+        return list(await asyncio.gather(*(self._answer(call, completed) for call in calls)))
 
-    async def _answer(self, call: dict[str, Any]) -> dict[str, Any]:
+    async def wait_for_threads(self, timeout: float) -> bool:
+        """Wait, at most ``timeout`` seconds, for the sync functions of cancelled batches
+        that still run in their threads; True once none does. Each is waited for once:
+        one that never returns holds back a single wait, not every later one (what it
+        returns, if it ever does, still goes to its ``completed``)."""
+        if self._running:
+            waiting, self._running = self._running, set()
+            await asyncio.wait(waiting, timeout=timeout)
+            return all(thread.done() for thread in waiting)
+        return True
+
+    async def _answer(self, call: dict[str, Any], completed: Completed | None) -> dict[str, Any]:
         call_id = call.get("id")
         try:
-            result = await self._call(call)
+            result = await self._call(call, completed)
         except _Refused as refused:
             return {"id": call_id, "ok": False, "error": str(refused)}
+        if completed is not None:
+            completed(call, result)
         return {"id": call_id, "ok": True, "result": result}
 
-    async def _call(self, call: dict[str, Any]) -> Any:
+    async def _call(self, call: dict[str, Any], completed: Completed | None) -> Any:
         name, arguments = call.get("tool"), call.get("arguments")
         tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
@@ -130,26 +154,66 @@ class HostTools:
             if tool.is_async:
                 result = await tool.function(**arguments)
             else:
-                # A worker thread, so that a slow function keeps neither the loop nor the
-                # other calls of its batch waiting.
-                result = await asyncio.to_thread(tool.function, **arguments)
+                result = await self._in_thread(tool, arguments, call, completed)
                 if inspect.isawaitable(result):
                     result = await result
         except Exception as exc:
             log.info("host tool %r raised %s", tool.name, type(exc).__name__, exc_info=True)
             raise _Refused(f"{type(exc).__name__}: {exc}") from None
+        return _json_result(result)
+
+    async def _in_thread(
+        self,
+        tool: HostTool,
+        arguments: dict[str, Any],
+        call: dict[str, Any],
+        completed: Completed | None,
+    ) -> Any:
+        """``tool``'s sync function, run in a worker thread, so that a slow function keeps
+        neither the loop nor the other calls of its batch waiting. A thread cannot be
+        stopped: when the batch is cancelled the function runs on, and what it returns
+        still goes to ``completed`` (the host did make that call)."""
+        running = asyncio.ensure_future(asyncio.to_thread(tool.function, **arguments))
         try:
-            json.dumps(result)
-        except (TypeError, ValueError) as exc:
-            raise _Refused(
-                f"its result is not JSON ({exc}): a host tool must return str, int, float, "
-                "bool, None, or lists and dicts of them"
-            ) from None
-        return result
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            # Also when it has just returned: its result is not lost to the cancellation.
+            self._running.add(running)
+            running.add_done_callback(lambda done: self._returned_late(call, done, completed))
+            raise
+
+    def _returned_late(
+        self, call: dict[str, Any], done: asyncio.Future[Any], completed: Completed | None
+    ) -> None:
+        self._running.discard(done)
+        if done.cancelled() or done.exception() is not None or completed is None:
+            return
+        result = done.result()
+        if inspect.isawaitable(result):  # nobody is left to await it
+            log.info(
+                "host tool %r returned an awaitable after its batch was cancelled", call.get("tool")
+            )
+            return
+        try:
+            completed(call, _json_result(result))
+        except _Refused:
+            pass  # not a result the program could have had
 
 
 class _Refused(Exception):
     """A call that gives the program an error instead of a result; the message says why."""
+
+
+def _json_result(result: Any) -> Any:
+    """``result``, once it is known to be JSON; _Refused, saying what to return, if not."""
+    try:
+        json.dumps(result)
+    except (TypeError, ValueError) as exc:
+        raise _Refused(
+            f"its result is not JSON ({exc}): a host tool must return str, int, float, "
+            "bool, None, or lists and dicts of them"
+        ) from None
+    return result
 
 
 def _check_signature(function: Callable[..., Any], name: str) -> None:

@@ -19,8 +19,9 @@ import logging
 import time
 from typing import Any
 
-from ..core.protocol import execute_request, parse_tool_request, tool_reply
+from ..core.protocol import execute_request, host_result, parse_tool_request, tool_reply
 from .host_tools import HostTools
+from .late_results import Key, LateResults
 from .transport import Transport
 
 __all__ = ["EOF", "InputRequests", "stdin_connected"]
@@ -79,13 +80,21 @@ class InputRequests:
     One batch is pending at a time: the kernel waits for the reply to its latest request
     only, so a new request (or ``cancel``) abandons the one before. An abandoned batch's
     calls are cancelled (a function in a worker thread runs to its end) and its results
-    are never sent.
+    are never sent. What the host completed and the kernel may not have taken goes to
+    ``late`` when the execution ends (see ``end``).
     """
 
-    def __init__(self, kernel: Transport, tools: HostTools) -> None:
+    def __init__(
+        self, kernel: Transport, tools: HostTools, late: LateResults | None = None
+    ) -> None:
         self.kernel = kernel
         self.tools = tools
+        self.late = late
         self._pending: asyncio.Task[None] | None = None
+        #: The results the host completed for this execution, and those whose reply went out.
+        self._completed: dict[Key, dict[str, Any]] = {}
+        self._sent: set[Key] = set()
+        self._ended = False
 
     async def handle(self, request: dict[str, Any]) -> None:
         """Answer ``request``, an input_request of the running program: EOF at once, or
@@ -110,14 +119,46 @@ class InputRequests:
         task.cancel()
         await asyncio.wait([task], timeout=_CANCEL_WAIT)
 
+    def end(self, *, stopped: bool) -> None:
+        """The execution is over: keep in ``late`` each result the kernel may not have
+        taken. That is each one whose reply never went out (its batch was abandoned, or its
+        function returned after the execution ended) and, when the program was ``stopped``
+        (an interrupt, a time limit, a death: the kernel may have given up on a reply as it
+        went out), each one it completed."""
+        self._ended = True
+        if self.late is not None:
+            for key, entry in self._completed.items():
+                if stopped or key not in self._sent:
+                    self.late.keep(entry)
+        self._completed.clear()
+
     async def _answer(self, calls: list[dict[str, Any]], request: dict[str, Any]) -> None:
-        results = await self.tools.answer(calls)
+        results = await self.tools.answer(calls, self._host_completed)
         if asyncio.current_task() is self._pending:  # not abandoned meanwhile
             self._pending = None
-            await self._reply(tool_reply(results), request)
+            if await self._reply(tool_reply(results), request):
+                self._sent.update(key for key in map(_key, calls) if key is not None)
 
-    async def _reply(self, value: str, request: dict[str, Any]) -> None:
+    def _host_completed(self, call: dict[str, Any], result: Any) -> None:
+        entry = host_result(call, result)
+        if entry is None or self.late is None:
+            return
+        if self._ended:  # a sync function that returned after its execution ended
+            self.late.keep(entry)
+        else:
+            self._completed[(entry["program"], entry["k"])] = entry
+
+    async def _reply(self, value: str, request: dict[str, Any]) -> bool:
+        """Send ``value``; False when it could not be sent."""
         try:
             await self.kernel.send_input_reply(value, request)
         except Exception as exc:  # the kernel or gateway went away: the execution notices
             log.info("could not answer the kernel's input_request: %s", exc)
+            return False
+        return True
+
+
+def _key(call: dict[str, Any]) -> Key | None:
+    """The recording line a call names, if it names one."""
+    entry = host_result(call, None)
+    return None if entry is None else (entry["program"], entry["k"])

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from .layout import TOOL_CALLS, reference, tool_calls_name
+from .session_files import latest_calls
 
 FAILED = frozenset({"error", "interrupted"})
 RESTART = "kernel restarted"
@@ -129,8 +130,8 @@ def format_tool_calls(records: Sequence[dict[str, Any]], call_id: str) -> str:
     show`` print it after the program: Python comments, one row a call in order."""
     where = f"{TOOL_CALLS}/{tool_calls_name(call_id)}"
     rows = [["k", "tool", "status", "seconds", "reused"]]
-    numbered = [line for line in records if isinstance(line.get("k"), int)]
-    for line in sorted(numbered, key=lambda line: line["k"]):
+    numbered = latest_calls(records)
+    for line in numbered:
         duration = line.get("duration")
         seconds = f"{duration:.3f}" if isinstance(duration, (int, float)) else "?"
         reused = line.get("reused_from") if line.get("reused") else ""

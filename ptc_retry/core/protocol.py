@@ -45,8 +45,10 @@ TOOL_PROMPT = "\x00ptc-retry tools v1 "
 def tool_request(calls: list[dict[str, Any]]) -> str:
     """The prompt of an input_request that asks the client to make ``calls``.
 
-    Each call is ``{"id": int, "tool": str, "arguments": {...}}``; ids are unique within
-    the batch.
+    Each call is ``{"id": int, "tool": str, "arguments": {...}, "program": str | None,
+    "k": int}``; ids are unique within the batch. ``program`` (the call id of the running
+    program, None when it has no checkpoint) and ``k`` (the call's place among its calls)
+    name the recording line the call gets: see ``host_result``.
     """
     return TOOL_PROMPT + json.dumps({"calls": calls}, ensure_ascii=False)
 
@@ -79,3 +81,31 @@ def parse_tool_reply(value: str) -> list[dict[str, Any]]:
     if not isinstance(results, list) or not all(isinstance(r, dict) for r in results):
         raise ValueError("a tool reply holds a list of results")
     return results
+
+
+# -- results the kernel never took ------------------------------------------------------------
+#
+# A call can complete on the host after the kernel stopped waiting for it (a time limit, an
+# interrupt, the kernel's death): the kernel recorded it as failed, or not at all. The host
+# keeps what it completed and sends it with its next execute_request, as
+# metadata["ptc_retry"]["tool_results"], a list of host_result entries; the kernel appends each
+# to the program's recording, where the last line of a call wins.
+
+#: The request metadata key that carries the results the kernel never took.
+TOOL_RESULTS = "tool_results"
+
+
+def host_result(call: dict[str, Any], result: Any) -> dict[str, Any] | None:
+    """The ``tool_results`` entry saying that the host completed ``call`` (a call of a tool
+    request) with ``result``: ``{"program", "k", "tool", "arguments", "result"}``; None when
+    the call names no recording line (it has no ``program`` or no ``k`` of at least 1)."""
+    program, k = call.get("program"), call.get("k")
+    if not isinstance(program, str) or isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        return None
+    return {
+        "program": program,
+        "k": k,
+        "tool": call.get("tool"),
+        "arguments": call.get("arguments"),
+        "result": result,
+    }

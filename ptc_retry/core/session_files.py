@@ -350,6 +350,20 @@ def read_tool_calls(directory: Dir, call_id: str) -> list[dict[str, Any]]:
     return records
 
 
+def latest_calls(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The last line of each call of a recording (lines with an int ``k``), in ``k`` order.
+
+    A call can have several lines: the kernel's, then the host's, appended when the host
+    completed a call whose result the kernel never took. The last one is the truth.
+    """
+    latest: dict[int, dict[str, Any]] = {}
+    for line in records:
+        k = line.get("k")
+        if isinstance(k, int) and not isinstance(k, bool):
+            latest[k] = line
+    return [latest[k] for k in sorted(latest)]
+
+
 def append_lines(directory: Dir, name: str, data: bytes) -> None:
     """Append ``data`` (whole lines) to ``directory/name``, created 0600, never through a link.
 

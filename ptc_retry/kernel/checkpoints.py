@@ -167,13 +167,14 @@ class Checkpoints:
             return False
         return True
 
-    def record_tool_call(self, call: Call, line: dict[str, Any]) -> None:
-        """Append ``line`` to the recording of ``call``'s tool calls."""
+    def record_tool_call(self, call: Call | str, line: dict[str, Any]) -> None:
+        """Append ``line`` to the recording of the tool calls of ``call`` (or its call id)."""
+        call_id = call if isinstance(call, str) else call.id
         if self.store is not None:
             try:
-                self.store.record_tool_call(call.id, line)
+                self.store.record_tool_call(call_id, line)
             except _STORE_ERRORS as exc:
-                self._failed(f"could not record the tool calls of {call.id}", exc)
+                self._failed(f"could not record the tool calls of {call_id}", exc)
 
     def tool_calls(self, call_id: str) -> list[dict[str, Any]]:
         """The recorded tool calls of ``call_id``; [] (and a warning) when unreadable."""

@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 from ..core.guard import RepeatedFailureGuard, refusal_message
 from ..core.notice import CUT_BEFORE_CODE, failure_notice, partial_notice, short_failure_notice
 from ..core.partial import cut_arguments
+from ..core.protocol import TOOL_RESULTS
 from ..core.store import CheckpointStore
 from ..core.time_limit import TimeLimit, read_limit
 from . import host
 from .catalog import Catalogs
 from .checkpoints import Checkpoints
 from .config import PtcRetry
+from .host_results import record_host_results
 from .magics import MAGIC_NAMES, PtcRetryMagics, is_person_reset, only_own_magics
 from .refusal import (
     CallCutOff,
@@ -115,6 +117,8 @@ class PtcRetryExtension:
                 running.catalog = self.tool_catalogs.read(catalog)
                 self._offer_tools()
         try:
+            if outermost:
+                self._record_host_results(request)
             if partial:
                 self._cut_off(running, request)
             elif outermost and not running.own_magics:
@@ -128,6 +132,19 @@ class PtcRetryExtension:
             running.stopped_before_start = True
             logger.info("interrupted while %s was being saved: it did not run", _name(running))
             self._refuser.refuse(InterruptedBeforeRun())
+
+    def _record_host_results(self, request: Request) -> None:
+        """The results the host completed after their programs stopped waiting go into
+        those programs' recordings, before this program runs: a resume it makes reuses
+        them. A failure here is said once and never stops the program."""
+        entries = request.fields.get(TOOL_RESULTS)
+        if not entries:
+            return
+        try:
+            record_host_results(self.checkpoints, entries)
+        except Exception as exc:
+            logger.info("could not record the host's tool results", exc_info=True)
+            self.warn_once(f"could not record the host's tool results ({type(exc).__name__})")
 
     def _cut_off(self, running: Running, request: Request) -> None:
         """A call cut off mid-stream (``KernelBackend.handle_partial_tool_call``): the start

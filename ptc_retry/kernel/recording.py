@@ -20,6 +20,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core.session_files import latest_calls
+
 #: The tool name of a ``@ptc_retry.recorded`` function: ``recorded:<module>.<qualname>``.
 RECORDED = "recorded:"
 
@@ -154,19 +156,17 @@ class RecordedCalls:
 def in_order(lines: Iterable[dict[str, Any]], total: int | None = None) -> RecordedCalls:
     """One recording's calls by ``k``, up to the first ``k`` that has no line.
 
-    When several lines carry the same ``k``, the last one wins: a later line is a later word
-    on the same call (the host's, when it completed a call the kernel saw fail). ``total``
-    is how many calls the program made, when its history line says so.
+    When several lines carry the same ``k``, the last one wins (:func:`latest_calls`: the
+    host's, when it completed a call the kernel saw fail). ``total`` is how many calls the
+    program made, when its history line says so.
     """
-    by_k: dict[int, dict[str, Any]] = {}
-    for line in lines:
-        k = line.get("k")
-        if isinstance(k, int) and not isinstance(k, bool) and k > 0:
-            by_k[k] = line
+    latest = [line for line in latest_calls(lines) if line["k"] > 0]
     ordered: list[dict[str, Any]] = []
-    while len(ordered) + 1 in by_k:
-        ordered.append(by_k[len(ordered) + 1])
-    complete = len(ordered) == len(by_k) and (total is None or len(ordered) >= total)
+    for line in latest:
+        if line["k"] != len(ordered) + 1:
+            break
+        ordered.append(line)
+    complete = len(ordered) == len(latest) and (total is None or len(ordered) >= total)
     return RecordedCalls(ordered, complete)
 
 

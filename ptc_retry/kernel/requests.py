@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.protocol import METADATA_KEY
+from ..core.protocol import METADATA_KEY, TOOL_RESULTS
 
 # Request metadata fields and their types; a field of another type is ignored.
 _REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
@@ -19,6 +19,7 @@ _REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
     "new_instruction": (bool,),
     "time_limit": (int, float),
     "tools": (list,),
+    TOOL_RESULTS: (list,),
     "partial": (bool,),
 }
 

@@ -182,8 +182,17 @@ class ProgramCalls:
         batch, self._batch = self._batch, []
         if not batch:
             return
+        program = self.running.call.id if self.running.call is not None else None
+        # "program" and "k" name the recording line each call gets, so that a host that
+        # completes a call whose result never arrives can say so with the next request.
         calls = [
-            {"id": index, "tool": record.tool, "arguments": record.arguments}
+            {
+                "id": index,
+                "tool": record.tool,
+                "arguments": record.arguments,
+                "program": program,
+                "k": record.k,
+            }
             for index, (record, _) in enumerate(batch)
         ]
         try:

@@ -1,0 +1,347 @@
+"""Tool calls the host completed after the kernel stopped waiting for them (a time limit, an
+interrupt, its caller giving up, the kernel's death): the next request carries their results
+to the kernel, so that the resume the model is offered makes none of them again.
+
+Each backend test follows the model's path: the program is a ``run_code`` call, the next
+call is exactly the one its text offers, and the host's tools count their calls. They run on
+a local kernel and behind a real Kernel Gateway. The kernel's own rules (what it appends, and
+what it leaves out) are pinned on a kernel the test answers itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ptc_retry.backend import KernelBackend
+from ptc_retry.core.history_table import format_tool_calls
+from ptc_retry.core.protocol import TOOL_RESULTS
+from ptc_retry.kernel.recording import CallRecord, Reuse
+
+from . import test_backend_transports as transports
+from .helpers import Kernel, Run, raw
+from .test_tools_kernel import Host as Answering
+
+# The transports' fixtures: each backend test runs on a local kernel and behind a gateway.
+roots, gateway, transport, options = (
+    transports.roots,
+    transports.gateway,
+    transports.transport,
+    transports.options,
+)
+
+#: What the text of a stopped program offers the model to send next.
+OFFERED = re.compile(r'await ptc_retry\.resume\("(?:[^"\\]|\\.)*"\)')
+#: Seconds within which each call of these tests must end (hang tests fail on this bound).
+BOUND = 40
+
+
+class Shop:
+    """The agent's side: tools with side effects, counted on the host."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.kernel_pid: int | None = None
+        self.first_slow: set[str] = set()  # tools whose next call is slow (and maybe fails)
+        self.let_go = threading.Event()
+
+    def note(self, text: str) -> str:
+        """Write a line to the audit log."""
+        self.calls["note"] += 1
+        return f"noted {text}"
+
+    def charge(self, order: int, seconds: float) -> str:
+        """Charge an order (a slow payment API)."""
+        self.calls["charge"] += 1
+        time.sleep(seconds)
+        return f"receipt {order}"
+
+    def pay(self, order: int) -> str:
+        """Pay an order; the kernel dies just before the result goes back."""
+        self.calls["pay"] += 1
+        assert self.kernel_pid is not None
+        os.kill(self.kernel_pid, signal.SIGKILL)
+        return f"paid {order}"
+
+    async def reserve(self, item: str) -> str:
+        """Reserve an item (async); slow the first time."""
+        self.calls["reserve"] += 1
+        if "reserve" in self.first_slow:
+            self.first_slow.discard("reserve")
+            await asyncio.sleep(30)
+        return f"reserved {item}"
+
+    def refund(self, order: int) -> str:
+        """Refund an order (sync); the first time it fails, after a while."""
+        self.calls["refund"] += 1
+        if "refund" in self.first_slow:
+            self.first_slow.discard("refund")
+            time.sleep(1.5)
+            raise ConnectionError("the bank is down")
+        return f"refunded {order}"
+
+    def stall(self) -> str:
+        """Hang (a sync API that never answers) until the test lets it go."""
+        self.calls["stall"] += 1
+        self.let_go.wait(BOUND)
+        return "answered at last"
+
+    def quote(self, seconds: float) -> str:
+        """A review, slowly, cut inside an emoji by the API it comes from."""
+        self.calls["quote"] += 1
+        time.sleep(seconds)
+        return "Great job \ud83d"
+
+    def tools(self) -> list[Any]:
+        return [self.note, self.charge, self.pay, self.reserve, self.refund, self.stall, self.quote]
+
+
+@pytest.fixture(scope="module")
+def shop(transport: str) -> Shop:
+    return Shop()
+
+
+@pytest.fixture(scope="module")
+def backend(shop: Shop, options: dict[str, Any], run: Run[Any]) -> Iterator[KernelBackend]:
+    kb = KernelBackend(tools=shop.tools(), interrupt_grace=2, **options)
+    run(kb.start())
+    yield kb
+    run(kb.shutdown())
+
+
+def program(*lines: str) -> str:
+    """A program over ``notice_min_bytes``, so that its notice offers ``resume``."""
+    head = "# An order's checkout: every tool call below has a side effect on the host.\n" * 3
+    return head + "\n".join(lines) + "\n"
+
+
+async def call(kb: KernelBackend, code: str, call_id: str, **options: Any) -> str:
+    """One ``run_code`` call of the model, bounded."""
+    return await asyncio.wait_for(kb.handle_tool_call("run_code", code, call_id, **options), BOUND)
+
+
+def offered(text: str) -> str:
+    """The one call the text of a stopped program tells the model to send."""
+    (line,) = OFFERED.findall(text.splitlines()[-1])
+    return line
+
+
+def late_lines(kb: KernelBackend, call_id: str) -> list[dict[str, Any]]:
+    assert kb.session_dir is not None
+    path = kb.session_dir / "tool-calls" / f"{call_id}.jsonl"
+    lines = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    return [line for line in lines if line.get("late")]
+
+
+def test_a_sync_tool_that_outlives_the_time_limit_is_not_made_again_by_the_resume(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    code = program(
+        "logged = await tools.note(text='checkout 7')",
+        "receipt = await tools.charge(order=7, seconds=3)",
+        "print(logged, receipt)",
+    )
+    started = time.monotonic()
+
+    stopped = run(call(backend, raw(code), "call_t1", timeout=1))
+
+    assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
+    assert time.monotonic() - started < 3  # the kernel stopped waiting; the charge went on
+    resumed = run(call(backend, raw(offered(stopped)), "call_t2", timeout=20))
+
+    assert resumed.startswith("noted checkout 7 receipt 7"), resumed
+    assert "1 tool result reused" in resumed
+    assert shop.calls == {"note": 1, "charge": 1}
+    (line,) = late_lines(backend, "call_t1")
+    assert (line["k"], line["tool"], line["arguments"]) == (2, "charge", {"order": 7, "seconds": 3})
+    assert (line["ok"], line["result"], line["statement"]) == (True, "receipt 7", 1)
+
+
+@pytest.mark.parametrize("stop", ["interrupt", "cancel"])
+def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
+    backend: KernelBackend, shop: Shop, run: Run[Any], stop: str
+) -> None:
+    shop.calls.clear()
+    code = program(
+        "receipt = await tools.charge(order=8, seconds=1.5)",
+        "logged = await tools.note(text=receipt)",
+        "print(logged)",
+    )
+    call_id = f"call_{stop}"
+
+    async def stop_while_charging() -> str | None:
+        running = asyncio.ensure_future(call(backend, raw(code), call_id))
+        while not shop.calls["charge"]:
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)  # the charge runs in its thread
+        if stop == "cancel":  # the agent's loop gives up on the call
+            running.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await running
+            return None
+        await backend.transport.interrupt()  # a person presses stop
+        return await running
+
+    stopped = run(asyncio.wait_for(stop_while_charging(), BOUND))
+    # Cancelled, the loop never read a text: it goes on with the program by its call id.
+    line = offered(stopped) if stopped is not None else f'await ptc_retry.resume("{call_id}")'
+    resumed = run(call(backend, raw(line), f"{call_id}_resumed", timeout=20))
+
+    assert resumed.startswith("noted receipt 8"), resumed
+    assert shop.calls == {"charge": 1, "note": 1}
+    assert [line["tool"] for line in late_lines(backend, call_id)] == ["charge"]
+
+
+def test_what_the_host_did_not_complete_is_made_again(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    shop.calls.clear()
+    shop.first_slow.update({"reserve", "refund"})
+    code = program(
+        "import asyncio",
+        "done = await asyncio.gather(tools.reserve(item='lamp'), tools.refund(order=9))",
+        "print(done)",
+    )
+
+    stopped = run(call(backend, raw(code), "call_n1", timeout=1))
+    # The async reserve was cancelled; the sync refund raised after the program stopped.
+    resumed = run(call(backend, raw(offered(stopped)), "call_n2", timeout=20))
+
+    assert resumed.startswith("['reserved lamp', 'refunded 9']"), resumed
+    assert shop.calls == {"reserve": 2, "refund": 2}
+    assert "reused" not in resumed
+    assert late_lines(backend, "call_n1") == []
+
+
+def test_a_sync_tool_that_never_returns_holds_the_next_program_back_only_its_timeout(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    shop.calls.clear()
+    stopped = run(call(backend, raw("await tools.stall()"), "call_h1", timeout=1))
+    assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
+    started = time.monotonic()
+    try:
+        after = run(backend.run_code("'next'", call_id="call_h2", timeout=2))
+        waited = time.monotonic() - started
+        then = run(backend.run_code("'then'", call_id="call_h3", timeout=6))
+        waited_then = time.monotonic() - started - waited
+    finally:
+        shop.let_go.set()
+
+    assert (after.value, then.value) == ("'next'", "'then'")
+    assert 1.5 < waited < 10  # it waited for the stalled call, then went on without it
+    assert waited_then < 4  # once: a call that never returns holds back one program, not 6 s
+    assert shop.calls == {"stall": 1}
+
+
+def test_a_late_result_no_message_can_carry_never_stops_the_next_program(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    stopped = run(call(backend, raw("await tools.quote(seconds=1.5)"), "call_q1", timeout=1))
+    assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
+
+    after = run(backend.run_code("'next'", call_id="call_q2", timeout=20))
+    again = run(backend.run_code("'and the next'", call_id="call_q3", timeout=20))
+
+    assert (after.value, again.value) == ("'next'", "'and the next'")
+
+
+def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    """Last: it kills the kernel (the backend restarts it)."""
+    shop.calls.clear()
+    pid = run(backend.run_code("import os\nos.getpid()", call_id="call_pid")).value
+    shop.kernel_pid = int(pid or 0)
+    code = program(
+        "logged = await tools.note(text='order 10')",
+        "paid = await tools.pay(order=10)",
+        "print(logged, paid)",
+    )
+
+    died = run(call(backend, raw(code), "call_k1"))
+
+    assert backend.last_result is not None and backend.last_result.status == "died", died
+    shop.kernel_pid = None  # the kernel is another one now: pay must not run again
+    resumed = run(call(backend, raw(offered(died)), "call_k2", timeout=20))
+
+    assert "the kernel restarted after call_k1 ran" in resumed  # the whole program runs
+    assert "noted order 10 paid 10" in resumed
+    assert "2 tool results reused" in resumed
+    assert shop.calls == {"note": 1, "pay": 1}
+    (line,) = late_lines(backend, "call_k1")
+    assert (line["k"], line["tool"], line["statement"]) == (2, "pay", None)
+
+
+# -- the kernel's rules ----------------------------------------------------------------------
+
+
+def test_a_calls_last_line_counts_for_reuse_and_the_listing() -> None:
+    interrupted = {
+        "k": 1, "tool": "charge", "arguments": {"order": 7}, "ok": False,
+        "error": "interrupted while it ran", "duration": 1.0, "reused": False, "statement": 0,
+    }  # fmt: skip
+    noted = {"k": 2, "tool": "note", "arguments": {}, "ok": True, "result": "n", "statement": 0}
+    late = {**interrupted, "ok": True, "result": "receipt 7", "late": True}
+    del late["error"]
+    records = [interrupted, noted, late]
+
+    reuse = Reuse(records, call_id="c1", source="#1")
+
+    assert reuse.take(CallRecord(1, "charge", {"order": 7}, 0)) is late
+    assert reuse.take(CallRecord(2, "note", {}, 0)) is noted
+    listing = format_tool_calls(records, "c1").splitlines()
+    assert listing[0].startswith("# tool calls: 2 ")
+    assert [row.split()[1:4] for row in listing[2:]] == [["1", "charge", "ok"], ["2", "note", "ok"]]
+
+
+def _recording(root: Path, call_id: str) -> list[dict[str, Any]]:
+    path = root / "test" / "tool-calls" / f"{call_id}.jsonl"
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
+def test_the_kernel_appends_only_what_its_recording_lacks(
+    kernel: Kernel, checkpoint_root: Path
+) -> None:
+    host = Answering()
+    host.failing.add("db")
+    code = (
+        "a = await tools.double(x=1)\n"
+        "try:\n    await tools.flaky(key='db')\nexcept ptc_retry.ToolError:\n    pass"
+    )
+    assert host.run(kernel, code, call_id="p1").status == "ok"
+    before = _recording(checkpoint_root, "p1")
+    entries: list[Any] = [
+        {"program": "p1", "k": 1, "tool": "double", "arguments": {"x": 1}, "result": 99},
+        {"program": "p1", "k": 2, "tool": "flaky", "arguments": {"key": "other"}, "result": 1},
+        {"program": "nowhere", "k": 1, "tool": "double", "arguments": {"x": 1}, "result": 2},
+        {"program": "p1", "k": 2, "tool": "flaky"},
+        "not an entry",
+        {"program": "p1", "k": 3, "tool": "recorded:__main__.f", "arguments": {}, "result": 1},
+        {"program": "p1", "k": 2, "tool": "flaky", "arguments": {"key": "db"}, "result": "up"},
+    ]
+
+    after = host.run(kernel, "'ran'", **{TOOL_RESULTS: entries})
+
+    assert (after.status, after.result, after.stderr) == ("ok", "'ran'", "")
+    lines = _recording(checkpoint_root, "p1")
+    assert lines[: len(before)] == before
+    # Only the last entry: k 1 had succeeded, the others were of another call, of no
+    # program, malformed, or of a function the kernel runs.
+    (late,) = lines[len(before) :]
+    assert (late["k"], late["tool"], late["arguments"]) == (2, "flaky", {"key": "db"})
+    assert (late["ok"], late["result"], late["late"]) == (True, "up", True)
+    assert late["statement"] == before[1]["statement"] == 1
+    again = host.run(kernel, "'again'", **{TOOL_RESULTS: entries})
+    assert again.result == "'again'" and _recording(checkpoint_root, "p1") == lines
