@@ -27,7 +27,7 @@ import pytest
 from ptc_retry.backend import KernelBackend
 from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.protocol import TOOL_RESULTS
-from ptc_retry.kernel.recording import CallRecord, Reuse
+from ptc_retry.kernel.recording import CallRecord, Reuse, in_order
 
 from . import test_backend_transports as transports
 from .helpers import Kernel, Run, raw
@@ -297,7 +297,7 @@ def test_a_calls_last_line_counts_for_reuse_and_the_listing() -> None:
     del late["error"]
     records = [interrupted, noted, late]
 
-    reuse = Reuse(records, call_id="c1", source="#1")
+    reuse = Reuse(in_order(records).lines, call_id="c1", source="#1")
 
     assert reuse.take(CallRecord(1, "charge", {"order": 7}, 0)) is late
     assert reuse.take(CallRecord(2, "note", {}, 0)) is noted
