@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core.protocol import TOO_DEEP, lone_surrogate, sendable_text
 from ..core.schema import signature_text
 from ..native.definitions import first_paragraph, signature_schema
 from .results import json_kind
@@ -105,17 +106,31 @@ class HostTools:
     async def answer(self, calls: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """The results of one batch of calls, made concurrently, in the order of ``calls``.
 
-        Each is ``{"id", "ok": True, "result"}`` or ``{"id", "ok": False, "error"}``; nothing
-        a call does raises here (cancelling the batch cancels its calls).
+        Each is ``{"id", "ok": True, "result"}`` or ``{"id", "ok": False, "error"}``, and each
+        result can travel on the wire (JSON, valid UTF-8). Nothing a call does raises here:
+        an exception, ``SystemExit``, ``KeyboardInterrupt``, any other ``BaseException`` and a
+        ``CancelledError`` the tool raises itself become that call's error. Cancelling the
+        batch cancels its calls, and raises CancelledError once they have ended.
         """
-        return list(await asyncio.gather(*(self._answer(call) for call in calls)))
+        tasks = [asyncio.ensure_future(self._answer(call)) for call in calls]
+        if not tasks:
+            return []
+        try:
+            await asyncio.wait(tasks)
+        except asyncio.CancelledError:
+            for task in tasks:
+                task.cancel()
+            await asyncio.wait(tasks)  # as gather does: each call sees its cancellation
+            raise
+        return [_outcome(call, task) for call, task in zip(calls, tasks)]
 
     async def _answer(self, call: dict[str, Any]) -> dict[str, Any]:
         call_id = call.get("id")
         try:
             result = await self._call(call)
         except _Refused as refused:
-            return {"id": call_id, "ok": False, "error": str(refused)}
+            # A message may quote what the tool said, lone surrogates and all.
+            return {"id": call_id, "ok": False, "error": sendable_text(str(refused))}
         return {"id": call_id, "ok": True, "result": result}
 
     async def _call(self, call: dict[str, Any]) -> Any:
@@ -126,26 +141,71 @@ class HostTools:
             raise _Refused(f"there is no tool named {name!r}; the tools are: {offered}")
         _check_arguments(tool, arguments)
         assert isinstance(arguments, dict)  # _check_arguments made sure
-        try:
-            if tool.is_async:
-                result = await tool.function(**arguments)
-            else:
-                # A worker thread, so that a slow function keeps neither the loop nor the
-                # other calls of its batch waiting.
-                result = await asyncio.to_thread(tool.function, **arguments)
-                if inspect.isawaitable(result):
-                    result = await result
-        except Exception as exc:
-            log.info("host tool %r raised %s", tool.name, type(exc).__name__, exc_info=True)
-            raise _Refused(f"{type(exc).__name__}: {exc}") from None
-        try:
-            json.dumps(result)
-        except (TypeError, ValueError) as exc:
-            raise _Refused(
-                f"its result is not JSON ({exc}): a host tool must return str, int, float, "
-                "bool, None, or lists and dicts of them"
-            ) from None
+        result = await _run(tool, arguments)
+        _check_result(result)
         return result
+
+
+async def _run(tool: HostTool, arguments: dict[str, Any]) -> Any:
+    """What ``tool`` returns; _Refused with what it raised instead, BaseException included:
+    a tool that calls ``sys.exit`` (argparse does on bad input) or raises KeyboardInterrupt
+    must not end the agent's loop. A CancelledError passes: only the batch can tell its own
+    cancellation from one the tool raised."""
+    try:
+        if tool.is_async:
+            return await tool.function(**arguments)
+        # A worker thread, so that a slow function keeps neither the loop nor the other
+        # calls of its batch waiting.
+        result = await asyncio.to_thread(tool.function, **arguments)
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+    except asyncio.CancelledError:
+        raise
+    except BaseException as exc:
+        log.info("host tool %r raised %s", tool.name, type(exc).__name__, exc_info=True)
+        raise _Refused(_raised(exc)) from None
+
+
+def _raised(exc: BaseException) -> str:
+    """What the program's ToolError says of ``exc``, which a tool raised."""
+    try:
+        said = str(exc)
+    except Exception:  # an exception whose __str__ fails still names its type
+        said = ""
+    text = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+    if isinstance(exc, SystemExit):
+        return f"{text} (the tool exited, as argparse does on arguments it refuses)"
+    if isinstance(exc, KeyboardInterrupt):
+        return f"{text} (the tool was interrupted)"
+    return text
+
+
+def _outcome(call: dict[str, Any], task: asyncio.Task[dict[str, Any]]) -> dict[str, Any]:
+    """The result of a call whose task ended on its own (the batch was not cancelled)."""
+    if task.cancelled():  # so the tool raised CancelledError itself
+        error = "CancelledError (the tool raised it; nothing cancelled the call)"
+        return {"id": call.get("id"), "ok": False, "error": error}
+    return task.result()
+
+
+def _check_result(result: Any) -> None:
+    """_Refused, saying why, when ``result`` cannot travel to the program as JSON."""
+    try:
+        text = json.dumps(result, ensure_ascii=False)
+    except RecursionError:
+        raise _Refused(f"its result {TOO_DEEP}") from None
+    except (TypeError, ValueError) as exc:
+        raise _Refused(
+            f"its result is not JSON ({exc}): a host tool must return str, int, float, "
+            "bool, None, or lists and dicts of them"
+        ) from None
+    try:
+        text.encode("utf-8")  # what the wire is; json.dumps lets a lone surrogate through
+    except UnicodeEncodeError:
+        raise _Refused(
+            f"its result {lone_surrogate(result)}; the tool must return valid text"
+        ) from None
 
 
 class _Refused(Exception):
