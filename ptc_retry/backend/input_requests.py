@@ -15,10 +15,12 @@ input_requests still go nowhere. ``stdin_connected`` waits until one gets throug
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
 
+from ..core.errors import MessageTooLarge
 from ..core.protocol import execute_request, parse_tool_request, tool_reply
 from .host_tools import HostTools
 from .transport import Transport
@@ -114,10 +116,54 @@ class InputRequests:
         results = await self.tools.answer(calls)
         if asyncio.current_task() is self._pending:  # not abandoned meanwhile
             self._pending = None
-            await self._reply(tool_reply(results), request)
+            await self._reply_results(results, request)
+
+    async def _reply_results(self, results: list[dict[str, Any]], request: dict[str, Any]) -> None:
+        """Send ``results``. When the transport cannot carry them in one message, the largest
+        become errors that say so, until the rest fit: the kernel always gets its reply."""
+        while True:
+            try:
+                await self._reply(tool_reply(results), request)
+                return
+            except MessageTooLarge as too_large:
+                fewer = _largest_refused(results, too_large)
+                if fewer is None:  # only errors left, and still too large: nothing fits
+                    log.warning("could not answer the kernel's tool request: %s", too_large)
+                    return
+                results = fewer
 
     async def _reply(self, value: str, request: dict[str, Any]) -> None:
+        """Send ``value``; MessageTooLarge when the transport cannot carry it."""
         try:
             await self.kernel.send_input_reply(value, request)
+        except MessageTooLarge:
+            raise
         except Exception as exc:  # the kernel or gateway went away: the execution notices
             log.info("could not answer the kernel's input_request: %s", exc)
+
+
+def _largest_refused(
+    results: list[dict[str, Any]], too_large: MessageTooLarge
+) -> list[dict[str, Any]] | None:
+    """``results`` with the largest results turned into errors that give the size and the
+    limit, as many as the reply must lose to fit, going by their JSON size (sending again
+    tells whether it was enough); None when every result is an error already."""
+    sizes = {
+        n: len(json.dumps(result["result"], ensure_ascii=False).encode("utf-8"))
+        for n, result in enumerate(results)
+        if result.get("ok") is True
+    }
+    if not sizes:
+        return None
+    fewer = list(results)
+    excess = too_large.size - too_large.limit
+    for n in sorted(sizes, key=sizes.__getitem__, reverse=True):
+        error = (
+            f"its result ({sizes[n]:,} bytes as JSON) is too large to send to the kernel: "
+            f"{too_large}; return less at a time (a part, or a summary)"
+        )
+        fewer[n] = {"id": results[n].get("id"), "ok": False, "error": error}
+        excess -= sizes[n]
+        if excess <= 0:
+            break
+    return fewer

@@ -47,3 +47,13 @@ class KernelStartError(BackendError):
 
 class GatewayError(BackendError):
     """The gateway cannot be reached, refused the token, or answered with an error."""
+
+
+class MessageTooLarge(BackendError):
+    """A message is larger than the transport carries in one piece, so nothing was sent; the
+    message says how large it would be and the limit. ``size`` and ``limit`` are bytes."""
+
+    def __init__(self, message: str, *, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
