@@ -146,20 +146,27 @@ def text_of(mb: float) -> str:
     return "x" * int(mb * 1_000_000)
 
 
+def fails_at_length(mb: float) -> None:
+    """A host tool whose error message is ``mb`` million bytes long."""
+    raise ValueError("x" * int(mb * 1_000_000))
+
+
 @pytest.fixture(scope="module")
 def with_tools(run: Run[Any], gateway: Gateway) -> Iterator[KernelBackend]:
-    kb = KernelBackend(tools=[text_of], **gateway.backend_options())
+    kb = KernelBackend(tools=[text_of, fails_at_length], **gateway.backend_options())
     run(kb.start())
     yield kb
     run(kb.shutdown())
 
 
-def refused_as_too_large(text: str, result_bytes: int, url: str | None) -> int:
+def refused_as_too_large(
+    text: str, result_bytes: int, url: str | None, what: str = "text_of: its result"
+) -> int:
     """The size of the reply that ``text``, a ToolError's, says was too large to send: it
     gives the result's own size, the reply's (which depends on the headers: not given here)
     and the limit."""
     said = re.fullmatch(
-        rf"tools\.text_of: its result \({result_bytes:,} bytes as JSON\) is too large to send "
+        rf"tools\.{what} \({result_bytes:,} bytes as JSON\) is too large to send "
         r"to the kernel: the reply to the kernel's tool request would be ([\d,]+) bytes on "
         r"the websocket, over the 10,485,760 \(10 MiB\) that the gateway at "
         rf"{re.escape(str(url))} takes in one message, so it was not sent; return less at a "
@@ -174,9 +181,10 @@ def test_a_result_over_the_websocket_limit_is_a_tool_error_with_the_size_and_the
     with_tools: KernelBackend, run: Run[Any]
 ) -> None:
     program = (
-        "for mb in (10.5, 10):\n"
+        "calls = tools.text_of(mb=10.5), tools.text_of(mb=10), tools.fails_at_length(mb=11)\n"
+        "for call in calls:\n"
         "    try:\n"
-        "        print(len(await tools.text_of(mb=mb)))\n"
+        "        print(len(await call))\n"
         "    except ptc_retry.ToolError as error:\n"
         "        print(error)\n"
     )
@@ -184,10 +192,12 @@ def test_a_result_over_the_websocket_limit_is_a_tool_error_with_the_size_and_the
     result = run(asyncio.wait_for(with_tools.run_code(program, timeout=60), 90))
 
     assert result.status == "ok", result.text
-    refused, arrived = result.text.splitlines()
+    refused, arrived, failed = result.text.splitlines()
     reply = refused_as_too_large(refused, 10_500_002, with_tools.gateway_url)
     assert 10_500_002 < reply < 10_502_000  # the result and the message's headers
     assert arrived == "10000000"  # 10 MB, just under 10 MiB, goes through
+    what = "fails_at_length: its error message"
+    refused_as_too_large(failed, 11_000_014, with_tools.gateway_url, what)  # "ValueError: x..."
     after = run(asyncio.wait_for(with_tools.run_code("1 + 1", timeout=20), 30))
     assert after.value == "2"
 

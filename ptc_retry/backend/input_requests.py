@@ -145,25 +145,24 @@ class InputRequests:
 def _largest_refused(
     results: list[dict[str, Any]], too_large: MessageTooLarge
 ) -> list[dict[str, Any]] | None:
-    """``results`` with the largest results turned into errors that give the size and the
-    limit, as many as the reply must lose to fit, going by their JSON size (sending again
-    tells whether it was enough); None when every result is an error already."""
-    sizes = {
-        n: len(json.dumps(result["result"], ensure_ascii=False).encode("utf-8"))
-        for n, result in enumerate(results)
-        if result.get("ok") is True
-    }
-    if not sizes:
-        return None
-    fewer = list(results)
+    """``results`` with the largest turned into errors that give the size and the limit, as
+    many as the reply must lose to fit, going by their JSON size (sending again tells whether
+    it was enough); None when none is larger than the error that would replace it."""
+    fewer, changed = list(results), False
     excess = too_large.size - too_large.limit
-    for n in sorted(sizes, key=sizes.__getitem__, reverse=True):
+    payloads = [result.get("result" if result.get("ok") is True else "error") for result in results]
+    sizes = [len(json.dumps(payload, ensure_ascii=False).encode("utf-8")) for payload in payloads]
+    for n in sorted(range(len(results)), key=sizes.__getitem__, reverse=True):
+        what = "result" if results[n].get("ok") is True else "error message"
         error = (
-            f"its result ({sizes[n]:,} bytes as JSON) is too large to send to the kernel: "
+            f"its {what} ({sizes[n]:,} bytes as JSON) is too large to send to the kernel: "
             f"{too_large}; return less at a time (a part, or a summary)"
         )
-        fewer[n] = {"id": results[n].get("id"), "ok": False, "error": error}
-        excess -= sizes[n]
+        saved = sizes[n] - len(json.dumps(error, ensure_ascii=False).encode("utf-8"))
+        if saved <= 0:
+            break  # this one and the rest are no larger than what would replace them
+        fewer[n], changed = {"id": results[n].get("id"), "ok": False, "error": error}, True
+        excess -= saved
         if excess <= 0:
             break
-    return fewer
+    return fewer if changed else None
