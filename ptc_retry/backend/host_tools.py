@@ -186,6 +186,11 @@ def _outcome(call: dict[str, Any], task: asyncio.Task[dict[str, Any]]) -> dict[s
     if task.cancelled():  # so the tool raised CancelledError itself
         error = "CancelledError (the tool raised it; nothing cancelled the call)"
         return {"id": call.get("id"), "ok": False, "error": error}
+    failed = task.exception()
+    if failed is not None:  # a fault of the backend's own: the kernel still gets its answer
+        log.error("answering a call of %r failed", call.get("tool"), exc_info=failed)
+        error = sendable_text(f"the backend could not answer this call ({_raised(failed)})")
+        return {"id": call.get("id"), "ok": False, "error": error}
     return task.result()
 
 
