@@ -135,6 +135,10 @@ class Odd:
         self.calls["echo"] += 1
         return s
 
+    def keywords(self, **named: Any) -> Any:
+        self.calls["echo"] += 1
+        return named
+
     def big(self, mb: float) -> str:
         return "x" * int(mb * 1_000_000)
 
@@ -157,6 +161,7 @@ class Odd:
             self.says_oddly,
             self.floats,
             self.echo,
+            self.keywords,
             self.big,
             self.blocks,
         ]
@@ -592,6 +597,11 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "        await tools.echo(s=s)\n"
         "    except ptc_retry.ToolError as error:\n"
         "        print(error)\n"
+        "for call in (tools.keywords, tools.echo):\n"
+        "    try:\n"
+        "        await call(s=1, **{'s\\ud83d': 1})\n"
+        "    except ptc_retry.ToolError as error:\n"
+        "        print(error)\n"
     )
 
     result = run(asyncio.wait_for(backend.run_code(program, timeout=20), 30))
@@ -608,6 +618,10 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "RecursionError); flatten it",
         "tools.echo: argument 's' is not JSON (Out of range float values are not JSON "
         "compliant: nan); pass a str, int, float, bool, None, or a list or dict of those",
+        "tools.keywords: an argument's name holds a lone surrogate '\\ud83d' at index 1 of "
+        "'s\\ud83d': half of a UTF-16 pair (an emoji cut in two, or undecodable bytes), which "
+        "UTF-8 cannot encode; send valid text, e.g. s.encode('utf-8', 'replace').decode()",
+        "tools.echo(s): got an unexpected keyword argument 's\\ud83d'",
     ]
     assert odd.calls["echo"] == before  # none reached the host
     echoed = run(backend.run_code("await tools.echo(s='Great job \\U0001f600')", timeout=20))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .protocol import sendable_text
+
 
 class PtcRetryError(Exception):
     """Base class of every error ptc-retry raises on purpose."""
@@ -26,10 +28,14 @@ class ReplayError(PtcRetryError):
 
 class ToolError(PtcRetryError):
     """A program's tool call failed: the tool raised, its arguments or result were not JSON or
-    did not fit, or no agent backend answers tool calls here. ``tool`` names the tool."""
+    did not fit, or no agent backend answers tool calls here. ``tool`` names the tool.
+
+    A lone surrogate the message quotes (an argument's name, say) is written as its escape:
+    the kernel could not send a traceback that holds one, and the model would read nothing.
+    """
 
     def __init__(self, message: str, tool: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(sendable_text(message))
         self.tool = tool
 
 

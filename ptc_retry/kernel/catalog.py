@@ -114,6 +114,9 @@ def bind_arguments(
         else:
             arguments[key] = value
     for key, value in arguments.items():
+        problem = _argument_problem(key)  # a name of **kwargs' own
+        if problem is not None:
+            raise ToolError(f"tools.{name}: an argument's name {problem}", tool=name)
         problem = _argument_problem(value)
         if problem is not None:
             raise ToolError(f"tools.{name}: argument {key!r} {problem}", tool=name)
