@@ -152,11 +152,11 @@ def fails_at_length(mb: float) -> None:
 
 
 @pytest.fixture(scope="module")
-def with_tools(run: Run[Any], gateway: Gateway) -> Iterator[KernelBackend]:
-    kb = KernelBackend(tools=[text_of, fails_at_length], **gateway.backend_options())
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
+def with_tools(backend: KernelBackend) -> KernelBackend:
+    """The module's backend, with host tools whose result or error is as large as asked."""
+    backend.register_tool(text_of)
+    backend.register_tool(fails_at_length)
+    return backend
 
 
 def refused_as_too_large(
