@@ -112,17 +112,13 @@ class HostTools:
         ``CancelledError`` the tool raises itself become that call's error. Cancelling the
         batch cancels its calls, and raises CancelledError once they have ended.
         """
-        tasks = [asyncio.ensure_future(self._answer(call)) for call in calls]
-        if not tasks:
-            return []
-        try:
-            await asyncio.wait(tasks)
-        except asyncio.CancelledError:
-            for task in tasks:
-                task.cancel()
-            await asyncio.wait(tasks)  # as gather does: each call sees its cancellation
-            raise
-        return [_outcome(call, task) for call, task in zip(calls, tasks)]
+        # With return_exceptions, a call that ends cancelled although the batch was not (its
+        # tool raised CancelledError) is an outcome like any other; cancelling the batch
+        # still cancels every call and raises.
+        outcomes = await asyncio.gather(
+            *(self._answer(call) for call in calls), return_exceptions=True
+        )
+        return [_outcome(call, outcome) for call, outcome in zip(calls, outcomes)]
 
     async def _answer(self, call: dict[str, Any]) -> dict[str, Any]:
         call_id = call.get("id")
@@ -181,17 +177,16 @@ def _raised(exc: BaseException) -> str:
     return text
 
 
-def _outcome(call: dict[str, Any], task: asyncio.Task[dict[str, Any]]) -> dict[str, Any]:
-    """The result of a call whose task ended on its own (the batch was not cancelled)."""
-    if task.cancelled():  # so the tool raised CancelledError itself
+def _outcome(call: dict[str, Any], outcome: dict[str, Any] | BaseException) -> dict[str, Any]:
+    """The result of a call that ended on its own (the batch was not cancelled)."""
+    if isinstance(outcome, asyncio.CancelledError):  # so the tool raised it itself
         error = "CancelledError (the tool raised it; nothing cancelled the call)"
         return {"id": call.get("id"), "ok": False, "error": error}
-    failed = task.exception()
-    if failed is not None:  # a fault of the backend's own: the kernel still gets its answer
-        log.error("answering a call of %r failed", call.get("tool"), exc_info=failed)
-        error = sendable_text(f"the backend could not answer this call ({_raised(failed)})")
+    if isinstance(outcome, BaseException):  # a fault of the backend's own: answer anyway
+        log.error("answering a call of %r failed", call.get("tool"), exc_info=outcome)
+        error = sendable_text(f"the backend could not answer this call ({_raised(outcome)})")
         return {"id": call.get("id"), "ok": False, "error": error}
-    return task.result()
+    return outcome
 
 
 def _check_result(result: Any) -> None:
