@@ -616,8 +616,8 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "UTF-8 cannot encode; send valid text, e.g. s.encode('utf-8', 'replace').decode()",
         "tools.echo: argument 's' is nested too deeply for JSON (Python's json raised "
         "RecursionError); flatten it",
-        "tools.echo: argument 's' is not JSON (Out of range float values are not JSON "
-        "compliant: nan); pass a str, int, float, bool, None, or a list or dict of those",
+        "tools.echo: argument 's' holds NaN or Infinity, which are not JSON; pass finite "
+        "numbers (or None)",
         "tools.keywords: an argument's name holds a lone surrogate '\\ud83d' at index 1 of "
         "'s\\ud83d': half of a UTF-16 pair (an emoji cut in two, or undecodable bytes), which "
         "UTF-8 cannot encode; send valid text, e.g. s.encode('utf-8', 'replace').decode()",

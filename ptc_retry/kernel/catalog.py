@@ -147,11 +147,22 @@ def _not_json(value: Any) -> str:
     except RecursionError:
         return TOO_DEEP
     except ValueError as exc:  # NaN or Infinity, a circular reference, a huge int
+        if _with_nan(value):
+            return "holds NaN or Infinity, which are not JSON; pass finite numbers (or None)"
         return f"is not JSON ({exc}); pass {kinds}"
     except TypeError as exc:
         if isinstance(value, (dict, list, tuple)):
             return f"is not JSON ({exc}); pass {kinds}"
     return f"is a {type(value).__name__}, not JSON ({kinds})"
+
+
+def _with_nan(value: Any) -> bool:
+    """Whether ``value`` is JSON once NaN and Infinity are allowed (so they are what is not)."""
+    try:
+        json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def tool_function(spec: ToolSpec, call: HostCall) -> ToolFunction:
