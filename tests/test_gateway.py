@@ -10,11 +10,13 @@ against both; and the reading of the remote kernel's answer, without a gateway.
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import getpass
 import io
 import json
 import os
+import re
 import sys
 import time
 import uuid
@@ -33,6 +35,7 @@ from ptc_retry.backend import (
     KernelBackend,
     KernelSetup,
     KernelStartError,
+    MessageTooLarge,
     RunResult,
 )
 from ptc_retry.backend.gateway import MAX_SAID_CHARS, gateway_said
@@ -133,6 +136,102 @@ def test_guard_refuses_after_three_identical_failures(
     backend.new_turn()  # a person's new instruction lifts the pause
     run(backend.run_code('%config PtcRetry.guard_mode = "observe"', call_id="call_q5"))
     assert run(backend.run_code("print('runs again')", call_id="call_q6")).text == "runs again"
+
+
+# -- tool results and the gateway's websocket limit -----------------------------------------
+
+
+def text_of(mb: float) -> str:
+    """A host tool's result: ``mb`` million bytes of text (as JSON, two more)."""
+    return "x" * int(mb * 1_000_000)
+
+
+def fails_at_length(mb: float) -> None:
+    """A host tool whose error message is ``mb`` million bytes long."""
+    raise ValueError("x" * int(mb * 1_000_000))
+
+
+@pytest.fixture(scope="module")
+def with_tools(backend: KernelBackend) -> KernelBackend:
+    """The module's backend, with host tools whose result or error is as large as asked."""
+    backend.register_tool(text_of)
+    backend.register_tool(fails_at_length)
+    return backend
+
+
+def refused_as_too_large(
+    text: str, result_bytes: int, url: str | None, what: str = "text_of: its result"
+) -> int:
+    """The size of the reply that ``text``, a ToolError's, says was too large to send: it
+    gives the result's own size, the reply's (which depends on the headers: not given here)
+    and the limit."""
+    said = re.fullmatch(
+        rf"tools\.{what} \({result_bytes:,} bytes as JSON\) is too large to send "
+        r"to the kernel: the reply to the kernel's tool request would be ([\d,]+) bytes on "
+        r"the websocket, over the 10,485,760 \(10 MiB\) that the gateway at "
+        rf"{re.escape(str(url))} takes in one message, so it was not sent; return less at a "
+        r"time \(a part, or a summary\)",
+        text,
+    )
+    assert said is not None, text
+    return int(said[1].replace(",", ""))
+
+
+def test_a_result_over_the_websocket_limit_is_a_tool_error_with_the_size_and_the_limit(
+    with_tools: KernelBackend, run: Run[Any]
+) -> None:
+    program = (
+        "calls = tools.text_of(mb=10.5), tools.text_of(mb=10), tools.fails_at_length(mb=11)\n"
+        "for call in calls:\n"
+        "    try:\n"
+        "        print(len(await call))\n"
+        "    except ptc_retry.ToolError as error:\n"
+        "        print(error)\n"
+    )
+
+    result = run(asyncio.wait_for(with_tools.run_code(program, timeout=60), 90))
+
+    assert result.status == "ok", result.text
+    refused, arrived, failed = result.text.splitlines()
+    reply = refused_as_too_large(refused, 10_500_002, with_tools.gateway_url)
+    assert 10_500_002 < reply < 10_502_000  # the result and the message's headers
+    assert arrived == "10000000"  # 10 MB, just under 10 MiB, goes through
+    what = "fails_at_length: its error message"
+    refused_as_too_large(failed, 11_000_014, with_tools.gateway_url, what)  # "ValueError: x..."
+    after = run(asyncio.wait_for(with_tools.run_code("1 + 1", timeout=20), 30))
+    assert after.value == "2"
+
+
+def test_a_batch_over_the_limit_loses_only_its_largest_result(
+    with_tools: KernelBackend, run: Run[Any]
+) -> None:
+    program = (
+        "import asyncio\n"
+        "got = await asyncio.gather(tools.text_of(mb=6), tools.text_of(mb=5), "
+        "return_exceptions=True)\n"
+        "[len(g) if isinstance(g, str) else str(g) for g in got]"
+    )
+
+    result = run(asyncio.wait_for(with_tools.run_code(program, timeout=60), 90))
+
+    assert result.status == "ok", result.text
+    assert result.value is not None
+    refused, arrived = ast.literal_eval(result.value)
+    reply = refused_as_too_large(refused, 6_000_002, with_tools.gateway_url)
+    assert 11_000_004 < reply < 11_002_000  # both results
+    assert arrived == 5_000_000
+
+
+def test_a_program_over_the_websocket_limit_is_not_sent(
+    with_tools: KernelBackend, run: Run[Any]
+) -> None:
+    program = f"text = {'x' * 11_000_000!r}\nlen(text)"
+
+    with pytest.raises(MessageTooLarge, match=r"the program's execute_request would be [\d,]+ "):
+        run(asyncio.wait_for(with_tools.run_code(program, timeout=20), 30))
+
+    after = run(asyncio.wait_for(with_tools.run_code("1 + 1", timeout=20), 30))
+    assert after.value == "2"
 
 
 # -- several clients, other clients ---------------------------------------------------------

@@ -8,8 +8,12 @@ kernel side builds on it) or through the ``tools`` object the kernel side gives 
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import json
+import math
+import sys
+import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -80,6 +84,87 @@ class Host:
 
     def tools(self) -> list[Any]:
         return [self.add, self.nap, self.sleep, self.fail, self.unjson, self.hang]
+
+
+class Halt(BaseException):
+    """A tool's own BaseException, as some libraries raise to stop everything."""
+
+
+class Odd:
+    """Tools whose outcome the wire cannot carry as it is, or that raise what ``Exception``
+    does not catch; and one that echoes what a program sends, counting its calls."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.released = threading.Event()
+
+    def cut_emoji(self) -> str:
+        return "Great job \ud83d"  # the first half of an emoji's UTF-16 pair
+
+    def undecodable(self) -> str:
+        return b"caf\xe9".decode("utf-8", "surrogateescape")
+
+    def raw_bytes(self) -> bytes:
+        return b"caf\xe9"
+
+    def nested(self, depth: int) -> Any:
+        value: Any = 0
+        for _ in range(depth):
+            value = [value]
+        return value
+
+    async def cancels(self) -> None:
+        raise asyncio.CancelledError
+
+    def exits(self) -> None:
+        sys.exit(2)  # what argparse does on arguments it refuses
+
+    def interrupts(self) -> None:
+        raise KeyboardInterrupt
+
+    async def halts(self) -> None:
+        raise Halt("stop here")
+
+    def says_oddly(self) -> None:
+        raise ValueError("no \ud83d here")
+
+    def floats(self) -> list[float]:
+        return [math.nan, math.inf, -math.inf]
+
+    def echo(self, s: Any) -> Any:
+        self.calls["echo"] += 1
+        return s
+
+    def keywords(self, **named: Any) -> Any:
+        self.calls["echo"] += 1
+        return named
+
+    def big(self, mb: float) -> str:
+        return "x" * int(mb * 1_000_000)
+
+    def blocks(self) -> str:
+        """A sync tool that never returns, until the test ends."""
+        self.calls["blocks"] += 1
+        self.released.wait(120)
+        return "released"
+
+    def tools(self) -> list[Any]:
+        return [
+            self.cut_emoji,
+            self.undecodable,
+            self.raw_bytes,
+            self.nested,
+            self.cancels,
+            self.exits,
+            self.interrupts,
+            self.halts,
+            self.says_oddly,
+            self.floats,
+            self.echo,
+            self.keywords,
+            self.big,
+            self.blocks,
+        ]
 
 
 def ask(*calls: tuple[str, dict[str, Any]]) -> str:
@@ -270,8 +355,18 @@ def host(transport: str) -> Host:
 
 
 @pytest.fixture(scope="module")
-def backend(host: Host, options: dict[str, Any], run: Run[Any]) -> Iterator[KernelBackend]:
-    kb = KernelBackend(tools=host.tools(), interrupt_grace=2, **options)
+def odd(transport: str) -> Iterator[Odd]:
+    """The odd tools of this transport's backend."""
+    odd = Odd()
+    yield odd
+    odd.released.set()  # a worker thread still blocked in ``blocks`` ends
+
+
+@pytest.fixture(scope="module")
+def backend(
+    host: Host, odd: Odd, options: dict[str, Any], run: Run[Any]
+) -> Iterator[KernelBackend]:
+    kb = KernelBackend(tools=host.tools() + odd.tools(), interrupt_grace=2, **options)
     run(kb.start())
     yield kb
     run(kb.shutdown())
@@ -288,7 +383,8 @@ def test_requests_allow_stdin_and_carry_the_catalog_only_with_tools(
 
     result = run(backend.run_code(show, call_id="call_w1"))
 
-    assert result.value == "(True, ['add', 'nap', 'sleep', 'fail', 'unjson', 'hang'])"
+    names = [function.__name__ for function in Host().tools() + Odd().tools()]
+    assert result.value is not None and ast.literal_eval(result.value) == (True, names)
 
 
 def test_a_batch_is_answered_in_one_reply(
@@ -469,6 +565,137 @@ def test_a_chain_of_fixes_the_notices_offer_makes_no_host_call_twice(
     assert host.calls - before == Counter({"add": 2, "nap": 1})  # each made once, all along
     sentence = f"ptc-retry: 3 tool results reused from {replayed.reference}; 0 calls made live."
     assert sentence in extended.text
+
+
+# -- odd outcomes: each reaches the program as a ToolError, and the agent's loop goes on ------
+
+#: (the call, what its ToolError says after ``tools.<name>: ``).
+ODD_OUTCOMES = [
+    (
+        "cut_emoji()",
+        "its result holds a lone surrogate '\\ud83d' at index 10 of 'Great job \\ud83d': half "
+        "of a UTF-16 pair (an emoji cut in two, or undecodable bytes), which UTF-8 cannot "
+        "encode; the tool must return valid text",
+    ),
+    ("undecodable()", "its result holds a lone surrogate '\\udce9' at index 3 of 'caf\\udce9'"),
+    (
+        "raw_bytes()",
+        "its result is not JSON (Object of type bytes is not JSON serializable): a host tool "
+        "must return str, int, float, bool, None, or lists and dicts of them",
+    ),
+    (
+        "nested(depth=20000)",
+        "its result is nested too deeply for JSON (Python's json raised RecursionError); "
+        "flatten it",
+    ),
+    ("cancels()", "CancelledError (the tool raised it; nothing cancelled the call)"),
+    ("exits()", "SystemExit: 2 (the tool exited, as argparse does on arguments it refuses)"),
+    ("interrupts()", "KeyboardInterrupt (the tool was interrupted)"),
+    ("halts()", "Halt: stop here"),
+    ("says_oddly()", "ValueError: no \\ud83d here"),
+]
+
+
+@pytest.mark.parametrize(("call", "said"), ODD_OUTCOMES, ids=[c for c, _ in ODD_OUTCOMES])
+def test_an_odd_outcome_reaches_the_program_as_a_tool_error(
+    backend: KernelBackend, run: Run[Any], call: str, said: str
+) -> None:
+    """None of these may hang the program or end the agent's loop (this module's loop: a
+    SystemExit or KeyboardInterrupt that escaped would end the test instead)."""
+    name = call.split("(")[0]
+    program = (
+        f"try:\n    await tools.{call}\nexcept ptc_retry.ToolError as error:\n    print(error)"
+    )
+
+    result = run(asyncio.wait_for(backend.run_code(program, timeout=20), 30))
+
+    assert result.status == "ok", result.text
+    assert result.text.startswith(f"tools.{name}: {said}"), result.text
+    after = run(asyncio.wait_for(backend.run_code("await tools.add(a=1)", timeout=20), 30))
+    assert after.value == "3"
+
+
+def test_nan_and_infinity_reach_the_program_as_floats(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    result = run(asyncio.wait_for(backend.run_code("await tools.floats()", timeout=20), 30))
+
+    assert (result.status, result.value) == ("ok", "[nan, inf, -inf]"), result.text
+
+
+def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
+    backend: KernelBackend, odd: Odd, run: Run[Any]
+) -> None:
+    before = odd.calls["echo"]
+    program = (
+        "deep = 0\n"
+        "for _ in range(20000):\n"
+        "    deep = [deep]\n"
+        "for s in ['Great job \\ud83d', {'k': ['ok', '\\udce9']}, deep, float('nan')]:\n"
+        "    try:\n"
+        "        await tools.echo(s=s)\n"
+        "    except ptc_retry.ToolError as error:\n"
+        "        print(error)\n"
+        "for call in (tools.keywords, tools.echo):\n"
+        "    try:\n"
+        "        await call(s=1, **{'s\\ud83d': 1})\n"
+        "    except ptc_retry.ToolError as error:\n"
+        "        print(error)\n"
+    )
+
+    result = run(asyncio.wait_for(backend.run_code(program, timeout=20), 30))
+
+    assert result.status == "ok", result.text
+    assert result.text.splitlines() == [
+        "tools.echo: argument 's' holds a lone surrogate '\\ud83d' at index 10 of 'Great job "
+        "\\ud83d': half of a UTF-16 pair (an emoji cut in two, or undecodable bytes), which "
+        "UTF-8 cannot encode; send valid text, e.g. s.encode('utf-8', 'replace').decode()",
+        "tools.echo: argument 's' holds a lone surrogate '\\udce9' at index 0 of '\\udce9' (at "
+        "['k'][1]): half of a UTF-16 pair (an emoji cut in two, or undecodable bytes), which "
+        "UTF-8 cannot encode; send valid text, e.g. s.encode('utf-8', 'replace').decode()",
+        "tools.echo: argument 's' is nested too deeply for JSON (Python's json raised "
+        "RecursionError); flatten it",
+        "tools.echo: argument 's' holds NaN or Infinity, which are not JSON; pass finite "
+        "numbers (or None)",
+        "tools.keywords: an argument's name holds a lone surrogate '\\ud83d' at index 1 of "
+        "'s\\ud83d': half of a UTF-16 pair (an emoji cut in two, or undecodable bytes), which "
+        "UTF-8 cannot encode; send valid text, e.g. s.encode('utf-8', 'replace').decode()",
+        "tools.echo(s): got an unexpected keyword argument 's\\ud83d'",
+    ]
+    assert odd.calls["echo"] == before  # none reached the host
+    echoed = run(backend.run_code("await tools.echo(s='Great job \\U0001f600')", timeout=20))
+    assert echoed.value == "'Great job \U0001f600'"  # the whole emoji travels
+
+
+def test_a_sync_tool_that_never_returns_ends_at_the_time_limit(
+    backend: KernelBackend, odd: Odd, run: Run[Any]
+) -> None:
+    started = time.monotonic()
+
+    result = run(asyncio.wait_for(backend.run_code("await tools.blocks()", timeout=1), 15))
+
+    # The time limit (1 s), the backend's margin (1 s) and the interrupt's grace (2 s), at most.
+    assert time.monotonic() - started < 1 + 1 + 2
+    assert (result.status, result.restarted, result.ename) == (
+        "timeout",
+        False,
+        "KeyboardInterrupt",
+    )
+    assert odd.calls["blocks"] == 1
+    after = run(asyncio.wait_for(backend.run_code("await tools.add(a=2)", timeout=20), 30))
+    assert after.value == "4"
+
+
+def test_a_result_over_a_gateways_limit_arrives_locally(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    if backend.gateway_url is not None:
+        pytest.skip("through a gateway such a result gets a ToolError: test_gateway.py")
+    program = "text = await tools.big(mb=12)\nlen(text)"
+
+    result = run(asyncio.wait_for(backend.run_code(program, timeout=30), 40))
+
+    assert (result.status, result.value) == ("ok", "12000000"), result.text
 
 
 # The kernel's stdin socket drops the input_requests it sends before the client's stdin

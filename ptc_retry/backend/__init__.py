@@ -5,7 +5,7 @@ jupyter_client) or ``GatewayKernel`` (behind a Jupyter Kernel Gateway).
 
 from __future__ import annotations
 
-from ..core.errors import BackendError, GatewayError, KernelStartError
+from ..core.errors import BackendError, GatewayError, KernelStartError, MessageTooLarge
 from .capture import MAX_RAW_OUTPUT_CHARS
 from .facade import MODES, KernelBackend
 from .gateway import GatewayKernel
@@ -36,6 +36,7 @@ __all__ = [
     "KernelSetup",
     "KernelStartError",
     "LocalKernel",
+    "MessageTooLarge",
     "RunResult",
     "Tool",
     "Transport",

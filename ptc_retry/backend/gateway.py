@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote, urlsplit
 
-from ..core.errors import BackendError, GatewayError, KernelStartError
+from ..core.errors import BackendError, GatewayError, KernelStartError, MessageTooLarge
 from ..core.protocol import execute_request
 from ..kernelspec import KERNEL_NAME
 from .remote import connect_expression, remote_session_dir
@@ -43,6 +43,15 @@ ALIVE_CHECK_INTERVAL = 3.0
 HANDSHAKE_CHECK_INTERVAL = 1.0
 #: The largest websocket message accepted: one output message of the kernel.
 MAX_MESSAGE_BYTES = 512 * 1024 * 1024
+#: The largest websocket message a gateway takes from a client: tornado's default
+#: ``websocket_max_message_size`` (10 MiB), which Kernel Gateway 3 and Enterprise Gateway 3
+#: keep, with no option to change it. A larger message makes the gateway close the websocket.
+GATEWAY_MAX_MESSAGE_BYTES = 10 * 1024 * 1024
+#: What a message of each type is, in an error that says it is too large to send.
+_MESSAGE_NAMES = {
+    "execute_request": "the program's execute_request",
+    "input_reply": "the reply to the kernel's tool request",
+}
 
 _CLOSED = object()  # queued when the websocket closes
 _QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
@@ -111,12 +120,14 @@ class GatewayKernel:
         kernel_name: str = KERNEL_NAME,
         env: Mapping[str, str] | None = None,
         startup_timeout: float = 60,
+        max_send_bytes: int = GATEWAY_MAX_MESSAGE_BYTES,
     ) -> None:
         self.url: str = gateway_base_url(url)
         self.token = token
         self.kernel_name = kernel_name
         self.env = dict(env or {})
         self.startup_timeout = startup_timeout
+        self.max_send_bytes = max_send_bytes
         self.kernel_id: str | None = None
         #: The kernel's session directory, as the kernel sees it; known after ``start()``.
         self.session_dir: str | None = None
@@ -531,7 +542,8 @@ class GatewayKernel:
         parent: dict[str, Any] | None = None,
     ) -> str:
         """Send a shell request in the JSON protocol, or with ``parent`` (an input_request)
-        the stdin reply to it; return its msg_id."""
+        the stdin reply to it; return its msg_id. MessageTooLarge, and nothing sent, when it
+        is larger than the gateway takes."""
         from tornado.websocket import WebSocketClosedError
 
         if self._ws is None:
@@ -555,12 +567,26 @@ class GatewayKernel:
             "channel": "shell" if parent is None else "stdin",
             "buffers": [],
         }
+        frame = json.dumps(message)  # ASCII: as many bytes as characters
+        if len(frame) > self.max_send_bytes:
+            raise self._too_large(msg_type, len(frame))
         try:
-            await self._ws.write_message(json.dumps(message))
+            await self._ws.write_message(frame)
         except WebSocketClosedError:
             self._ws = None
             raise self._lost() from None
         return msg_id
+
+    def _too_large(self, msg_type: str, size: int) -> MessageTooLarge:
+        limit = self.max_send_bytes
+        what = _MESSAGE_NAMES.get(msg_type, f"the {msg_type}")
+        return MessageTooLarge(
+            f"{what} would be {size:,} bytes on the websocket, over the {limit:,} "
+            f"({limit / 2**20:.3g} MiB) that the gateway at {self.url} takes in one message, "
+            "so it was not sent",
+            size=size,
+            limit=limit,
+        )
 
     async def _reply(self, msg_id: str, timeout: float) -> tuple[dict[str, Any], str]:
         """The shell reply to ``msg_id`` and the stream text printed before it."""

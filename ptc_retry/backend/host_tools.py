@@ -12,6 +12,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable
 
+from ..core.protocol import TOO_DEEP, lone_surrogate, sendable_text
 from ..core.schema import signature_text
 from ..native.definitions import first_paragraph, signature_schema
 from .results import json_kind
@@ -112,14 +113,23 @@ class HostTools:
     ) -> list[dict[str, Any]]:
         """The results of one batch of calls, made concurrently, in the order of ``calls``.
 
-        Each is ``{"id", "ok": True, "result"}`` or ``{"id", "ok": False, "error"}``; nothing
-        a call does raises here. Cancelling the batch cancels its async functions; a sync
-        one runs on in its thread to its end (``wait_for_threads`` waits for it).
-        ``completed(call, result)`` is called for each call whose function returned a JSON
-        result, as it returns: also for a sync function that returns after its batch was
-        cancelled, and never for one that raised.
+        Each is ``{"id", "ok": True, "result"}`` or ``{"id", "ok": False, "error"}``, and each
+        result can travel on the wire (JSON, valid UTF-8). Nothing a call does raises here:
+        an exception, ``SystemExit``, ``KeyboardInterrupt``, any other ``BaseException`` and a
+        ``CancelledError`` the tool raises itself become that call's error. Cancelling the
+        batch cancels its async functions, and raises CancelledError once they have ended; a
+        sync one runs on in its thread to its end (``wait_for_threads`` waits for it).
+        ``completed(call, result)`` is called for each call whose function returned a
+        result that can travel, as it returns: also for a sync function that returns after
+        its batch was cancelled, and never for one that raised.
         """
-        return list(await asyncio.gather(*(self._answer(call, completed) for call in calls)))
+        # With return_exceptions, a call that ends cancelled although the batch was not (its
+        # tool raised CancelledError) is an outcome like any other; cancelling the batch
+        # still cancels every call and raises.
+        outcomes = await asyncio.gather(
+            *(self._answer(call, completed) for call in calls), return_exceptions=True
+        )
+        return [_outcome(call, outcome) for call, outcome in zip(calls, outcomes)]
 
     async def wait_for_threads(self, timeout: float) -> bool:
         """Wait, at most ``timeout`` seconds, for the sync functions of cancelled batches
@@ -137,7 +147,8 @@ class HostTools:
         try:
             result = await self._call(call, completed)
         except _Refused as refused:
-            return {"id": call_id, "ok": False, "error": str(refused)}
+            # A message may quote what the tool said, lone surrogates and all.
+            return {"id": call_id, "ok": False, "error": sendable_text(str(refused))}
         if completed is not None:
             completed(call, result)
         return {"id": call_id, "ok": True, "result": result}
@@ -150,17 +161,33 @@ class HostTools:
             raise _Refused(f"there is no tool named {name!r}; the tools are: {offered}")
         _check_arguments(tool, arguments)
         assert isinstance(arguments, dict)  # _check_arguments made sure
+        result = await self._run(tool, arguments, call, completed)
+        _check_result(result)
+        return result
+
+    async def _run(
+        self,
+        tool: HostTool,
+        arguments: dict[str, Any],
+        call: dict[str, Any],
+        completed: Completed | None,
+    ) -> Any:
+        """What ``tool`` returns; _Refused with what it raised instead, BaseException
+        included: a tool that calls ``sys.exit`` (argparse does on bad input) or raises
+        KeyboardInterrupt must not end the agent's loop. A CancelledError passes: only the
+        batch can tell its own cancellation from one the tool raised."""
         try:
             if tool.is_async:
-                result = await tool.function(**arguments)
-            else:
-                result = await self._in_thread(tool, arguments, call, completed)
-                if inspect.isawaitable(result):
-                    result = await result
-        except Exception as exc:
+                return await tool.function(**arguments)
+            result = await self._in_thread(tool, arguments, call, completed)
+            if inspect.isawaitable(result):
+                result = await result
+            return result
+        except (asyncio.CancelledError, _Refused):
+            raise
+        except BaseException as exc:
             log.info("host tool %r raised %s", tool.name, type(exc).__name__, exc_info=True)
-            raise _Refused(f"{type(exc).__name__}: {exc}") from None
-        return _json_result(result)
+            raise _Refused(_raised(exc)) from None
 
     async def _in_thread(
         self,
@@ -173,7 +200,7 @@ class HostTools:
         neither the loop nor the other calls of its batch waiting. A thread cannot be
         stopped: when the batch is cancelled the function runs on, and what it returns
         still goes to ``completed`` (the host did make that call)."""
-        running = asyncio.ensure_future(asyncio.to_thread(tool.function, **arguments))
+        running = asyncio.ensure_future(asyncio.to_thread(_in_worker, tool, arguments))
         try:
             return await asyncio.shield(running)
         except asyncio.CancelledError:
@@ -195,9 +222,68 @@ class HostTools:
             )
             return
         try:
-            completed(call, _json_result(result))
+            _check_result(result)
         except _Refused:
-            pass  # not a result the program could have had
+            return  # not a result the program could have had
+        completed(call, result)
+
+
+def _in_worker(tool: HostTool, arguments: dict[str, Any]) -> Any:
+    """``tool``'s sync function, in its worker thread. What it raises beyond Exception
+    (``sys.exit``) is turned into _Refused there: left as it is, it would end the task that
+    awaits the thread, and with it the agent's event loop."""
+    try:
+        return tool.function(**arguments)
+    except Exception:
+        raise
+    except BaseException as exc:
+        log.info("host tool %r raised %s", tool.name, type(exc).__name__, exc_info=True)
+        raise _Refused(_raised(exc)) from None
+
+
+def _raised(exc: BaseException) -> str:
+    """What the program's ToolError says of ``exc``, which a tool raised."""
+    try:
+        said = str(exc)
+    except Exception:  # an exception whose __str__ fails still names its type
+        said = ""
+    text = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
+    if isinstance(exc, SystemExit):
+        return f"{text} (the tool exited, as argparse does on arguments it refuses)"
+    if isinstance(exc, KeyboardInterrupt):
+        return f"{text} (the tool was interrupted)"
+    return text
+
+
+def _outcome(call: dict[str, Any], outcome: dict[str, Any] | BaseException) -> dict[str, Any]:
+    """The result of a call that ended on its own (the batch was not cancelled)."""
+    if isinstance(outcome, asyncio.CancelledError):  # so the tool raised it itself
+        error = "CancelledError (the tool raised it; nothing cancelled the call)"
+        return {"id": call.get("id"), "ok": False, "error": error}
+    if isinstance(outcome, BaseException):  # a fault of the backend's own: answer anyway
+        log.error("answering a call of %r failed", call.get("tool"), exc_info=outcome)
+        error = sendable_text(f"the backend could not answer this call ({_raised(outcome)})")
+        return {"id": call.get("id"), "ok": False, "error": error}
+    return outcome
+
+
+def _check_result(result: Any) -> None:
+    """_Refused, saying why, when ``result`` cannot travel to the program as JSON."""
+    try:
+        text = json.dumps(result, ensure_ascii=False)
+    except RecursionError:
+        raise _Refused(f"its result {TOO_DEEP}") from None
+    except (TypeError, ValueError) as exc:
+        raise _Refused(
+            f"its result is not JSON ({exc}): a host tool must return str, int, float, "
+            "bool, None, or lists and dicts of them"
+        ) from None
+    try:
+        text.encode("utf-8")  # what the wire is; json.dumps lets a lone surrogate through
+    except UnicodeEncodeError:
+        raise _Refused(
+            f"its result {lone_surrogate(result)}; the tool must return valid text"
+        ) from None
 
 
 class _Refused(Exception):

@@ -15,10 +15,12 @@ input_requests still go nowhere. ``stdin_connected`` waits until one gets throug
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
 from typing import Any
 
+from ..core.errors import MessageTooLarge
 from ..core.protocol import execute_request, host_result, parse_tool_request, tool_reply
 from .host_tools import HostTools
 from .late_results import Key, LateResults
@@ -136,7 +138,7 @@ class InputRequests:
         results = await self.tools.answer(calls, self._host_completed)
         if asyncio.current_task() is self._pending:  # not abandoned meanwhile
             self._pending = None
-            if await self._reply(tool_reply(results), request):
+            if await self._reply_results(results, request):
                 self._sent.update(key for key in map(_key, calls) if key is not None)
 
     def _host_completed(self, call: dict[str, Any], result: Any) -> None:
@@ -148,10 +150,27 @@ class InputRequests:
         else:
             self._completed[(entry["program"], entry["k"])] = entry
 
+    async def _reply_results(self, results: list[dict[str, Any]], request: dict[str, Any]) -> bool:
+        """Send ``results``; False when no reply could be sent. When the transport cannot
+        carry them in one message, the largest become errors that say so, until the rest
+        fit: the kernel always gets its reply."""
+        while True:
+            try:
+                return await self._reply(tool_reply(results), request)
+            except MessageTooLarge as too_large:
+                fewer = _largest_refused(results, too_large)
+                if fewer is None:  # only errors left, and still too large: nothing fits
+                    log.warning("could not answer the kernel's tool request: %s", too_large)
+                    return False
+                results = fewer
+
     async def _reply(self, value: str, request: dict[str, Any]) -> bool:
-        """Send ``value``; False when it could not be sent."""
+        """Send ``value``; False when it could not be sent, MessageTooLarge when the
+        transport cannot carry it."""
         try:
             await self.kernel.send_input_reply(value, request)
+        except MessageTooLarge:
+            raise
         except Exception as exc:  # the kernel or gateway went away: the execution notices
             log.info("could not answer the kernel's input_request: %s", exc)
             return False
@@ -162,3 +181,29 @@ def _key(call: dict[str, Any]) -> Key | None:
     """The recording line a call names, if it names one."""
     entry = host_result(call, None)
     return None if entry is None else (entry["program"], entry["k"])
+
+
+def _largest_refused(
+    results: list[dict[str, Any]], too_large: MessageTooLarge
+) -> list[dict[str, Any]] | None:
+    """``results`` with the largest turned into errors that give the size and the limit, as
+    many as the reply must lose to fit, going by their JSON size (sending again tells whether
+    it was enough); None when none is larger than the error that would replace it."""
+    fewer, changed = list(results), False
+    excess = too_large.size - too_large.limit
+    payloads = [result.get("result" if result.get("ok") is True else "error") for result in results]
+    sizes = [len(json.dumps(payload, ensure_ascii=False).encode("utf-8")) for payload in payloads]
+    for n in sorted(range(len(results)), key=sizes.__getitem__, reverse=True):
+        what = "result" if results[n].get("ok") is True else "error message"
+        error = (
+            f"its {what} ({sizes[n]:,} bytes as JSON) is too large to send to the kernel: "
+            f"{too_large}; return less at a time (a part, or a summary)"
+        )
+        saved = sizes[n] - len(json.dumps(error, ensure_ascii=False).encode("utf-8"))
+        if saved <= 0:
+            break  # this one and the rest are no larger than what would replace them
+        fewer[n], changed = {"id": results[n].get("id"), "ok": False, "error": error}, True
+        excess -= saved
+        if excess <= 0:
+            break
+    return fewer if changed else None

@@ -50,7 +50,8 @@ class Transport(Protocol):
         cannot be reached."""
 
     async def send_execute(self, content: dict[str, Any], metadata: dict[str, Any]) -> str:
-        """Send an execute_request with this content and metadata; return its msg_id."""
+        """Send an execute_request with this content and metadata; return its msg_id.
+        MessageTooLarge, and nothing sent, when it is larger than the transport carries."""
 
     async def receive(self, msg_id: str, timeout: float) -> dict[str, Any] | None:
         """The next iopub, stdin or shell message whose parent is ``msg_id``, in the order
@@ -61,7 +62,9 @@ class Transport(Protocol):
     async def send_input_reply(self, value: str, request: dict[str, Any]) -> None:
         """Answer the kernel's input_request ``request`` (a message ``receive`` returned)
         with ``value``, on the stdin channel. Only called for a request sent with
-        ``allow_stdin`` (the backend has host tools)."""
+        ``allow_stdin`` (the backend has host tools). MessageTooLarge, and nothing sent, when
+        the reply is larger than the transport carries (a gateway's websocket takes at most
+        ``GatewayKernel.max_send_bytes`` a message; a local kernel's zmq socket has no limit)."""
 
     async def interrupt(self) -> None:
         """Interrupt the running program (SIGINT or an interrupt_request, as the kernel says)."""

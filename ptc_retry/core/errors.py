@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from .protocol import sendable_text
+
 
 class PtcRetryError(Exception):
     """Base class of every error ptc-retry raises on purpose."""
@@ -30,10 +32,14 @@ class ReplayError(PtcRetryError):
 
 class ToolError(PtcRetryError):
     """A program's tool call failed: the tool raised, its arguments or result were not JSON or
-    did not fit, or no agent backend answers tool calls here. ``tool`` names the tool."""
+    did not fit, or no agent backend answers tool calls here. ``tool`` names the tool.
+
+    A lone surrogate the message quotes (an argument's name, say) is written as its escape:
+    the kernel could not send a traceback that holds one, and the model would read nothing.
+    """
 
     def __init__(self, message: str, tool: str | None = None) -> None:
-        super().__init__(message)
+        super().__init__(sendable_text(message))
         self.tool = tool
 
 
@@ -51,3 +57,13 @@ class KernelStartError(BackendError):
 
 class GatewayError(BackendError):
     """The gateway cannot be reached, refused the token, or answered with an error."""
+
+
+class MessageTooLarge(BackendError):
+    """A message is larger than the transport carries in one piece, so nothing was sent; the
+    message says how large it would be and the limit. ``size`` and ``limit`` are bytes."""
+
+    def __init__(self, message: str, *, size: int, limit: int) -> None:
+        super().__init__(message)
+        self.size = size
+        self.limit = limit

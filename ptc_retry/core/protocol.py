@@ -4,6 +4,7 @@ metadata key its requests and replies carry."""
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 #: The key of ptc-retry's part of an execute_request's and an execute_reply's metadata.
@@ -72,6 +73,55 @@ def tool_reply(results: list[dict[str, Any]]) -> str:
     False, "error": str}`` (``error`` is what the program's ``ToolError`` says), one per call.
     """
     return json.dumps({"results": results}, ensure_ascii=False)
+
+
+#: Half of a UTF-16 surrogate pair: a Python str may hold one, UTF-8 (the wire) cannot.
+_SURROGATE = re.compile(r"[\ud800-\udfff]")
+#: How many characters on each side of a lone surrogate an error quotes.
+_QUOTED_CHARS = 20
+#: Why a value nested past what Python's json encodes cannot travel (a RecursionError).
+TOO_DEEP = "is nested too deeply for JSON (Python's json raised RecursionError); flatten it"
+
+
+def lone_surrogate(value: Any) -> str | None:
+    """Where the JSON value ``value`` holds a lone surrogate (half of a UTF-16 pair, such as
+    an emoji an API cut in two), which UTF-8, the Jupyter wire, cannot encode; None when it
+    holds none. The answer follows the value's name: ``holds a lone surrogate '\\ud83d' at
+    index 10 of 'Great job \\ud83d' (at ['text']): half of a UTF-16 pair ...``; the caller
+    says what to do.
+    """
+    stack: list[tuple[Any, str, bool]] = [(value, "", False)]  # (item, path, is a key)
+    while stack:
+        item, path, key = stack.pop()
+        if isinstance(item, str):
+            found = _SURROGATE.search(item)
+            if found is not None:
+                return _surrogate_at(item, found.start(), path, key)
+        elif isinstance(item, dict):
+            for name, child in reversed(list(item.items())):  # last in, first out
+                stack.append((child, f"{path}[{name!r}]", False))
+                stack.append((name, path, True))
+        elif isinstance(item, (list, tuple)):
+            for n in reversed(range(len(item))):
+                stack.append((item[n], f"{path}[{n}]", False))
+    return None
+
+
+def _surrogate_at(text: str, index: int, path: str, key: bool) -> str:
+    start, end = max(0, index - _QUOTED_CHARS), index + _QUOTED_CHARS
+    quoted = ("..." if start else "") + text[start:end] + ("..." if end < len(text) else "")
+    place = ("a key" + (f" at {path}" if path else "")) if key else (f"at {path}" if path else "")
+    return (
+        f"holds a lone surrogate {ascii(text[index])} at index {index} of {ascii(quoted)}"
+        f"{f' ({place})' if place else ''}: half of a UTF-16 pair (an emoji cut in two, or "
+        "undecodable bytes), which UTF-8 cannot encode"
+    )
+
+
+def sendable_text(text: str) -> str:
+    """``text`` with each lone surrogate written as its escape (``\\ud83d``), so that the
+    wire carries it: for messages (an exception's text), never for a tool's data."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def parse_tool_reply(value: str) -> list[dict[str, Any]]:

@@ -5,11 +5,13 @@ come from the tool's JSON schema and description, its arguments are checked and 
 from __future__ import annotations
 
 import inspect
+import json
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ToolError
+from ..core.protocol import TOO_DEEP, lone_surrogate
 from ..core.schema import schema_signature
 from .recording import canonical
 
@@ -112,13 +114,55 @@ def bind_arguments(
         else:
             arguments[key] = value
     for key, value in arguments.items():
-        if canonical(value) is None:
-            raise ToolError(
-                f"tools.{name}: argument {key!r} is a {type(value).__name__}, not JSON (a str, "
-                "int, float, bool, None, or a list or dict of those)",
-                tool=name,
-            )
+        problem = _argument_problem(key)  # a name of **kwargs' own
+        if problem is not None:
+            raise ToolError(f"tools.{name}: an argument's name {problem}", tool=name)
+        problem = _argument_problem(value)
+        if problem is not None:
+            raise ToolError(f"tools.{name}: argument {key!r} {problem}", tool=name)
     return arguments
+
+
+def _argument_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be sent as a tool call's argument, as the words that follow its
+    name (``is a set, not JSON ...``); None when it can: canonical JSON (no NaN, no
+    Infinity) whose text UTF-8 can encode, as the Jupyter wire must."""
+    text = canonical(value)
+    if text is None:
+        return _not_json(value)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return (
+            f"{lone_surrogate(value)}; send valid text, e.g. s.encode('utf-8', 'replace').decode()"
+        )
+    return None
+
+
+def _not_json(value: Any) -> str:
+    """Why ``canonical`` refused ``value``: the error of the same encoding."""
+    kinds = "a str, int, float, bool, None, or a list or dict of those"
+    try:
+        json.dumps(value, sort_keys=True, allow_nan=False)
+    except RecursionError:
+        return TOO_DEEP
+    except ValueError as exc:  # NaN or Infinity, a circular reference, a huge int
+        if _with_nan(value):
+            return "holds NaN or Infinity, which are not JSON; pass finite numbers (or None)"
+        return f"is not JSON ({exc}); pass {kinds}"
+    except TypeError as exc:
+        if isinstance(value, (dict, list, tuple)):
+            return f"is not JSON ({exc}); pass {kinds}"
+    return f"is a {type(value).__name__}, not JSON ({kinds})"
+
+
+def _with_nan(value: Any) -> bool:
+    """Whether ``value`` is JSON once NaN and Infinity are allowed (so they are what is not)."""
+    try:
+        json.dumps(value, sort_keys=True)
+    except (TypeError, ValueError, RecursionError):
+        return False
+    return True
 
 
 def tool_function(spec: ToolSpec, call: HostCall) -> ToolFunction:
