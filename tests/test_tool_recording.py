@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import linecache
 import os
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.schema import schema_signature
 from ptc_retry.core.store import CheckpointStore
 from ptc_retry.kernel.catalog import bind_arguments
-from ptc_retry.kernel.fingerprint import reads_digest
+from ptc_retry.kernel.fingerprint import code_digest, reads_digest
 from ptc_retry.kernel.recording import (
     CallRecord,
     RecordedCalls,
@@ -295,6 +296,22 @@ def test_what_a_recorded_function_reads_is_fingerprinted_or_unknown(
         assert before is None and after is None
     else:
         assert before is not None and (before == after) is (expected == "same")
+
+
+def test_a_source_that_linecache_holds_for_another_code_does_not_hide_an_edit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Every exec compiles under "<string>": whatever linecache holds for that name (a
+    # traceback, another library) is another code's source, and must not make two
+    # different bodies look the same.
+    stale = (1, None, ["def helper(x): return x\n"], "<string>")
+    monkeypatch.setitem(linecache.cache, "<string>", stale)
+    namespace: dict[str, Any] = {}
+    exec("def helper(x): return x", namespace)
+    before = code_digest(namespace["helper"])
+    exec("def helper(x): return -x", namespace)
+    assert inspect.getsource(namespace["helper"]) == "def helper(x): return x\n"  # stale
+    assert code_digest(namespace["helper"]) != before
 
 
 # -- the file in the session -----------------------------------------------------------------------

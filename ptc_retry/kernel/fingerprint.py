@@ -73,6 +73,22 @@ _COMPILE_FLAGS = functools.reduce(
     __future__.all_feature_names,
     0,
 )
+# Instructions that say how a name or a call was compiled rather than what the code does:
+# in a replay's program, compiled whole inside a function, a global may be read as a free
+# variable and a module's attribute call is no method call. The shape of the code leaves
+# them out (and unifies the loads), so that it is the same in a cell and in a replay.
+_HOW_COMPILED = frozenset(
+    {
+        "CACHE", "NOP", "RESUME", "PUSH_NULL", "PRECALL", "COPY_FREE_VARS", "MAKE_CELL",
+        "KW_NAMES", "EXTENDED_ARG",
+    }
+)  # fmt: skip
+_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
+_SHAPES = {
+    **dict.fromkeys(_LOADS | _LOCAL_LOADS | {"LOAD_CLOSURE", "LOAD_CLASSDEREF"}, "LOAD"),
+    **dict.fromkeys(_ATTRIBUTES, "LOAD_ATTR"),
+    **dict.fromkeys(("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_KW"), "CALL"),
+}
 _CONTAINERS = (list, tuple, dict, set, frozenset)
 _SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), type(NotImplemented))
 # A class's entries that say where it was written or how instances store attributes.
@@ -376,6 +392,10 @@ def _code_token(code: types.CodeType) -> str:
             text = f"bytecode:{code.co_code.hex()}:{getattr(code, 'co_exceptiontable', b'').hex()}"
         parts = [
             text,
+            # The source comes from linecache by file name, and a name may hold another
+            # source than the one this code was compiled from (every exec's "<string>", a
+            # replay's file compiled again): the shape of the code itself goes in too.
+            _shape(code),
             code.co_name,
             f"{code.co_argcount},{code.co_posonlyargcount},{code.co_kwonlyargcount}",
             str(code.co_flags & ~_COMPILE_FLAGS),
@@ -388,6 +408,25 @@ def _code_token(code: types.CodeType) -> str:
         found = hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
         _CODES[code] = found
     return found
+
+
+def _shape(code: types.CodeType) -> str:
+    """The instructions of ``code`` without what only says how it was compiled."""
+    shape = []
+    for instruction in dis.get_instructions(code):
+        name = instruction.opname
+        if name in _HOW_COMPILED:
+            continue
+        name = _SHAPES.get(name, name)
+        if name in ("LOAD", "LOAD_ATTR", "CALL") or instruction.opname in _STORES:
+            shape.append(name)  # their arguments are indexes the compile decides
+        elif instruction.opcode in _JUMPS:
+            shape.append(name)  # an offset, which the instructions left out move
+        elif isinstance(instruction.argval, (int, str)):
+            shape.append(f"{name}:{instruction.argval}")
+        else:
+            shape.append(name)
+    return " ".join(shape)
 
 
 def _constant(value: Any) -> str:
