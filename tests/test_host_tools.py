@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from ptc_retry.backend import KernelBackend
+from ptc_retry.backend import KernelBackend, RunResult
 from ptc_retry.backend.host_tools import HostTools
 from ptc_retry.backend.input_requests import stdin_connected
 from ptc_retry.backend.results import RUN_CODE_DESCRIPTION
@@ -78,8 +78,20 @@ class Host:
             self.cancelled["hang"] += 1
             raise
 
+    async def cancellations(self, tool: str) -> int:
+        """How many calls of ``tool`` the host saw cancelled."""
+        return self.cancelled[tool]
+
     def tools(self) -> list[Any]:
-        return [self.add, self.nap, self.sleep, self.fail, self.unjson, self.hang]
+        return [
+            self.add,
+            self.nap,
+            self.sleep,
+            self.fail,
+            self.unjson,
+            self.hang,
+            self.cancellations,
+        ]
 
 
 def ask(*calls: tuple[str, dict[str, Any]]) -> str:
@@ -231,7 +243,7 @@ def test_bad_calls_get_an_error_that_says_what_to_send() -> None:
             "id": 1,
             "ok": False,
             "error": "there is no tool named 'search'; the tools are: add, nap, sleep, fail, "
-            "unjson, hang",
+            "unjson, hang, cancellations",
         },
         {"id": 2, "ok": False, "error": f"missing the argument 'a'; {takes}"},
         {"id": 3, "ok": False, "error": f"no argument named 'c'; {takes}"},
@@ -288,7 +300,9 @@ def test_requests_allow_stdin_and_carry_the_catalog_only_with_tools(
 
     result = run(backend.run_code(show, call_id="call_w1"))
 
-    assert result.value == "(True, ['add', 'nap', 'sleep', 'fail', 'unjson', 'hang'])"
+    assert result.value == (
+        "(True, ['add', 'nap', 'sleep', 'fail', 'unjson', 'hang', 'cancellations'])"
+    )
 
 
 def test_a_batch_is_answered_in_one_reply(
@@ -430,6 +444,104 @@ def test_a_replay_reuses_the_recorded_results(
     assert host.calls["add"] == calls  # no call made again
     if backend.gateway_url is None:
         assert line_of(backend.session_dir, "call_t7")["replay_of"] == "call_t6"
+
+
+# -- a call that waits blocks nothing ----------------------------------------------------
+
+
+def finished(backend: KernelBackend, run: Run[Any], program: str, call_id: str) -> RunResult:
+    """The result of ``program``, which must end well within 20 s: a hang fails here."""
+    result = run(asyncio.wait_for(backend.run_code(program, call_id=call_id), 20))
+    assert result.status == "ok", result.text
+    return result
+
+
+def test_wait_for_around_a_slow_tool_times_out_on_time_and_cancels_it_on_the_host(
+    backend: KernelBackend, host: Host, run: Run[Any]
+) -> None:
+    before = host.cancelled["hang"]
+    program = (
+        "import asyncio, time\n"
+        "started = time.monotonic()\n"
+        "try:\n"
+        "    await asyncio.wait_for(tools.hang(), timeout=1)\n"
+        "except asyncio.TimeoutError:\n"
+        "    print('timed out after', round(time.monotonic() - started, 1))\n"
+        "await tools.cancellations(tool='hang')"
+    )
+
+    result = finished(backend, run, program, "call_b1")
+
+    seconds = float(result.text.split("timed out after ")[1].split()[0])
+    assert 1 <= seconds < 2
+    # The host had cancelled the call before the program's next call reached it.
+    assert result.value == str(before + 1)
+
+
+def test_a_call_in_a_background_task_lets_the_other_tasks_run(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    program = (
+        "import asyncio, time\n"
+        "call = asyncio.ensure_future(tools.nap(seconds=3))\n"
+        "started = time.monotonic()\n"
+        "await asyncio.sleep(0.2)\n"
+        "slept = time.monotonic() - started\n"
+        "print(await call)\n"
+        "slept"
+    )
+
+    result = finished(backend, run, program, "call_b2")
+
+    assert result.text.startswith("napped 3")
+    assert result.value is not None and 0.2 <= float(result.value) < 1
+
+
+def test_cancelling_a_task_cancels_its_call_and_a_late_result_answers_nothing_else(
+    backend: KernelBackend, host: Host, run: Run[Any]
+) -> None:
+    hangs, cancelled, sleeps = host.calls["hang"], host.cancelled["hang"], host.calls["sleep"]
+    program = (
+        "import asyncio\n"
+        "calls = [asyncio.ensure_future(call) for call in (tools.hang(), tools.sleep(seconds=1))]\n"
+        "await asyncio.sleep(0.5)\n"
+        "for call in calls:\n"
+        "    call.cancel()\n"
+        "done = await asyncio.gather(*calls, return_exceptions=True)\n"
+        "print([type(outcome).__name__ for outcome in done])\n"
+        "seen = await tools.cancellations(tool='hang')\n"
+        "await asyncio.sleep(1)  # the sync tool ends on the host meanwhile\n"
+        "seen, await tools.add(a=5)"
+    )
+
+    result = finished(backend, run, program, "call_b3")
+
+    assert result.text.startswith("['CancelledError', 'CancelledError']")
+    assert result.value == f"({cancelled + 1}, 7)"  # the sleep's late 'slept 1' went nowhere
+    assert (host.calls["hang"], host.calls["sleep"]) == (hangs + 1, sleeps + 1)
+
+
+def test_input_from_a_thread_during_a_call_gets_its_own_answer(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    program = (
+        "import asyncio, threading\n"
+        "answers = []\n"
+        "def ask():\n"
+        "    try:\n"
+        "        answers.append(input('your name? '))\n"
+        "    except EOFError:\n"
+        "        answers.append('end of file')\n"
+        "thread = threading.Thread(target=ask)\n"
+        "asyncio.get_running_loop().call_later(0.3, thread.start)\n"
+        "napped = await tools.nap(seconds=1)\n"
+        "thread.join(10)\n"
+        "napped, answers"
+    )
+
+    result = finished(backend, run, program, "call_b4")
+
+    assert result.value == "('napped 1', ['end of file'])"
 
 
 # The kernel's stdin socket drops the input_requests it sends before the client's stdin

@@ -1,10 +1,11 @@
 """The stdin channel of one running program: a batch of tool calls is answered by the
-host's tools, any other input_request (the program called ``input()``) by end-of-file.
+host's tools, a cancel request cancels calls of a batch, and any other input_request (the
+program called ``input()``) gets end-of-file. Each reply names the request it answers.
 
 Why stdin: while a program runs, the kernel reads no further shell messages (a comm message
-waits behind the running execute_request), but ``kernel.raw_input`` sends an input_request
-and blocks the program until the reply, on ipykernel 6.29 and 7.x alike; a gateway's
-websocket carries the stdin channel as well, so the same calls work locally and remotely.
+waits behind the running execute_request), but it can send input_requests and read their
+replies, on ipykernel 6.29 and 7.x alike; a gateway's websocket carries the stdin channel
+as well, so the same calls work locally and remotely.
 
 One catch: the kernel's stdin socket drops what it sends to a client whose stdin connection
 is not through yet (a zmq ROUTER socket), and after a restart each of the client's sockets
@@ -19,7 +20,7 @@ import logging
 import time
 from typing import Any
 
-from ..core.protocol import execute_request, parse_tool_request, tool_reply
+from ..core.protocol import ToolCancel, execute_request, parse_tool_request, tool_reply
 from .host_tools import HostTools
 from .transport import Transport
 
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 EOF = "\x04"
 #: Seconds ``cancel`` waits for a cancelled batch's functions to let go.
 _CANCEL_WAIT = 1.0
+#: What a batch's reply holds for a call the program cancelled (the program never reads it).
+_CANCELLED = "cancelled: the program no longer waited for it"
 #: Seconds a stdin probe waits for its input_request before it interrupts and tries again.
 _PROBE_WAIT = 1.0
 
@@ -76,45 +79,83 @@ async def _probe(kernel: Transport, msg_id: str, deadline: float) -> bool:
 class InputRequests:
     """Answers the input_requests of one execution on ``kernel``, with ``tools``.
 
-    One batch is pending at a time: the kernel waits for the reply to its latest request
-    only, so a new request (or ``cancel``) abandons the one before. An abandoned batch's
-    calls are cancelled (a function in a worker thread runs to its end) and its results
-    are never sent.
+    Each batch of calls runs in tasks of its own and gets its reply when its calls are done;
+    several may run at once (a program waits for a call in a background task while it makes
+    another). A cancel request names calls of a batch the program no longer waits for: they
+    are cancelled (a function in a worker thread runs to its end, and its result is dropped)
+    and the batch's reply says so in their place. ``cancel`` abandons every batch: its calls
+    are cancelled and no reply is sent.
     """
 
     def __init__(self, kernel: Transport, tools: HostTools) -> None:
         self.kernel = kernel
         self.tools = tools
-        self._pending: asyncio.Task[None] | None = None
+        #: The calls of each batch being answered, by the msg_id of its input_request.
+        self._batches: dict[str, list[tuple[dict[str, Any], asyncio.Task[dict[str, Any]]]]] = {}
+        self._answering: set[asyncio.Task[None]] = set()
 
     async def handle(self, request: dict[str, Any]) -> None:
-        """Answer ``request``, an input_request of the running program: EOF at once, or
-        tool calls in a task of their own (the caller goes on watching the kernel)."""
-        await self.cancel()
+        """Answer ``request``, an input_request of the running program: EOF or a cancel at
+        once, tool calls in tasks of their own (the caller goes on watching the kernel)."""
         prompt = (request.get("content") or {}).get("prompt")
         try:
-            calls = parse_tool_request(prompt if isinstance(prompt, str) else "")
+            asked = parse_tool_request(prompt if isinstance(prompt, str) else "")
         except ValueError as exc:
             log.warning("a malformed tool request from the kernel (%s): answering no calls", exc)
-            calls = []
-        if calls is None:
+            asked = []
+        if asked is None:
             await self._reply(EOF, request)
-            return
-        self._pending = asyncio.ensure_future(self._answer(calls, request))
+        elif isinstance(asked, ToolCancel):
+            self._cancel_calls(asked)
+            await self._reply(tool_reply([]), request)
+        else:
+            self._start(asked, request)
 
     async def cancel(self) -> None:
-        """Abandon the pending batch, if any: cancel its calls; its results are never sent."""
-        task, self._pending = self._pending, None
-        if task is None or task.done():
-            return
-        task.cancel()
-        await asyncio.wait([task], timeout=_CANCEL_WAIT)
+        """Abandon every batch: cancel its calls; its reply is never sent."""
+        calls = [task for batch in self._batches.values() for _, task in batch]
+        tasks = [*calls, *self._answering]
+        self._batches, self._answering = {}, set()
+        for task in tasks:
+            task.cancel()
+        running = [task for task in tasks if not task.done()]
+        if running:  # let async functions see their CancelledError through
+            await asyncio.wait(running, timeout=_CANCEL_WAIT)
 
-    async def _answer(self, calls: list[dict[str, Any]], request: dict[str, Any]) -> None:
-        results = await self.tools.answer(calls)
-        if asyncio.current_task() is self._pending:  # not abandoned meanwhile
-            self._pending = None
-            await self._reply(tool_reply(results), request)
+    def _start(self, calls: list[dict[str, Any]], request: dict[str, Any]) -> None:
+        msg_id = str(request["header"]["msg_id"])
+        batch = [(call, asyncio.ensure_future(self._call(call))) for call in calls]
+        self._batches[msg_id] = batch
+        answering = asyncio.ensure_future(self._answer(msg_id, batch, request))
+        self._answering.add(answering)
+        answering.add_done_callback(self._answering.discard)
+
+    async def _call(self, call: dict[str, Any]) -> dict[str, Any]:
+        (result,) = await self.tools.answer([call])
+        return result
+
+    async def _answer(
+        self,
+        msg_id: str,
+        batch: list[tuple[dict[str, Any], asyncio.Task[dict[str, Any]]]],
+        request: dict[str, Any],
+    ) -> None:
+        await asyncio.wait([task for _, task in batch])
+        if self._batches.pop(msg_id, None) is None:
+            return  # abandoned meanwhile
+        results = [
+            {"id": call.get("id"), "ok": False, "error": _CANCELLED}
+            if task.cancelled()
+            else task.result()
+            for call, task in batch
+        ]
+        await self._reply(tool_reply(results), request)
+
+    def _cancel_calls(self, cancel: ToolCancel) -> None:
+        """Cancel the calls ``cancel`` names, of a batch still being answered."""
+        for call, task in self._batches.get(cancel.request, []):
+            if call.get("id") in cancel.calls:
+                task.cancel()
 
     async def _reply(self, value: str, request: dict[str, Any]) -> None:
         try:
