@@ -544,6 +544,29 @@ def test_input_from_a_thread_during_a_call_gets_its_own_answer(
     assert result.value == "('napped 1', ['end of file'])"
 
 
+def test_an_interrupt_while_awaiting_a_tool_stops_the_program_and_cancels_the_call(
+    backend: KernelBackend, host: Host, run: Run[Any]
+) -> None:
+    hangs, cancelled = host.calls["hang"], host.cancelled["hang"]
+    padding = "# " + "padding to pass notice_min_bytes " * 6 + "\n"
+    program = f"{padding}print('asking')\nanswer = await tools.hang()\nprint('never')\n"
+
+    async def interrupted() -> RunResult:
+        running = asyncio.ensure_future(backend.run_code(program, call_id="call_b5"))
+        while host.calls["hang"] == hangs:  # until the call reached the host
+            await asyncio.sleep(0.05)
+        await backend.transport.interrupt()
+        return await running
+
+    result = run(asyncio.wait_for(interrupted(), 20))
+
+    assert (result.ename, result.restarted) == ("KeyboardInterrupt", False), result.text
+    assert result.notice is not None and "To go on: await ptc_retry.resume(" in result.notice
+    assert result.text.startswith("asking")
+    assert host.cancelled["hang"] == cancelled + 1
+    assert run(backend.run_code("await tools.add(a=2)", call_id="call_b6")).value == "4"
+
+
 # The kernel's stdin socket drops the input_requests it sends before the client's stdin
 # connection is through (after a restart, each socket reconnects on its own timer).
 DROP_ONE_INPUT_REQUEST = """

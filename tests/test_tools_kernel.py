@@ -314,6 +314,18 @@ def test_an_interrupt_while_awaiting_a_tool_is_a_keyboard_interrupt_offering_res
     assert host.run(shared, "await tools.double(x=5)").result == "10"
 
 
+def test_an_interrupt_while_a_gather_of_tools_waits_stops_the_program(
+    shared: Kernel, host: Host
+) -> None:
+    code = "import asyncio\nawait asyncio.gather(tools.slow(s=30), tools.slow(s=30))\n"
+
+    stopped, after = host.run_interrupted(shared, code, 1.5)
+
+    assert after < 5, f"the program went on for {after:.1f} s after the interrupt"
+    assert stopped.status == "error"
+    assert host.run(shared, "await tools.double(x=5)").result == "10"
+
+
 def test_a_reply_without_a_parent_answers_the_oldest_request(shared: Kernel, host: Host) -> None:
     host.typed, host.parentless = "ada", True  # as jupyter_client's kc.input() answers
 

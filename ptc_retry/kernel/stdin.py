@@ -60,16 +60,13 @@ class Request:
     prompt: str
     password: bool
     route: Route
-    answer: Callable[[Answer], None]
+    #: None: nobody waits for its reply, which is dropped when it comes.
+    answer: Callable[[Answer], None] | None
     header: dict[str, Any] = field(default_factory=dict)
 
     @property
     def msg_id(self) -> str:
         return str(self.header.get("msg_id"))
-
-
-def _ignore(answer: Answer) -> None:
-    """The answer of a request whose reply nobody needs (a cancel's)."""
 
 
 class StdinChannel:
@@ -127,12 +124,13 @@ class StdinChannel:
         self,
         prompt: str,
         route: Route,
-        answer: Callable[[Answer], None] = _ignore,
+        answer: Callable[[Answer], None] | None = None,
         *,
         password: bool = False,
     ) -> Request:
         """Queue an input_request; ``answer`` is called once, from the reader's thread, with
-        its reply's value (or the error that ended the channel). Returns at once."""
+        its reply's value (or the error that ended the channel). Without ``answer`` it is
+        only sent: nothing waits for its reply. Returns at once."""
         header = self._kernel.session.msg_header("input_request")
         request = Request(prompt, password, route, answer, header)
         started = None
@@ -218,16 +216,12 @@ class StdinChannel:
             self._fail_all(exc)
 
     def _send_queued(self, session: Any, socket: Any) -> bool:
-        """Send what is queued; False (and the reader is done) when nothing waits."""
+        """Send what is queued; False (and the reader is done) when nothing waits then."""
         with self._lock:
             queued, self._queued = self._queued, []
             for request in queued:
-                self._waiting[request.msg_id] = request
-            if not self._waiting:
-                self._reader = None
-                if self._detached:
-                    self._close_pipe()
-                return False
+                if request.answer is not None:
+                    self._waiting[request.msg_id] = request
         for request in queued:
             content = {"prompt": request.prompt, "password": request.password}
             route = request.route
@@ -239,7 +233,13 @@ class StdinChannel:
                 ident=route.ident,
                 header=request.header,
             )
-        return True
+        with self._lock:
+            if self._waiting or self._queued:
+                return True
+            self._reader = None  # from here on, a new request starts a new reader
+            if self._detached:
+                self._close_pipe()
+            return False
 
     def _drop_stale(self, socket: Any) -> None:
         """Replies already there when a reader starts answer requests nobody waits for
@@ -279,7 +279,7 @@ class StdinChannel:
             else:
                 oldest = next(iter(self._waiting), None)
                 request = self._waiting.pop(oldest) if oldest is not None else None
-        if request is None:
+        if request is None or request.answer is None:
             log.info("an input_reply for a request nobody waits for: dropped")
             return
         value = (reply.get("content") or {}).get("value")
@@ -295,7 +295,8 @@ class StdinChannel:
             self._queued.clear()
             self._reader = None
         for request in requests:
-            request.answer(error)
+            if request.answer is not None:
+                request.answer(error)
 
     def _close_pipe(self) -> None:
         """With the lock held, once no reader uses it."""

@@ -61,8 +61,9 @@ class ProgramCalls:
         self._open: dict[Request, _Sent] = {}
         #: Sent calls whose task stopped waiting, to cancel on the host at the turn's end.
         self._cancels: list[_Call] = []
-        #: The program's own task's wait for a call, while there is one.
-        self._wait: _Interrupts | None = None
+        #: Calls whose future is not done yet, and what notes interrupts meanwhile.
+        self._pending = 0
+        self._interrupts: _Interrupts | None = None
         self._closed = False
         self._spans: tuple[str, list[tuple[int, int]]] | None = None
         self._run_code = type(host.shell).run_code.__code__
@@ -150,26 +151,29 @@ class ProgramCalls:
         if record.reused_from is not None:
             return record.result
         loop = asyncio.get_running_loop()
-        call = _Call(record, loop.create_future())
+        call = _Call(record, loop.create_future(), self._watch_interrupts())
         call.future.add_done_callback(lambda _: self._on_done(call))
         self._batch.append(call)
         if not self._scheduled:
             self._scheduled = True
             loop.call_soon(self._send)
-        if current_task() is not self.running.task:
+        try:
             return await call.future
-        with _Interrupts(self.running.task) as wait:
-            self._wait = wait
-            try:
-                return await call.future
-            except asyncio.CancelledError:
-                if wait.came:
-                    raise KeyboardInterrupt(
-                        "interrupted while waiting for the agent's tools"
-                    ) from None
-                raise
-            finally:
-                self._wait = None
+        except asyncio.CancelledError:
+            if call.interrupted and current_task() is self.running.task:
+                # The program's own code awaits: it gets the interrupt, as in any cell.
+                raise KeyboardInterrupt("interrupted while waiting for the agent's tools") from None
+            raise
+
+    def _watch_interrupts(self) -> tuple[_Interrupts, int] | None:
+        """While calls wait, interrupts are watched for (in the main thread): the handler
+        and the count of interrupts so far, for a new call."""
+        self._pending += 1
+        if self._interrupts is None:
+            self._interrupts = _Interrupts.install(self.running.task)
+        if self._interrupts is None:
+            return None
+        return self._interrupts, self._interrupts.count
 
     def _send(self) -> None:
         """In a loop callback: send the calls made since the last turn as one batch."""
@@ -251,11 +255,14 @@ class ProgramCalls:
     def _on_done(self, call: _Call) -> None:
         """A call's future is done: when the program stopped waiting for it (its task was
         cancelled), the call is recorded so and, once sent, cancelled on the host."""
+        self._pending -= 1
+        if not self._pending and self._interrupts is not None:
+            self._interrupts.uninstall()
+            self._interrupts = None
         if not call.future.cancelled():
             return
         if call.record.ok is None:
-            interrupted = self._wait is not None and self._wait.came
-            self.finish(call.record, error=_INTERRUPTED if interrupted else _CANCELLED)
+            self.finish(call.record, error=_INTERRUPTED if call.interrupted else _CANCELLED)
         if call.sent is not None:
             self._cancels.append(call)
             if len(self._cancels) == 1:  # one cancel request for a turn's cancelled calls
@@ -276,8 +283,9 @@ class ProgramCalls:
                 self._open.pop(sent.request, None)
                 if not sent.stdin.abandon(sent.request):
                     continue  # it never went out: there is nothing to cancel
+            # Sent even when the program ends meanwhile; nothing waits for its answer.
             cancel = ToolCancel(sent.request.msg_id, sorted(indexes))
-            self._submit(_Sent(sent.stdin, sent.route, []), tool_cancel(cancel))
+            sent.stdin.submit(tool_cancel(cancel), sent.route)
 
     def _submit(self, sent: _Sent, prompt: str) -> None:
         """Send ``prompt`` for ``sent``; its answer comes back to the loop (``_answered``)."""
@@ -356,14 +364,24 @@ class _Call:
 
     record: CallRecord
     future: asyncio.Future[Any]
+    #: What watched for interrupts when the call was made, and how many it had seen then.
+    watched: tuple[_Interrupts, int] | None
     #: The batch it went out in, once sent, and its ``id`` there.
     sent: _Sent | None = None
     index: int = 0
 
+    @property
+    def interrupted(self) -> bool:
+        """Whether an interrupt came while it waited (and so, what cancelled it)."""
+        if self.watched is None:
+            return False
+        interrupts, seen = self.watched
+        return interrupts.count > seen
+
 
 @dataclass(eq=False)
 class _Sent:
-    """One request on the stdin channel: a batch of ``calls``, or a cancel (no calls)."""
+    """A batch of calls sent on the stdin channel, as one request."""
 
     stdin: StdinChannel
     route: Route
@@ -390,46 +408,52 @@ def _soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args:
 
 
 class _Interrupts:
-    """While the program's own task awaits a call, in the main thread: a SIGINT is noted
-    (``came``), then handed to the handler that was in place, which stops an awaiting
-    program from the loop (the time limit's cancels its task, ipykernel's the cell's); the
-    call turns that cancel into a KeyboardInterrupt. A handler that raises, or none, would
-    break the loop: then the task is cancelled here."""
+    """While a program's calls wait, in the main thread: each SIGINT is counted, then handed
+    to the handler that was in place, which stops an awaiting program from the event loop
+    (the time limit's cancels its task, ipykernel's the cell's); a call the program's own
+    code awaits turns that cancel into a KeyboardInterrupt. Where a handler raises (Python's
+    default, or the time limit's in the program's own code), the interrupt is raised where
+    the program's code runs, and anywhere else (the loop itself) the task is cancelled."""
 
-    def __init__(self, task: asyncio.Task[Any] | None) -> None:
-        self.came = False
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.count = 0
         self._task = task
         self._previous: Any = None
-        self._installed = False
 
-    def __enter__(self) -> _Interrupts:
-        if threading.current_thread() is threading.main_thread():
-            self._previous = signal.signal(signal.SIGINT, self._on_sigint)
-            self._installed = True
-        return self
+    @classmethod
+    def install(cls, task: asyncio.Task[Any] | None) -> _Interrupts | None:
+        """Watch from now on; None off the main thread (only it gets signals) or without a task."""
+        if task is None or threading.current_thread() is not threading.main_thread():
+            return None
+        interrupts = cls(task)
+        interrupts._previous = signal.signal(signal.SIGINT, interrupts._on_sigint)
+        return interrupts
 
-    def __exit__(self, *exc_info: object) -> None:
-        if self._installed and signal.getsignal(signal.SIGINT) == self._on_sigint:
-            previous = self._previous
-            signal.signal(signal.SIGINT, previous or signal.default_int_handler)
+    def uninstall(self) -> None:
+        """Give SIGINT back to the handler before, unless another replaced this one since."""
+        if signal.getsignal(signal.SIGINT) == self._on_sigint:
+            signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
 
     def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
         previous = self._previous
-        if previous == signal.SIG_IGN or self._task is None:
+        if previous == signal.SIG_IGN:
             return
-        self.came = True
+        self.count += 1
         loop = self._task.get_loop()
         if callable(previous):
             try:
                 previous(signum, frame)
             except KeyboardInterrupt:
-                pass  # raised in the event loop, it would break the loop
+                if asyncio.current_task(loop) is self._task:
+                    raise  # in the program's own code, as in any cell
             else:
                 # Wake the loop: ipykernel's handler schedules its cancel with tornado's
                 # add_callback, which from a signal handler is a plain call_soon that waits
-                # for the loop's next wake-up, none while the program only awaits a call.
+                # for the loop's next wake-up, none while the program only awaits calls.
                 loop.call_soon_threadsafe(_nothing)
                 return
+        elif asyncio.current_task(loop) is self._task:
+            raise KeyboardInterrupt
         loop.call_soon_threadsafe(self._task.cancel)
 
 
