@@ -122,6 +122,13 @@ def answer(tools: HostTools, *calls: tuple[str, Any]) -> list[dict[str, Any]]:
     return asyncio.run(tools.answer(batch))
 
 
+def finished(backend: KernelBackend, run: Run[Any], program: str, call_id: str) -> RunResult:
+    """The result of ``program``, which must end well within 20 s: a hang fails here."""
+    result = run(asyncio.wait_for(backend.run_code(program, call_id=call_id), 20))
+    assert result.status == "ok", result.text
+    return result
+
+
 # -- registering -------------------------------------------------------------------------
 
 
@@ -334,6 +341,20 @@ def test_the_calls_of_a_batch_run_at_once(backend: KernelBackend, run: Run[Any])
     assert 0.5 <= seconds < 1.2
 
 
+def test_an_empty_or_malformed_tool_request_gets_a_reply_without_results(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    for n, body in enumerate(['{"calls": []}', "{not json"]):
+        program = (
+            "from ptc_retry.core.protocol import TOOL_PROMPT\n"
+            f"get_ipython().kernel.raw_input(TOOL_PROMPT + {body!r})"
+        )
+
+        result = finished(backend, run, program, f"call_w9{n}")
+
+        assert result.value == repr('{"results": []}'), body
+
+
 def test_input_gets_end_of_file(backend: KernelBackend, run: Run[Any]) -> None:
     result = run(backend.run_code("input('your name? ')", call_id="call_w4", timeout=20))
 
@@ -449,13 +470,6 @@ def test_a_replay_reuses_the_recorded_results(
 # -- a call that waits blocks nothing ----------------------------------------------------
 
 
-def finished(backend: KernelBackend, run: Run[Any], program: str, call_id: str) -> RunResult:
-    """The result of ``program``, which must end well within 20 s: a hang fails here."""
-    result = run(asyncio.wait_for(backend.run_code(program, call_id=call_id), 20))
-    assert result.status == "ok", result.text
-    return result
-
-
 def test_wait_for_around_a_slow_tool_times_out_on_time_and_cancels_it_on_the_host(
     backend: KernelBackend, host: Host, run: Run[Any]
 ) -> None:
@@ -501,14 +515,16 @@ def test_cancelling_a_task_cancels_its_call_and_a_late_result_answers_nothing_el
     backend: KernelBackend, host: Host, run: Run[Any]
 ) -> None:
     hangs, cancelled, sleeps = host.calls["hang"], host.cancelled["hang"], host.calls["sleep"]
+    # One batch of three calls; the program cancels two of them and awaits the third.
     program = (
         "import asyncio\n"
-        "calls = [asyncio.ensure_future(call) for call in (tools.hang(), tools.sleep(seconds=1))]\n"
+        "made = (tools.hang(), tools.sleep(seconds=1), tools.nap(seconds=1))\n"
+        "*cancelled, kept = [asyncio.ensure_future(call) for call in made]\n"
         "await asyncio.sleep(0.5)\n"
-        "for call in calls:\n"
+        "for call in cancelled:\n"
         "    call.cancel()\n"
-        "done = await asyncio.gather(*calls, return_exceptions=True)\n"
-        "print([type(outcome).__name__ for outcome in done])\n"
+        "done = await asyncio.gather(*cancelled, return_exceptions=True)\n"
+        "print([type(outcome).__name__ for outcome in done], await kept)\n"
         "seen = await tools.cancellations(tool='hang')\n"
         "await asyncio.sleep(1)  # the sync tool ends on the host meanwhile\n"
         "seen, await tools.add(a=5)"
@@ -516,7 +532,7 @@ def test_cancelling_a_task_cancels_its_call_and_a_late_result_answers_nothing_el
 
     result = finished(backend, run, program, "call_b3")
 
-    assert result.text.startswith("['CancelledError', 'CancelledError']")
+    assert result.text.startswith("['CancelledError', 'CancelledError'] napped 1")
     assert result.value == f"({cancelled + 1}, 7)"  # the sleep's late 'slept 1' went nowhere
     assert (host.calls["hang"], host.calls["sleep"]) == (hangs + 1, sleeps + 1)
 

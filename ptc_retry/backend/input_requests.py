@@ -140,7 +140,8 @@ class InputRequests:
         batch: list[tuple[dict[str, Any], asyncio.Task[dict[str, Any]]]],
         request: dict[str, Any],
     ) -> None:
-        await asyncio.wait([task for _, task in batch])
+        if batch:
+            await asyncio.wait([task for _, task in batch])
         if self._batches.pop(msg_id, None) is None:
             return  # abandoned meanwhile
         results = [

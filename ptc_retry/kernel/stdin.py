@@ -171,14 +171,15 @@ class StdinChannel:
             answers.append(answer)
             answered.set()
 
-        request = self.submit(str(prompt), Route(ident, parent or {}), keep, password=password)
+        request = None
         try:
+            request = self.submit(str(prompt), Route(ident, parent or {}), keep, password=password)
             answered.wait()  # a signal interrupts it in the main thread
-        except KeyboardInterrupt:
-            self.abandon(request)
-            raise KeyboardInterrupt("Interrupted by user") from None
-        except BaseException:
-            self.abandon(request)
+        except BaseException as exc:
+            if request is not None:
+                self.abandon(request)
+            if isinstance(exc, KeyboardInterrupt):
+                raise KeyboardInterrupt("Interrupted by user") from None
             raise
         answer = answers[0]
         if isinstance(answer, Exception):
