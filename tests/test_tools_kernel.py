@@ -28,6 +28,7 @@ from ptc_retry.core.protocol import (
 )
 
 from .helpers import Execution, Kernel
+from .test_faults_kernel import SUBSHELLS, create_subshell
 
 #: The host's tools, as a backend sends them with each program.
 CATALOG = [
@@ -134,14 +135,31 @@ class Host:
             while kernel.manager.is_alive() and time.monotonic() < deadline:
                 time.sleep(0.1)
 
+    def run_at_once(self, kernel: Kernel, *programs: tuple[str, str | None]) -> list[Execution]:
+        """Run ``(code, subshell_id)`` programs at once (None: the main shell), answering
+        their calls; their executions, in the same order."""
+        with self._serving(kernel):
+            sent = [
+                self._send(kernel, code, True, True, {}, subshell) for code, subshell in programs
+            ]
+            return [kernel.collect(msg_id) for msg_id in sent]
+
     def _send(
-        self, kernel: Kernel, code: str, catalog: bool, allow_stdin: bool, fields: dict[str, Any]
+        self,
+        kernel: Kernel,
+        code: str,
+        catalog: bool,
+        allow_stdin: bool,
+        fields: dict[str, Any],
+        subshell: str | None = None,
     ) -> str:
         if catalog:
             fields["tools"] = CATALOG
         content = execute_request(code, allow_stdin=allow_stdin)
         metadata = {METADATA_KEY: fields}
         msg = kernel.client.session.msg("execute_request", content, metadata=metadata)
+        if subshell is not None:
+            msg["header"]["subshell_id"] = subshell
         kernel.client.shell_channel.send(msg)
         return str(msg["header"]["msg_id"])
 
@@ -324,6 +342,22 @@ def test_an_interrupt_while_a_gather_of_tools_waits_stops_the_program(
     assert after < 5, f"the program went on for {after:.1f} s after the interrupt"
     assert stopped.status == "error"
     assert host.run(shared, "await tools.double(x=5)").result == "10"
+
+
+@pytest.mark.skipif(not SUBSHELLS, reason="ipykernel subshells exist from ipykernel 7 on")
+def test_a_subshell_and_the_main_shell_calling_tools_at_once_get_their_own_results(
+    shared: Kernel, host: Host
+) -> None:
+    subshell = create_subshell(shared)
+    main = "slept = await tools.slow(s=1)\nslept, await tools.double(x=3)"
+    # It asks while the main shell's call waits, and ends well after it (the executions
+    # are collected in that order).
+    aside = "import asyncio\nawait asyncio.sleep(0.3)\ntwice = await tools.double(x=2)\n"
+    aside += "await asyncio.sleep(1.5)\ntwice"
+
+    main_run, aside_run = host.run_at_once(shared, (main, None), (aside, subshell))
+
+    assert (main_run.result, aside_run.result) == ("('slept', 6)", "4")
 
 
 def test_a_reply_without_a_parent_answers_the_oldest_request(shared: Kernel, host: Host) -> None:
