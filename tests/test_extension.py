@@ -25,6 +25,7 @@ _json.dumps({
     "registry": sorted(n for n in _ip.magics_manager.registry if n.startswith("PtcRetry")),
     "magics": sorted(n for n in _ip.magics_manager.magics["line"] if n.startswith("ptc_")),
     "ptc_retry_in_ns": "ptc_retry" in _ip.user_ns,
+    "own_input_request": "_input_request" in _ip.kernel.__dict__,
 })
 """
 
@@ -69,6 +70,7 @@ def test_unload_removes_every_hook_name_and_magic(stock: Kernel) -> None:
 
     assert loaded["pre"] == before["pre"] + 1 and loaded["post"] == before["post"] + 1
     assert loaded["own_showtraceback"] and loaded["ptc_retry_in_ns"]
+    assert loaded["own_input_request"]  # input() goes through the shared stdin channel
     assert loaded["magics"] == ["ptc_guard", "ptc_history", "ptc_show"]
     assert loaded["configurables"] == ["PtcRetry", "PtcRetryMagics"]
     assert loaded["registry"] == ["PtcRetryMagics"]

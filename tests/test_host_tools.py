@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from ptc_retry.backend import KernelBackend
+from ptc_retry.backend import KernelBackend, RunResult
 from ptc_retry.backend.host_tools import HostTools
 from ptc_retry.backend.input_requests import stdin_connected
 from ptc_retry.backend.results import RUN_CODE_DESCRIPTION
@@ -82,8 +82,20 @@ class Host:
             self.cancelled["hang"] += 1
             raise
 
+    async def cancellations(self, tool: str) -> int:
+        """How many calls of ``tool`` the host saw cancelled."""
+        return self.cancelled[tool]
+
     def tools(self) -> list[Any]:
-        return [self.add, self.nap, self.sleep, self.fail, self.unjson, self.hang]
+        return [
+            self.add,
+            self.nap,
+            self.sleep,
+            self.fail,
+            self.unjson,
+            self.hang,
+            self.cancellations,
+        ]
 
 
 class Halt(BaseException):
@@ -193,6 +205,13 @@ def answer(tools: HostTools, *calls: tuple[str, Any]) -> list[dict[str, Any]]:
         {"id": n, "tool": tool, "arguments": arguments} for n, (tool, arguments) in enumerate(calls)
     ]
     return asyncio.run(tools.answer(batch))
+
+
+def finished(backend: KernelBackend, run: Run[Any], program: str, call_id: str) -> RunResult:
+    """The result of ``program``, which must end well within 20 s: a hang fails here."""
+    result = run(asyncio.wait_for(backend.run_code(program, call_id=call_id), 20))
+    assert result.status == "ok", result.text
+    return result
 
 
 # -- registering -------------------------------------------------------------------------
@@ -316,7 +335,7 @@ def test_bad_calls_get_an_error_that_says_what_to_send() -> None:
             "id": 1,
             "ok": False,
             "error": "there is no tool named 'search'; the tools are: add, nap, sleep, fail, "
-            "unjson, hang",
+            "unjson, hang, cancellations",
         },
         {"id": 2, "ok": False, "error": f"missing the argument 'a'; {takes}"},
         {"id": 3, "ok": False, "error": f"no argument named 'c'; {takes}"},
@@ -414,6 +433,20 @@ def test_the_calls_of_a_batch_run_at_once(backend: KernelBackend, run: Run[Any])
     results, seconds = answered(result.text)
     assert [r["result"] for r in results] == ["napped 0.5", "slept 0.5", "slept 0.5"]
     assert 0.5 <= seconds < 1.2
+
+
+def test_an_empty_or_malformed_tool_request_gets_a_reply_without_results(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    for n, body in enumerate(['{"calls": []}', "{not json"]):
+        program = (
+            "from ptc_retry.core.protocol import TOOL_PROMPT\n"
+            f"get_ipython().kernel.raw_input(TOOL_PROMPT + {body!r})"
+        )
+
+        result = finished(backend, run, program, f"call_w9{n}")
+
+        assert result.value == repr('{"results": []}'), body
 
 
 def test_input_gets_end_of_file(backend: KernelBackend, run: Run[Any]) -> None:
@@ -696,6 +729,122 @@ def test_a_result_over_a_gateways_limit_arrives_locally(
     result = run(asyncio.wait_for(backend.run_code(program, timeout=30), 40))
 
     assert (result.status, result.value) == ("ok", "12000000"), result.text
+
+
+# -- a call that waits blocks nothing ----------------------------------------------------
+
+
+def test_wait_for_around_a_slow_tool_times_out_on_time_and_cancels_it_on_the_host(
+    backend: KernelBackend, host: Host, run: Run[Any]
+) -> None:
+    before = host.cancelled["hang"]
+    program = (
+        "import asyncio, time\n"
+        "started = time.monotonic()\n"
+        "try:\n"
+        "    await asyncio.wait_for(tools.hang(), timeout=1)\n"
+        "except asyncio.TimeoutError:\n"
+        "    print('timed out after', round(time.monotonic() - started, 1))\n"
+        "await tools.cancellations(tool='hang')"
+    )
+
+    result = finished(backend, run, program, "call_b1")
+
+    seconds = float(result.text.split("timed out after ")[1].split()[0])
+    assert 1 <= seconds < 2
+    # The host had cancelled the call before the program's next call reached it.
+    assert result.value == str(before + 1)
+
+
+def test_a_call_in_a_background_task_lets_the_other_tasks_run(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    program = (
+        "import asyncio, time\n"
+        "call = asyncio.ensure_future(tools.nap(seconds=2))\n"
+        "started = time.monotonic()\n"
+        "await asyncio.sleep(0.2)\n"
+        "slept = time.monotonic() - started\n"
+        "print(await call)\n"
+        "slept"
+    )
+
+    result = finished(backend, run, program, "call_b2")
+
+    assert result.text.startswith("napped 2")
+    assert result.value is not None and 0.2 <= float(result.value) < 1
+
+
+def test_cancelling_a_task_cancels_its_call_and_a_late_result_answers_nothing_else(
+    backend: KernelBackend, host: Host, run: Run[Any]
+) -> None:
+    hangs, cancelled, sleeps = host.calls["hang"], host.cancelled["hang"], host.calls["sleep"]
+    # One batch of three calls; the program cancels two of them and awaits the third.
+    program = (
+        "import asyncio\n"
+        "made = (tools.hang(), tools.sleep(seconds=1), tools.nap(seconds=1))\n"
+        "*cancelled, kept = [asyncio.ensure_future(call) for call in made]\n"
+        "await asyncio.sleep(0.5)\n"
+        "for call in cancelled:\n"
+        "    call.cancel()\n"
+        "done = await asyncio.gather(*cancelled, return_exceptions=True)\n"
+        "print([type(outcome).__name__ for outcome in done], await kept)\n"
+        "seen = await tools.cancellations(tool='hang')\n"
+        "await asyncio.sleep(1)  # the sync tool ends on the host meanwhile\n"
+        "seen, await tools.add(a=5)"
+    )
+
+    result = finished(backend, run, program, "call_b3")
+
+    assert result.text.startswith("['CancelledError', 'CancelledError'] napped 1")
+    assert result.value == f"({cancelled + 1}, 7)"  # the sleep's late 'slept 1' went nowhere
+    assert (host.calls["hang"], host.calls["sleep"]) == (hangs + 1, sleeps + 1)
+
+
+def test_input_from_a_thread_during_a_call_gets_its_own_answer(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    program = (
+        "import asyncio, threading\n"
+        "answers = []\n"
+        "def ask():\n"
+        "    try:\n"
+        "        answers.append(input('your name? '))\n"
+        "    except EOFError:\n"
+        "        answers.append('end of file')\n"
+        "thread = threading.Thread(target=ask)\n"
+        "asyncio.get_running_loop().call_later(0.3, thread.start)\n"
+        "napped = await tools.nap(seconds=1)\n"
+        "thread.join(10)\n"
+        "napped, answers"
+    )
+
+    result = finished(backend, run, program, "call_b4")
+
+    assert result.value == "('napped 1', ['end of file'])"
+
+
+def test_an_interrupt_while_awaiting_a_tool_stops_the_program_and_cancels_the_call(
+    backend: KernelBackend, host: Host, run: Run[Any]
+) -> None:
+    hangs, cancelled = host.calls["hang"], host.cancelled["hang"]
+    padding = "# " + "padding to pass notice_min_bytes " * 6 + "\n"
+    program = f"{padding}print('asking')\nanswer = await tools.hang()\nprint('never')\n"
+
+    async def interrupted() -> RunResult:
+        running = asyncio.ensure_future(backend.run_code(program, call_id="call_b5"))
+        while host.calls["hang"] == hangs:  # until the call reached the host
+            await asyncio.sleep(0.05)
+        await backend.transport.interrupt()
+        return await running
+
+    result = run(asyncio.wait_for(interrupted(), 20))
+
+    assert (result.ename, result.restarted) == ("KeyboardInterrupt", False), result.text
+    assert result.notice is not None and "To go on: await ptc_retry.resume(" in result.notice
+    assert result.text.startswith("asking")
+    assert host.cancelled["hang"] == cancelled + 1
+    assert run(backend.run_code("await tools.add(a=2)", call_id="call_b6")).value == "4"
 
 
 # The kernel's stdin socket drops the input_requests it sends before the client's stdin

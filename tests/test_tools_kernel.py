@@ -19,9 +19,16 @@ from typing import Any, Callable
 import pytest
 
 from ptc_retry.cli import main as cli
-from ptc_retry.core.protocol import METADATA_KEY, execute_request, parse_tool_request, tool_reply
+from ptc_retry.core.protocol import (
+    METADATA_KEY,
+    ToolCancel,
+    execute_request,
+    parse_tool_request,
+    tool_reply,
+)
 
 from .helpers import Execution, Kernel
+from .test_faults_kernel import SUBSHELLS, create_subshell
 
 #: The host's tools, as a backend sends them with each program.
 CATALOG = [
@@ -66,6 +73,9 @@ class Host:
         self.batches: list[list[dict[str, Any]]] = []
         self.counts: Counter[str] = Counter()
         self.failing: set[str] = set()  # flaky keys that fail once more
+        self.cancels: list[ToolCancel] = []
+        self.typed = "\x04"  # what a person answers to input(): end of input
+        self.parentless = False
         self._stop = threading.Event()
 
     def calls(self) -> list[tuple[str, dict[str, Any]]]:
@@ -106,6 +116,17 @@ class Host:
         with self._serving(kernel):
             return kernel.collect(self._send(kernel, code, catalog, allow_stdin, fields))
 
+    def run_interrupted(self, kernel: Kernel, code: str, after: float) -> tuple[Execution, float]:
+        """Run ``code`` and interrupt the kernel ``after`` seconds; the execution and how
+        long the program went on after the interrupt."""
+        with self._serving(kernel):
+            msg_id = self._send(kernel, code, True, True, {})
+            time.sleep(after)
+            kernel.manager.interrupt_kernel()
+            interrupted_at = time.monotonic()
+            execution = kernel.collect(msg_id, timeout=30)
+            return execution, time.monotonic() - interrupted_at
+
     def run_dying(self, kernel: Kernel, code: str) -> None:
         """Run ``code``, which kills its kernel, answering its calls until it has."""
         with self._serving(kernel):
@@ -114,14 +135,31 @@ class Host:
             while kernel.manager.is_alive() and time.monotonic() < deadline:
                 time.sleep(0.1)
 
+    def run_at_once(self, kernel: Kernel, *programs: tuple[str, str | None]) -> list[Execution]:
+        """Run ``(code, subshell_id)`` programs at once (None: the main shell), answering
+        their calls; their executions, in the same order."""
+        with self._serving(kernel):
+            sent = [
+                self._send(kernel, code, True, True, {}, subshell) for code, subshell in programs
+            ]
+            return [kernel.collect(msg_id) for msg_id in sent]
+
     def _send(
-        self, kernel: Kernel, code: str, catalog: bool, allow_stdin: bool, fields: dict[str, Any]
+        self,
+        kernel: Kernel,
+        code: str,
+        catalog: bool,
+        allow_stdin: bool,
+        fields: dict[str, Any],
+        subshell: str | None = None,
     ) -> str:
         if catalog:
             fields["tools"] = CATALOG
         content = execute_request(code, allow_stdin=allow_stdin)
         metadata = {METADATA_KEY: fields}
         msg = kernel.client.session.msg("execute_request", content, metadata=metadata)
+        if subshell is not None:
+            msg["header"]["subshell_id"] = subshell
         kernel.client.shell_channel.send(msg)
         return str(msg["header"]["msg_id"])
 
@@ -143,11 +181,23 @@ class Host:
             except queue.Empty:
                 continue
             calls = parse_tool_request(request["content"]["prompt"])
-            if calls is None:  # input(): end of input, as the backend answers
-                kernel.client.input("\x04")
-                continue
-            self.batches.append(calls)
-            kernel.client.input(tool_reply([self.answer(call) for call in calls]))
+            if calls is None:  # input(): a person's answer, end of input unless one is set
+                self._reply(kernel, request, self.typed)
+            elif isinstance(calls, ToolCancel):  # a program stopped waiting for these calls
+                self.cancels.append(calls)
+                self._reply(kernel, request, tool_reply([]))
+            else:
+                self.batches.append(calls)
+                self._reply(kernel, request, tool_reply([self.answer(call) for call in calls]))
+
+    def _reply(self, kernel: Kernel, request: dict[str, Any], value: str) -> None:
+        """Answer ``request`` as the backend does (naming it as the parent), or as
+        jupyter_client's ``kc.input()`` does (no parent) when ``parentless``."""
+        if self.parentless:
+            kernel.client.input(value)
+            return
+        reply = kernel.client.session.msg("input_reply", {"value": value}, parent=request)
+        kernel.client.stdin_channel.send(reply)
 
 
 @pytest.fixture(scope="module")
@@ -264,6 +314,60 @@ def test_a_time_limit_stops_a_program_waiting_for_its_tools(shared: Kernel, host
         assert time.monotonic() - started < 10
     after = host.run(shared, "await tools.double(x=5)")  # the late answers are not taken
     assert after.result == "10"
+
+
+def test_an_interrupt_while_awaiting_a_tool_is_a_keyboard_interrupt_offering_resume(
+    shared: Kernel, host: Host
+) -> None:
+    padding = "# " + "padding to pass notice_min_bytes " * 6 + "\n"
+    code = f"{padding}print('asking')\nanswer = await tools.slow(s=30)\nprint('never')\n"
+
+    stopped, after = host.run_interrupted(shared, code, 1.5)
+
+    assert after < 5, f"the program went on for {after:.1f} s after the interrupt"
+    assert stopped.error is not None and stopped.error["ename"] == "KeyboardInterrupt"
+    assert stopped.ptc is not None and stopped.ptc["status"] == "interrupted"
+    assert "To go on: await ptc_retry.resume(" in stopped.ptc["notice"]
+    assert stopped.stdout == "asking\n"
+    assert host.run(shared, "await tools.double(x=5)").result == "10"
+
+
+def test_an_interrupt_while_a_gather_of_tools_waits_stops_the_program(
+    shared: Kernel, host: Host
+) -> None:
+    code = "import asyncio\nawait asyncio.gather(tools.slow(s=30), tools.slow(s=30))\n"
+
+    stopped, after = host.run_interrupted(shared, code, 1.5)
+
+    assert after < 5, f"the program went on for {after:.1f} s after the interrupt"
+    assert stopped.status == "error"
+    assert host.run(shared, "await tools.double(x=5)").result == "10"
+
+
+@pytest.mark.skipif(not SUBSHELLS, reason="ipykernel subshells exist from ipykernel 7 on")
+def test_a_subshell_and_the_main_shell_calling_tools_at_once_get_their_own_results(
+    shared: Kernel, host: Host
+) -> None:
+    subshell = create_subshell(shared)
+    main = "slept = await tools.slow(s=1)\nslept, await tools.double(x=3)"
+    # It asks while the main shell's call waits, and ends well after it (the executions
+    # are collected in that order).
+    aside = "import asyncio\nawait asyncio.sleep(0.3)\ntwice = await tools.double(x=2)\n"
+    aside += "await asyncio.sleep(1.5)\ntwice"
+
+    main_run, aside_run = host.run_at_once(shared, (main, None), (aside, subshell))
+
+    assert (main_run.result, aside_run.result) == ("('slept', 6)", "4")
+
+
+def test_a_reply_without_a_parent_answers_the_oldest_request(shared: Kernel, host: Host) -> None:
+    host.typed, host.parentless = "ada", True  # as jupyter_client's kc.input() answers
+
+    run = host.run(
+        shared, "name = input('your name? ')\ndouble = await tools.double(x=2)\nname, double"
+    )
+
+    assert run.result == "('ada', 4)", run.error
 
 
 def test_a_user_variable_named_tools_is_left_alone(start_kernel: Any, host: Host) -> None:

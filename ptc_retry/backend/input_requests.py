@@ -1,10 +1,11 @@
 """The stdin channel of one running program: a batch of tool calls is answered by the
-host's tools, any other input_request (the program called ``input()``) by end-of-file.
+host's tools, a cancel request cancels calls of a batch, and any other input_request (the
+program called ``input()``) gets end-of-file. Each reply names the request it answers.
 
 Why stdin: while a program runs, the kernel reads no further shell messages (a comm message
-waits behind the running execute_request), but ``kernel.raw_input`` sends an input_request
-and blocks the program until the reply, on ipykernel 6.29 and 7.x alike; a gateway's
-websocket carries the stdin channel as well, so the same calls work locally and remotely.
+waits behind the running execute_request), but it can send input_requests and read their
+replies, on ipykernel 6.29 and 7.x alike; a gateway's websocket carries the stdin channel
+as well, so the same calls work locally and remotely.
 
 One catch: the kernel's stdin socket drops what it sends to a client whose stdin connection
 is not through yet (a zmq ROUTER socket), and after a restart each of the client's sockets
@@ -21,7 +22,13 @@ import time
 from typing import Any
 
 from ..core.errors import MessageTooLarge
-from ..core.protocol import execute_request, host_result, parse_tool_request, tool_reply
+from ..core.protocol import (
+    ToolCancel,
+    execute_request,
+    host_result,
+    parse_tool_request,
+    tool_reply,
+)
 from .host_tools import HostTools
 from .late_results import Key, LateResults
 from .transport import Transport
@@ -34,6 +41,8 @@ log = logging.getLogger(__name__)
 EOF = "\x04"
 #: Seconds ``cancel`` waits for a cancelled batch's functions to let go.
 _CANCEL_WAIT = 1.0
+#: What a batch's reply holds for a call the program cancelled (the program never reads it).
+_CANCELLED = "cancelled: the program no longer waited for it"
 #: Seconds a stdin probe waits for its input_request before it interrupts and tries again.
 _PROBE_WAIT = 1.0
 
@@ -79,11 +88,13 @@ async def _probe(kernel: Transport, msg_id: str, deadline: float) -> bool:
 class InputRequests:
     """Answers the input_requests of one execution on ``kernel``, with ``tools``.
 
-    One batch is pending at a time: the kernel waits for the reply to its latest request
-    only, so a new request (or ``cancel``) abandons the one before. An abandoned batch's
-    calls are cancelled (a function in a worker thread runs to its end) and its results
-    are never sent. What the host completed and the kernel may not have taken goes to
-    ``late`` when the execution ends (see ``end``).
+    Each batch of calls runs in tasks of its own and gets its reply when its calls are done;
+    several may run at once (a program waits for a call in a background task while it makes
+    another). A cancel request names calls of a batch the program no longer waits for: they
+    are cancelled (a function in a worker thread runs to its end) and the batch's reply says
+    so in their place. ``cancel`` abandons every batch: its calls are cancelled and no reply
+    is sent. What the host completed and the kernel may not have taken goes to ``late``
+    when the execution ends (see ``end``).
     """
 
     def __init__(
@@ -92,41 +103,48 @@ class InputRequests:
         self.kernel = kernel
         self.tools = tools
         self.late = late
-        self._pending: asyncio.Task[None] | None = None
+        #: The calls of each batch being answered, by the msg_id of its input_request.
+        self._batches: dict[str, list[tuple[dict[str, Any], asyncio.Task[dict[str, Any]]]]] = {}
+        self._answering: set[asyncio.Task[None]] = set()
         #: The results the host completed for this execution, and those whose reply went out.
         self._completed: dict[Key, dict[str, Any]] = {}
         self._sent: set[Key] = set()
         self._ended = False
 
     async def handle(self, request: dict[str, Any]) -> None:
-        """Answer ``request``, an input_request of the running program: EOF at once, or
-        tool calls in a task of their own (the caller goes on watching the kernel)."""
-        await self.cancel()
+        """Answer ``request``, an input_request of the running program: EOF or a cancel at
+        once, tool calls in tasks of their own (the caller goes on watching the kernel)."""
         prompt = (request.get("content") or {}).get("prompt")
         try:
-            calls = parse_tool_request(prompt if isinstance(prompt, str) else "")
+            asked = parse_tool_request(prompt if isinstance(prompt, str) else "")
         except ValueError as exc:
             log.warning("a malformed tool request from the kernel (%s): answering no calls", exc)
-            calls = []
-        if calls is None:
+            asked = []
+        if asked is None:
             await self._reply(EOF, request)
-            return
-        self._pending = asyncio.ensure_future(self._answer(calls, request))
+        elif isinstance(asked, ToolCancel):
+            self._cancel_calls(asked)
+            await self._reply(tool_reply([]), request)
+        else:
+            self._start(asked, request)
 
     async def cancel(self) -> None:
-        """Abandon the pending batch, if any: cancel its calls; its results are never sent."""
-        task, self._pending = self._pending, None
-        if task is None or task.done():
-            return
-        task.cancel()
-        await asyncio.wait([task], timeout=_CANCEL_WAIT)
+        """Abandon every batch: cancel its calls; its reply is never sent."""
+        calls = [task for batch in self._batches.values() for _, task in batch]
+        tasks = [*calls, *self._answering]
+        self._batches, self._answering = {}, set()
+        for task in tasks:
+            task.cancel()
+        running = [task for task in tasks if not task.done()]
+        if running:  # let async functions see their CancelledError through
+            await asyncio.wait(running, timeout=_CANCEL_WAIT)
 
     def end(self, *, stopped: bool) -> None:
         """The execution is over: keep in ``late`` each result the kernel may not have
-        taken. That is each one whose reply never went out (its batch was abandoned, or its
-        function returned after the execution ended) and, when the program was ``stopped``
-        (an interrupt, a time limit, a death: the kernel may have given up on a reply as it
-        went out), each one it completed."""
+        taken. That is each one whose reply never went out (its batch was abandoned or its
+        call cancelled, or its function returned after the execution ended) and, when the
+        program was ``stopped`` (an interrupt, a time limit, a death: the kernel may have
+        given up on a reply as it went out), each one it completed."""
         self._ended = True
         if self.late is not None:
             for key, entry in self._completed.items():
@@ -134,12 +152,45 @@ class InputRequests:
                     self.late.keep(entry)
         self._completed.clear()
 
-    async def _answer(self, calls: list[dict[str, Any]], request: dict[str, Any]) -> None:
-        results = await self.tools.answer(calls, self._host_completed)
-        if asyncio.current_task() is self._pending:  # not abandoned meanwhile
-            self._pending = None
-            if await self._reply_results(results, request):
-                self._sent.update(key for key in map(_key, calls) if key is not None)
+    def _start(self, calls: list[dict[str, Any]], request: dict[str, Any]) -> None:
+        msg_id = str(request["header"]["msg_id"])
+        batch = [(call, asyncio.ensure_future(self._call(call))) for call in calls]
+        self._batches[msg_id] = batch
+        answering = asyncio.ensure_future(self._answer(msg_id, batch, request))
+        self._answering.add(answering)
+        answering.add_done_callback(self._answering.discard)
+
+    async def _call(self, call: dict[str, Any]) -> dict[str, Any]:
+        (result,) = await self.tools.answer([call], self._host_completed)
+        return result
+
+    async def _answer(
+        self,
+        msg_id: str,
+        batch: list[tuple[dict[str, Any], asyncio.Task[dict[str, Any]]]],
+        request: dict[str, Any],
+    ) -> None:
+        if batch:
+            await asyncio.wait([task for _, task in batch])
+        if self._batches.pop(msg_id, None) is None:
+            return  # abandoned meanwhile
+        results = [
+            {"id": call.get("id"), "ok": False, "error": _CANCELLED}
+            if task.cancelled()
+            else task.result()
+            for call, task in batch
+        ]
+        sent = await self._reply_results(results, request)
+        # The results the kernel was given: a call cancelled, or refused for its size, was not.
+        given = {result.get("id") for result in sent or () if result.get("ok") is True}
+        keys = (_key(call) for call, _ in batch if call.get("id") in given)
+        self._sent.update(key for key in keys if key is not None)
+
+    def _cancel_calls(self, cancel: ToolCancel) -> None:
+        """Cancel the calls ``cancel`` names, of a batch still being answered."""
+        for call, task in self._batches.get(cancel.request, []):
+            if call.get("id") in cancel.calls:
+                task.cancel()
 
     def _host_completed(self, call: dict[str, Any], result: Any) -> None:
         entry = host_result(call, result)
@@ -150,18 +201,20 @@ class InputRequests:
         else:
             self._completed[(entry["program"], entry["k"])] = entry
 
-    async def _reply_results(self, results: list[dict[str, Any]], request: dict[str, Any]) -> bool:
-        """Send ``results``; False when no reply could be sent. When the transport cannot
-        carry them in one message, the largest become errors that say so, until the rest
-        fit: the kernel always gets its reply."""
+    async def _reply_results(
+        self, results: list[dict[str, Any]], request: dict[str, Any]
+    ) -> list[dict[str, Any]] | None:
+        """Send ``results``: the results sent, or None when no reply could be sent. When
+        the transport cannot carry them in one message, the largest become errors that say
+        so, until the rest fit: the kernel always gets its reply."""
         while True:
             try:
-                return await self._reply(tool_reply(results), request)
+                return results if await self._reply(tool_reply(results), request) else None
             except MessageTooLarge as too_large:
                 fewer = _largest_refused(results, too_large)
                 if fewer is None:  # only errors left, and still too large: nothing fits
                     log.warning("could not answer the kernel's tool request: %s", too_large)
-                    return False
+                    return None
                 results = fewer
 
     async def _reply(self, value: str, request: dict[str, Any]) -> bool:

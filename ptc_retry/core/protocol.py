@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from typing import Any
 
 #: The key of ptc-retry's part of an execute_request's and an execute_reply's metadata.
@@ -38,6 +39,13 @@ def execute_request(code: str, *, silent: bool = False, **fields: Any) -> dict[s
 # answers with one input_reply whose value is the JSON list of their results. The backend
 # sends allow_stdin=True, and the catalog of its tools as metadata["ptc_retry"]["tools"], with
 # every execute_request while it has tools.
+#
+# A program may wait for several batches at once (a call in a background task while it makes
+# another): each reply answers the input_request its parent_header names. When the program
+# stops waiting for calls it sent (a task was cancelled, a timeout, an interrupt), the kernel
+# sends a cancel request naming them; the client cancels them, answers the cancel request with
+# an empty reply, and the batch's own reply (when its other calls are done) with an error in
+# their place, which the program never reads.
 
 #: The start of an input_request prompt that carries tool calls (never a person's prompt).
 TOOL_PROMPT = "\x00ptc-retry tools v1 "
@@ -54,13 +62,38 @@ def tool_request(calls: list[dict[str, Any]]) -> str:
     return TOOL_PROMPT + json.dumps({"calls": calls}, ensure_ascii=False)
 
 
-def parse_tool_request(prompt: str) -> list[dict[str, Any]] | None:
-    """The calls of a tool request's prompt; None when ``prompt`` is not one (a person's
-    ``input()``). ValueError when it is one but malformed."""
+@dataclass(frozen=True)
+class ToolCancel:
+    """A cancel request: the program no longer waits for these calls of an earlier batch."""
+
+    #: The msg_id of the input_request that carried the batch.
+    request: str
+    #: The ``id`` of each cancelled call in that batch.
+    calls: list[int]
+
+
+def tool_cancel(cancel: ToolCancel) -> str:
+    """The prompt of an input_request that cancels calls of an earlier batch; the client
+    answers it with ``tool_reply([])``."""
+    body = {"cancel": {"request": cancel.request, "calls": cancel.calls}}
+    return TOOL_PROMPT + json.dumps(body, ensure_ascii=False)
+
+
+def parse_tool_request(prompt: str) -> list[dict[str, Any]] | ToolCancel | None:
+    """What a tool request's prompt asks: its calls, or the cancel of earlier ones; None when
+    ``prompt`` is no tool request (a person's ``input()``). ValueError when it is one but
+    malformed."""
     if not prompt.startswith(TOOL_PROMPT):
         return None
-    batch = json.loads(prompt[len(TOOL_PROMPT) :])
-    calls = batch.get("calls") if isinstance(batch, dict) else None
+    body = json.loads(prompt[len(TOOL_PROMPT) :])
+    if isinstance(body, dict) and "cancel" in body:
+        cancel = body["cancel"]
+        request = cancel.get("request") if isinstance(cancel, dict) else None
+        calls = cancel.get("calls") if isinstance(cancel, dict) else None
+        if not isinstance(request, str) or not isinstance(calls, list):
+            raise ValueError("a cancel request names a request and a list of its calls")
+        return ToolCancel(request, calls)
+    calls = body.get("calls") if isinstance(body, dict) else None
     if not isinstance(calls, list) or not all(isinstance(call, dict) for call in calls):
         raise ValueError("a tool request holds a list of calls")
     return calls

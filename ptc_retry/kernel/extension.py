@@ -35,6 +35,7 @@ from .refusal import (
 from .requests import Request, checkpoint_arguments, read_request
 from .resume import KERNEL_TOKEN, ResumePolicy
 from .running import Failure, Programs, Running
+from .stdin import StdinChannel
 from .tool_calls import call_host_tool, current_task
 from .tools import TOOLS
 from .tracebacks import failure_of, own_lines_only
@@ -73,6 +74,7 @@ class PtcRetryExtension:
         self._had_own_showtraceback = False
         self._magics: PtcRetryMagics | None = None
         self.tool_catalogs = Catalogs(call_host_tool)
+        self.stdin: StdinChannel | None = None
         self._said_tools_taken = False
         # A frame called by this code and named <module> runs a cell's own code.
         self._run_code = type(shell).run_code.__code__
@@ -446,6 +448,9 @@ class PtcRetryExtension:
             shell.user_ns["tools"] = shell.user_ns_hidden["tools"] = TOOLS
         self._magics = PtcRetryMagics(shell, extension=self)
         shell.register_magics(self._magics)
+        # Tool calls and a person's input() share the kernel's stdin channel: each request
+        # gets its own reply, and a tool call does not block the program's event loop.
+        self.stdin = StdinChannel.attach(getattr(shell, "kernel", None))
         # The store opens at the first program, so that a problem with it is
         # reported in that program's output, where the model reads it, rather
         # than in a kernel log nobody sees.
@@ -481,6 +486,9 @@ class PtcRetryExtension:
         for kind, names in MAGIC_NAMES.items():
             for name in names:
                 shell.magics_manager.magics[kind].pop(name, None)
+        if self.stdin is not None:
+            self.stdin.detach()
+            self.stdin = None
         self.checkpoints.close()
 
 

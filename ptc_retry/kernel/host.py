@@ -16,6 +16,7 @@ if TYPE_CHECKING:
     from .checkpoints import Checkpoints
     from .resume import ResumePolicy
     from .running import Programs
+    from .stdin import StdinChannel
 
 
 class Host(Protocol):
@@ -29,6 +30,8 @@ class Host(Protocol):
     guard: RepeatedFailureGuard
     #: The tool catalogs requests brought (the latest, for ``dir(tools)`` between programs).
     tool_catalogs: Catalogs
+    #: The kernel's stdin channel, which tool calls travel on; None outside ipykernel.
+    stdin: StdinChannel | None
 
 
 _loaded: dict[int, Host] = {}

@@ -5,8 +5,9 @@ in batches, and recorded in the session.
 The transport: while a program runs, the kernel reads no further shell message, but it can
 ask its client for input on the stdin channel (input_request / input_reply, as ``input()``
 does), which works in the middle of an execution, through a gateway's websocket too, on
-ipykernel 6.29 and 7. So a batch of calls is one ``kernel.raw_input(tool_request(calls))``
-(:mod:`ptc_retry.core.protocol`), which blocks the kernel's thread until the backend answers.
+ipykernel 6.29 and 7. A batch of calls is one input_request (``tool_request(calls)``, see
+:mod:`ptc_retry.core.protocol`) sent on the kernel's shared stdin channel (:mod:`.stdin`),
+whose reply settles the futures the calls await: the program's event loop runs on meanwhile.
 """
 
 from __future__ import annotations
@@ -20,14 +21,16 @@ import threading
 import time
 import types
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.errors import PtcRetryError, ToolError
 from ..core.program import statement_spans
-from ..core.protocol import parse_tool_reply, tool_request
+from ..core.protocol import ToolCancel, parse_tool_reply, tool_cancel, tool_request
 from .catalog import NO_BACKEND
 from .host import Host, current_host
 from .recording import CallRecord, RecordedCalls, Reuses
+from .stdin import EOF, Answer, Request, Route, StdinChannel
 from .tracebacks import cell_text
 
 if TYPE_CHECKING:
@@ -51,8 +54,16 @@ class ProgramCalls:
         self.reused = 0
         self.live = 0
         self._count = 0
-        self._batch: list[tuple[CallRecord, asyncio.Future[Any]]] = []
+        #: Calls made in this turn of the loop, sent as one batch at its end.
+        self._batch: list[_Call] = []
         self._scheduled = False
+        #: Requests sent on the stdin channel whose answer has not come.
+        self._open: dict[Request, _Sent] = {}
+        #: Sent calls whose task stopped waiting, to cancel on the host at the turn's end.
+        self._cancels: list[_Call] = []
+        #: Calls whose future is not done yet, and what notes interrupts meanwhile.
+        self._pending = 0
+        self._interrupts: _Interrupts | None = None
         self._closed = False
         self._spans: tuple[str, list[tuple[int, int]]] | None = None
         self._run_code = type(host.shell).run_code.__code__
@@ -62,11 +73,17 @@ class ProgramCalls:
         return {"reused": self.reused, "live": self.live} if self.reused or self.live else None
 
     def close(self) -> None:
-        """The program ended: the calls still waiting to be sent fail, none is sent later."""
+        """The program ended: the calls still waiting fail (its backend cancels what it
+        still runs), none is sent later, and a reply that comes late is dropped."""
         self._closed = True
         batch, self._batch = self._batch, []
-        for record, future in batch:
-            self._fail(record, future, "the program ended before the call was sent")
+        for call in batch:
+            self._fail(call, "the program ended before the call was sent")
+        opened, self._open = self._open, {}
+        for request, sent in opened.items():
+            sent.stdin.abandon(request)
+            for call in sent.calls:
+                self._fail(call, "the program ended before its result came")
 
     # -- every call ----------------------------------------------------------------------------
 
@@ -154,108 +171,159 @@ class ProgramCalls:
         """Call the host's tool ``name``: its result, or ToolError with the host's message.
 
         Calls made in one turn of the event loop (``asyncio.gather``) travel as one batch.
-        A call the program's own task awaits is sent at once, from the program's code, so an
-        interrupt during the wait is a KeyboardInterrupt there, as in any cell.
+        The wait blocks nothing: the program's other tasks run meanwhile, and cancelling
+        the awaiting task (``task.cancel()``, ``asyncio.wait_for``) cancels the call on the
+        host too. An interrupt while the program's own code awaits a call (a person's, or
+        the time limit's) is a KeyboardInterrupt there, as in any cell.
         """
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
         record = self.begin(name, arguments)
         if record.reused_from is not None:
             return record.result
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[Any] = loop.create_future()
-        self._batch.append((record, future))
-        if current_task() is self.running.task:
-            self._send(inline=True)
-        elif not self._scheduled:
+        call = _Call(record, loop.create_future(), self._watch_interrupts())
+        call.future.add_done_callback(lambda _: self._on_done(call))
+        self._batch.append(call)
+        if not self._scheduled:
             self._scheduled = True
-            loop.call_soon(self._send_soon)
-        return await future
+            loop.call_soon(self._send)
+        try:
+            return await call.future
+        except asyncio.CancelledError:
+            if call.interrupted and current_task() is self.running.task:
+                # The program's own code awaits: it gets the interrupt, as in any cell.
+                raise KeyboardInterrupt("interrupted while waiting for the agent's tools") from None
+            raise
 
-    def _send_soon(self) -> None:
+    def _watch_interrupts(self) -> tuple[_Interrupts, int] | None:
+        """While calls wait, interrupts are watched for (in the main thread): the handler
+        and the count of interrupts so far, for a new call."""
+        self._pending += 1
+        if self._interrupts is None:
+            self._interrupts = _Interrupts.install(self.running.task)
+        if self._interrupts is None:
+            return None
+        return self._interrupts, self._interrupts.count
+
+    def _send(self) -> None:
+        """In a loop callback: send the calls made since the last turn as one batch."""
         self._scheduled = False
-        self._send(inline=False)
-
-    def _send(self, *, inline: bool) -> None:
-        """Send the batch and settle its futures. Inline (the program's own code waits): an
-        interrupt is raised; else (a loop callback) nothing may escape."""
-        __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
-        batch, self._batch = self._batch, []
+        batch = [call for call in self._batch if not call.future.done()]
+        self._batch = []
         if not batch:
             return
-        program = self.running.call.id if self.running.call is not None else None
-        # "program" and "k" name the recording line each call gets, so that a host that
-        # completes a call whose result never arrives can say so with the next request.
-        calls = [
-            {
-                "id": index,
-                "tool": record.tool,
-                "arguments": record.arguments,
-                "program": program,
-                "k": record.k,
-            }
-            for index, (record, _) in enumerate(batch)
-        ]
         try:
-            value = self._ask(tool_request(calls), inline=inline)
-            replies = {reply.get("id"): reply for reply in parse_tool_reply(value)}
-        except KeyboardInterrupt:
-            for record, future in batch:
-                self._fail(record, future, "interrupted while it ran", cancel=True)
-            if inline:
-                raise KeyboardInterrupt("interrupted while waiting for the agent's tools") from None
+            stdin, route = self._route()
+        except ToolError as exc:
+            for call in batch:
+                self._fail(call, str(exc))
             return
-        except Exception as exc:
-            reason = str(exc) if isinstance(exc, ToolError) else f"a bad tool reply ({exc})"
-            for record, future in batch:
-                self._fail(record, future, reason)
-            return
-        for index, (record, future) in enumerate(batch):
-            self._settle(record, future, replies.get(index))
+        program = self.running.call.id if self.running.call is not None else None
+        calls = []
+        for index, call in enumerate(batch):
+            record = call.record
+            call.index = index
+            calls.append(
+                {
+                    "id": index,
+                    "tool": record.tool,
+                    "arguments": record.arguments,
+                    "program": program,
+                    "k": record.k,
+                }
+            )
+        sent = _Sent(stdin, route, batch)
+        for call in batch:
+            call.sent = sent
+        self._submit(sent, tool_request(calls))
 
-    def _settle(
-        self, record: CallRecord, future: asyncio.Future[Any], reply: dict[str, Any] | None
-    ) -> None:
+    def _route(self) -> tuple[StdinChannel, Route]:
+        """The stdin channel and this request's route on it; ToolError when there is none."""
+        stdin = self._host.stdin
+        if stdin is None:
+            raise ToolError("this is not a Jupyter kernel: no backend can answer tool calls")
+        route = stdin.route()
+        if not route.allows_stdin:
+            raise ToolError(
+                "tool calls travel on the stdin channel, which this request does not allow: "
+                "the backend must send allow_stdin=True with its tools"
+            )
+        return stdin, route
+
+    def _answered(self, sent: _Sent, answer: Answer) -> None:
+        """In the loop: the reply to ``sent`` came; settle the calls that still wait for it."""
+        if sent.request is None or self._open.pop(sent.request, None) is None:
+            return  # abandoned meanwhile (the program ended)
+        waiting = [call for call in sent.calls if not call.future.done()]
+        if not waiting:
+            return
+        try:
+            replies = _replies(answer)
+        except ToolError as exc:
+            for call in waiting:
+                self._fail(call, str(exc))
+            return
+        for call in waiting:
+            self._settle(call, replies.get(call.index))
+
+    def _settle(self, call: _Call, reply: dict[str, Any] | None) -> None:
         if reply is not None and reply.get("ok") is True and "result" in reply:
-            self.finish(record, result=reply["result"])
-            if not future.done():
-                future.set_result(reply["result"])
+            self.finish(call.record, result=reply["result"])
+            call.future.set_result(reply["result"])
             return
         error = reply.get("error") if reply is not None else None
         if not isinstance(error, str):
             error = "the backend's reply holds no result for this call"
-        self._fail(record, future, error)
+        self._fail(call, error)
 
-    def _fail(
-        self, record: CallRecord, future: asyncio.Future[Any], error: str, *, cancel: bool = False
-    ) -> None:
-        self.finish(record, error=error)
-        if future.done():
+    def _fail(self, call: _Call, error: str) -> None:
+        self.finish(call.record, error=error)
+        if not call.future.done():
+            tool = call.record.tool
+            call.future.set_exception(ToolError(f"tools.{tool}: {error}", tool=tool))
+
+    def _on_done(self, call: _Call) -> None:
+        """A call's future is done: when the program stopped waiting for it (its task was
+        cancelled), the call is recorded so and, once sent, cancelled on the host."""
+        self._pending -= 1
+        if not self._pending and self._interrupts is not None:
+            self._interrupts.uninstall()
+            self._interrupts = None
+        if not call.future.cancelled():
             return
-        if cancel:
-            future.cancel()
-        else:
-            future.set_exception(ToolError(f"tools.{record.tool}: {error}", tool=record.tool))
+        if call.record.ok is None:
+            self.finish(call.record, error=_INTERRUPTED if call.interrupted else _CANCELLED)
+        if call.sent is not None:
+            self._cancels.append(call)
+            if len(self._cancels) == 1:  # one cancel request for a turn's cancelled calls
+                call.future.get_loop().call_soon(self._send_cancels)
 
-    def _ask(self, prompt: str, *, inline: bool) -> str:
-        kernel = getattr(self._host.shell, "kernel", None)
-        if kernel is None or not hasattr(kernel, "raw_input"):
-            raise ToolError("this is not a Jupyter kernel: no backend can answer tool calls")
-        from IPython.core.error import StdinNotImplementedError
+    def _send_cancels(self) -> None:
+        """In a loop callback: tell the host which sent calls nobody waits for any more."""
+        cancels, self._cancels = self._cancels, []
+        if self._closed:
+            return  # the program ended: its backend cancels what it still runs
+        batches: dict[int, tuple[_Sent, list[int]]] = {}
+        for call in cancels:
+            assert call.sent is not None
+            batches.setdefault(id(call.sent), (call.sent, []))[1].append(call.index)
+        for sent, indexes in batches.values():
+            assert sent.request is not None
+            if all(call.future.done() for call in sent.calls):  # nobody waits for its reply
+                self._open.pop(sent.request, None)
+                if not sent.stdin.abandon(sent.request):
+                    continue  # it never went out: there is nothing to cancel
+            # Sent even when the program ends meanwhile; nothing waits for its answer.
+            cancel = ToolCancel(sent.request.msg_id, sorted(indexes))
+            sent.stdin.submit(tool_cancel(cancel), sent.route)
 
-        try:
-            if inline:
-                return str(kernel.raw_input(prompt))
-            with _interruptible(self.running.task):
-                return str(kernel.raw_input(prompt))
-        except StdinNotImplementedError:
-            raise ToolError(
-                "tool calls travel on the stdin channel, which this request does not allow: "
-                "the backend must send allow_stdin=True with its tools"
-            ) from None
-        except EOFError:
-            raise ToolError(
-                "the client answered the tool request with end-of-input: it runs no tools"
-            ) from None
+    def _submit(self, sent: _Sent, prompt: str) -> None:
+        """Send ``prompt`` for ``sent``; its answer comes back to the loop (``_answered``)."""
+        loop = asyncio.get_running_loop()
+        sent.request = sent.stdin.submit(
+            prompt, sent.route, lambda answer: _soon(loop, self._answered, sent, answer)
+        )
+        self._open[sent.request] = sent
 
     # -- which top-level statement makes a call ------------------------------------------------
 
@@ -315,36 +383,112 @@ def current_task() -> asyncio.Task[Any] | None:
         return None
 
 
-@contextlib.contextmanager
-def _interruptible(task: asyncio.Task[Any] | None) -> Iterator[None]:
-    """Waiting from the event loop rather than from the program's code, an interrupt must
-    still end the wait: it is raised here, then handed to the handler that was in place (the
-    time limit's, or ipykernel's, which stop an awaiting program from the loop)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread gets signals
-        return
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    interrupted = False
+#: How a call the program stopped waiting for is recorded.
+_CANCELLED = "cancelled while it ran: the program stopped waiting for it"
+_INTERRUPTED = "interrupted while it ran"
+
+
+@dataclass(eq=False)
+class _Call:
+    """A live call on its way to the host: its record, and the future its caller awaits."""
+
+    record: CallRecord
+    future: asyncio.Future[Any]
+    #: What watched for interrupts when the call was made, and how many it had seen then.
+    watched: tuple[_Interrupts, int] | None
+    #: The batch it went out in, once sent, and its ``id`` there.
+    sent: _Sent | None = None
+    index: int = 0
+
+    @property
+    def interrupted(self) -> bool:
+        """Whether an interrupt came while it waited (and so, what cancelled it)."""
+        if self.watched is None:
+            return False
+        interrupts, seen = self.watched
+        return interrupts.count > seen
+
+
+@dataclass(eq=False)
+class _Sent:
+    """A batch of calls sent on the stdin channel, as one request."""
+
+    stdin: StdinChannel
+    route: Route
+    calls: list[_Call]
+    request: Request | None = None
+
+
+def _replies(answer: Answer) -> dict[Any, dict[str, Any]]:
+    """The results of a tool reply by call id; ToolError saying why there are none."""
+    if isinstance(answer, Exception):
+        raise ToolError(f"the kernel's stdin channel failed ({answer})")
+    if answer == EOF:
+        raise ToolError("the client answered the tool request with end-of-input: it runs no tools")
     try:
-        yield
-    except KeyboardInterrupt:
-        interrupted = True
-        raise
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        if interrupted:
-            _pass_on(previous, task)
+        return {reply.get("id"): reply for reply in parse_tool_reply(answer)}
+    except Exception as exc:
+        raise ToolError(f"a bad tool reply ({exc})") from None
 
 
-def _pass_on(previous: Any, task: asyncio.Task[Any] | None) -> None:
-    if callable(previous):
-        try:
-            previous(signal.SIGINT, None)
+def _soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args: Any) -> None:
+    """Run ``callback(*args)`` in ``loop``, from any thread; not at all once it is closed."""
+    with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
+        loop.call_soon_threadsafe(callback, *args)
+
+
+class _Interrupts:
+    """While a program's calls wait, in the main thread: each SIGINT is counted, then handed
+    to the handler that was in place, which stops an awaiting program from the event loop
+    (the time limit's cancels its task, ipykernel's the cell's); a call the program's own
+    code awaits turns that cancel into a KeyboardInterrupt. Where a handler raises (Python's
+    default, or the time limit's in the program's own code), the interrupt is raised where
+    the program's code runs, and anywhere else (the loop itself) the task is cancelled."""
+
+    def __init__(self, task: asyncio.Task[Any]) -> None:
+        self.count = 0
+        self._task = task
+        self._previous: Any = None
+
+    @classmethod
+    def install(cls, task: asyncio.Task[Any] | None) -> _Interrupts | None:
+        """Watch from now on; None off the main thread (only it gets signals) or without a task."""
+        if task is None or threading.current_thread() is not threading.main_thread():
+            return None
+        interrupts = cls(task)
+        interrupts._previous = signal.signal(signal.SIGINT, interrupts._on_sigint)
+        return interrupts
+
+    def uninstall(self) -> None:
+        """Give SIGINT back to the handler before, unless another replaced this one since."""
+        if signal.getsignal(signal.SIGINT) == self._on_sigint:
+            signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
+
+    def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
+        previous = self._previous
+        if previous == signal.SIG_IGN:
             return
-        except KeyboardInterrupt:
-            pass  # a handler that raises: in a loop callback that would break the loop
-    if task is not None:
-        task.cancel()
+        self.count += 1
+        loop = self._task.get_loop()
+        if callable(previous):
+            try:
+                previous(signum, frame)
+            except KeyboardInterrupt:
+                if asyncio.current_task(loop) is self._task:
+                    raise  # in the program's own code, as in any cell
+            else:
+                # Wake the loop: ipykernel's handler schedules its cancel with tornado's
+                # add_callback, which from a signal handler is a plain call_soon that waits
+                # for the loop's next wake-up, none while the program only awaits calls.
+                loop.call_soon_threadsafe(_nothing)
+                return
+        elif asyncio.current_task(loop) is self._task:
+            raise KeyboardInterrupt
+        loop.call_soon_threadsafe(self._task.cancel)
+
+
+def _nothing() -> None:
+    """A callback that only wakes the loop it is scheduled in."""
 
 
 # -- the calls programs make -------------------------------------------------------------------
