@@ -10,7 +10,7 @@ from typing import Any, Callable
 
 from ..core.notice import CUT_BEFORE_CODE
 from ..core.partial import cut_arguments
-from .host_tools import HostTools
+from .host_tools import HostTool, HostTools
 from .results import (
     RUN_CODE,
     RUN_CODE_DESCRIPTION,
@@ -53,6 +53,14 @@ class CodeSession:
     ) -> None:
         """Add a host tool (``HostTools.register``); ``run_code``'s description names it."""
         self.host_tools.register(function, name, description)
+        self._name_tools()
+
+    def add(self, tool: HostTool) -> None:
+        """Add a host tool built from a JSON schema (``HostTools.add``), named as ``register``."""
+        self.host_tools.add(tool)
+        self._name_tools()
+
+    def _name_tools(self) -> None:
         described = run_code_description(self.host_tools.names)
         self.tools[RUN_CODE] = dataclasses.replace(self.tools[RUN_CODE], description=described)
 
