@@ -8,11 +8,14 @@ registries, started as a host starts them (``mcp-server-time`` from PyPI, and
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import re
 import shutil
 import signal
+import socket
+import subprocess
 import sys
 import time
 from collections.abc import Iterator
@@ -22,6 +25,7 @@ from typing import Any
 import pytest
 
 from ptc_retry.backend import KernelBackend
+from ptc_retry.backend.host_tools import HostTool, HostTools
 from ptc_retry.core.notice import parse_notice
 from ptc_retry.mcp.upstream import (
     UpstreamConfig,
@@ -155,6 +159,56 @@ def test_a_tools_name_is_its_server_and_its_name_as_one_python_name() -> None:
 # -- real upstream servers, under a real kernel ----------------------------------------------
 
 
+#: A real MCP server on streamable HTTP (the SDK's own) whose one tool appends to a file.
+NOTES_SERVER = """\
+import sys
+from pathlib import Path
+from mcp.server.mcpserver import MCPServer
+
+notes = Path(sys.argv[2])
+server = MCPServer("notes")
+
+
+@server.tool()
+def add_note(text: str) -> str:
+    \"\"\"Append a note to the notebook.\"\"\"
+    with notes.open("a") as file:
+        file.write(text + "\\n")
+    return f"noted: {text}"
+
+
+server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+"""
+
+
+@pytest.fixture(scope="module")
+def notes_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    """The URL of a running HTTP MCP server, and the file its ``add_note`` appends to."""
+    directory = tmp_path_factory.mktemp("notes")
+    (directory / "server.py").write_text(NOTES_SERVER)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    notes = directory / "notes.txt"
+    process = subprocess.Popen(
+        [sys.executable, str(directory / "server.py"), str(port), str(notes)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as client:
+            if client.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.1)
+    else:
+        process.kill()
+        pytest.fail("the HTTP MCP server did not listen within 30 s")
+    yield f"http://127.0.0.1:{port}/mcp", notes
+    process.terminate()
+    process.wait(10)
+
+
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The one directory the filesystem server may touch."""
@@ -162,9 +216,10 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def upstreams(files: Path, run: Run[Any]) -> Iterator[Upstreams]:
+def upstreams(files: Path, notes_server: tuple[str, Path], run: Run[Any]) -> Iterator[Upstreams]:
     servers: dict[str, Any] = {
         "time": {"command": TIME_SERVER, "args": ["--local-timezone", "UTC"]},
+        "notes": {"type": "http", "url": notes_server[0]},
         "broken": {"command": BROKEN[0], "args": BROKEN[1:]},
     }
     if NPX is not None:
@@ -362,3 +417,72 @@ def test_an_upstream_that_dies_fails_its_call_naming_it_and_the_next_call_restar
     assert (again.status, again.value) == ("ok", "'UTC'"), again.text
     assert time.monotonic() - started < 20
     assert len(_children("mcp-server-time")) == 1
+
+
+# -- a tool built from a schema; a server that never answers; one reached over HTTP ----------
+
+
+def test_a_tool_built_from_a_schema_is_named_and_checked_as_a_registered_one() -> None:
+    schema = {"type": "object", "properties": {"q": {"type": "string"}}, "required": ["q"]}
+
+    async def search(**arguments: Any) -> Any:
+        return arguments
+
+    tools = HostTools()
+    with pytest.raises(ValueError, match="must be a Python identifier"):
+        tools.add(HostTool("web-search", "Search.", schema, search, is_async=True))
+    tools.add(HostTool("web_search", "Search.", schema, search, is_async=True))
+    with pytest.raises(ValueError, match="already registered"):
+        tools.add(HostTool("web_search", "Again.", schema, search, is_async=True))
+
+    ok, refused = asyncio.run(
+        tools.answer(
+            [
+                {"id": 1, "tool": "web_search", "arguments": {"q": "mcp"}},
+                {"id": 2, "tool": "web_search", "arguments": {"q": 7}},
+            ]
+        )
+    )
+    assert ok == {"id": 1, "ok": True, "result": {"q": "mcp"}}
+    assert not refused["ok"] and "'q' must be a string" in refused["error"]
+    assert "it takes (q: str, **kwargs)" in refused["error"]
+
+
+def test_a_server_that_never_answers_is_given_up_on_and_stopped() -> None:
+    silent = UpstreamConfig("silent", command=sys.executable, args=("-c", SILENT))
+
+    async def start() -> tuple[str, float]:
+        upstreams = Upstreams([silent], startup_timeout=1)
+        started = time.monotonic()
+        async with upstreams:
+            return str(upstreams.failures["silent"]), time.monotonic() - started
+
+    failure, seconds = asyncio.run(asyncio.wait_for(start(), 20))
+
+    assert failure.startswith("upstream 'silent' (") and "no answer within 1 s" in failure
+    assert "listening, never answering" in failure  # its stderr
+    assert seconds < 8
+    assert _children(SILENT) == []
+
+
+#: A stdio "server" that says so on stderr and then reads nothing.
+SILENT = "import sys, time; print('listening, never answering', file=sys.stderr); time.sleep(60)"
+
+
+def test_an_http_upstreams_call_is_reused_by_a_replay(
+    backend: KernelBackend, notes_server: tuple[str, Path], run: Run[Any]
+) -> None:
+    _, notes = notes_server
+    program = (
+        "saved = await tools.notes_add_note(text='buy milk')\n"
+        "print(saved)\n"
+        "total = len(saved) / zero\n"
+    )
+    failed = run(backend.run_code(program, timeout=30))
+    assert failed.status == "error" and "noted: buy milk" in failed.text, failed.text
+
+    line = f"await ptc_retry.replay({failed.call_id!r}, '/ zero', '/ 2')"
+    fixed = run(backend.run_code(line, timeout=30))
+
+    assert fixed.status == "ok" and "noted: buy milk" in fixed.text, fixed.text
+    assert notes.read_text() == "buy milk\n"  # one call reached the server

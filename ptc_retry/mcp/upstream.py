@@ -225,10 +225,12 @@ class Upstream:
         task = asyncio.create_task(self._serve(ready, closing), name=f"upstream {self.name}")
         try:
             session, tools = await asyncio.wait_for(asyncio.shield(ready), self.startup_timeout)
-        except Exception as exc:
-            closing.set()
-            await asyncio.wait({task}, timeout=10)
+        except BaseException as exc:
+            # Stuck in its start (no answer), or cancelled with its caller: never left running.
             task.cancel()
+            await asyncio.wait({task}, timeout=10)
+            if not isinstance(exc, Exception):
+                raise
             why = (
                 f"no answer within {self.startup_timeout:g} s"
                 if isinstance(exc, asyncio.TimeoutError)
