@@ -165,9 +165,11 @@ def test_a_tools_name_is_its_server_and_its_name_as_one_python_name() -> None:
 # -- real upstream servers, under a real kernel ----------------------------------------------
 
 
-#: A real MCP server on streamable HTTP (the SDK's own) whose one tool appends to a file.
+#: A real MCP server on streamable HTTP (the SDK's own): ``add_note`` appends to a file,
+#: ``wait`` notes its cancellation in another.
 NOTES_SERVER = """\
 import sys
+import anyio
 from pathlib import Path
 from mcp.server.mcpserver import MCPServer
 
@@ -181,6 +183,18 @@ def add_note(text: str) -> str:
     with notes.open("a") as file:
         file.write(text + "\\n")
     return f"noted: {text}"
+
+
+@server.tool()
+async def wait(seconds: float) -> str:
+    \"\"\"Answer after some seconds; a wait cancelled before says so in events.txt.\"\"\"
+    try:
+        await anyio.sleep(seconds)
+    except BaseException:  # the cancellation of the client's call
+        with (notes.parent / "events.txt").open("a") as file:
+            file.write("wait cancelled\\n")
+        raise
+    return "waited"
 
 
 server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
@@ -496,3 +510,25 @@ def test_an_http_upstreams_call_is_reused_by_a_replay(
 
     assert fixed.status == "ok" and "noted: buy milk" in fixed.text, fixed.text
     assert notes.read_text() == "buy milk\n"  # one call reached the server
+
+
+def test_a_program_stopped_by_its_time_limit_cancels_its_upstream_call(
+    backend: KernelBackend, notes_server: tuple[str, Path], run: Run[Any]
+) -> None:
+    events = notes_server[1].parent / "events.txt"
+    started = time.monotonic()
+
+    stopped = run(backend.run_code("await tools.notes_wait(seconds=60)", timeout=2))
+
+    assert stopped.status == "timeout", stopped.text
+    assert time.monotonic() - started < 10
+    run(_eventually(events.exists, 10))  # the loop runs while the cancellation goes out
+    assert events.read_text() == "wait cancelled\n"  # the upstream's handler was cancelled too
+    after = run(backend.run_code("await tools.notes_wait(seconds=0)", timeout=20))
+    assert (after.status, after.value) == ("ok", "{'result': 'waited'}"), after.text
+
+
+async def _eventually(check: Any, seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while not check() and time.monotonic() < deadline:
+        await asyncio.sleep(0.05)
