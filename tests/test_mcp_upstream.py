@@ -34,7 +34,7 @@ from ptc_retry.mcp.upstream import (
     Upstreams,
     add_upstream_arguments,
     tool_name,
-    upstreams_from_arguments,
+    upstream_configs,
 )
 from ptc_retry.mcp.upstream_config import parse_spec, read_config
 
@@ -143,16 +143,15 @@ def test_the_command_line_takes_a_config_file_and_repeated_upstreams(tmp_path: P
     add_upstream_arguments(parser)
 
     given = parser.parse_args(["--config", str(path), "--upstream", "fs=npx -y server /tmp"])
-    upstreams = upstreams_from_arguments(given)
 
-    assert [u.config for u in upstreams.upstreams] == [
+    assert upstream_configs(given) == [
         UpstreamConfig("time", command="mcp-server-time"),
         UpstreamConfig("fs", command="npx", args=("-y", "server", "/tmp")),
     ]
     twice = parser.parse_args(["--config", str(path), "--upstream", "time=other"])
     with pytest.raises(UpstreamConfigError, match="two upstream servers are named 'time'"):
-        upstreams_from_arguments(twice)
-    assert upstreams_from_arguments(parser.parse_args([])).upstreams == []
+        upstream_configs(twice)
+    assert upstream_configs(parser.parse_args([])) == []
 
 
 def test_a_tools_name_is_its_server_and_its_name_as_one_python_name() -> None:

@@ -45,7 +45,7 @@ __all__ = [
     "Upstreams",
     "add_upstream_arguments",
     "tool_name",
-    "upstreams_from_arguments",
+    "upstream_configs",
 ]
 
 log = logging.getLogger(__name__)
@@ -442,9 +442,9 @@ def add_upstream_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def upstreams_from_arguments(arguments: argparse.Namespace, **options: Any) -> Upstreams:
-    """The servers ``--config`` and ``--upstream`` name (none when neither is given);
-    UpstreamConfigError, to print as it is, when they do not fit."""
+def upstream_configs(arguments: argparse.Namespace) -> list[UpstreamConfig]:
+    """The servers ``--config`` and ``--upstream`` name, in that order (none when neither is
+    given), for an ``Upstreams`` per kernel; UpstreamConfigError, to print as it is, when
+    they do not fit or give one name twice."""
     configs = read_config(arguments.config) if arguments.config else []
-    configs += [parse_spec(spec) for spec in arguments.upstream]
-    return Upstreams(configs, **options)
+    return combined(configs + [parse_spec(spec) for spec in arguments.upstream])
