@@ -345,7 +345,7 @@ def test_an_upstream_error_is_a_tool_error_in_the_program(
     result = run(backend.run_code(program, timeout=30))
 
     assert result.status == "ok", result.text
-    assert "upstream 'time': get_current_time:" in result.text
+    assert "tools.time_get_current_time: UpstreamError: upstream 'time': " in result.text
     assert "Mars/Olympus_Mons" in result.text
 
 

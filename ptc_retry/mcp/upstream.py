@@ -132,7 +132,7 @@ class _Connection:
         self.closing.set()
         try:
             await asyncio.wait_for(asyncio.shield(self.task), 10)
-        except (asyncio.TimeoutError, Exception):
+        except Exception:  # a timeout too: it is stopped all the same
             self.task.cancel()
             log.debug("an upstream connection did not close cleanly", exc_info=True)
 
@@ -191,14 +191,15 @@ class Upstream:
             result = await connection.session.call_tool(tool, arguments)
         except Exception as exc:
             if not _connection_lost(exc):
-                raise UpstreamError(f"upstream {self.name!r}: {tool}: {_said(exc)}") from None
+                raise UpstreamError(f"upstream {self.name!r}: {_said(exc)}") from None
             connection.broken = True
             raise UpstreamError(
                 f"upstream {self.name!r} stopped ({self._stopped()}); whether {tool} ran is "
                 "unknown; its next call starts the server again"
             ) from None
         if result.is_error:
-            raise UpstreamError(f"upstream {self.name!r}: {tool}: {result_value(result)}")
+            # The program's ToolError names the tool already: the upstream's own words follow.
+            raise UpstreamError(f"upstream {self.name!r}: {result_value(result)}")
         return result_value(result)
 
     async def close(self) -> None:
