@@ -78,6 +78,29 @@ def test_a_config_file_gives_each_enabled_server_its_command_or_url(tmp_path: Pa
     assert read_config({"servers": {"t": {"command": "x"}}}) == [UpstreamConfig("t", "x")]
 
 
+def test_a_config_reads_environment_variables_as_hosts_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PTC_TEST_TOKEN", "s3cret")
+    monkeypatch.delenv("PTC_TEST_UNSET", raising=False)
+    server = {
+        "command": "${PTC_TEST_UNSET:-uvx}",
+        "args": ["--token=${PTC_TEST_TOKEN}", "$PLAIN"],
+        "env": {"TOKEN": "${PTC_TEST_TOKEN}", "SAME": "${env:PTC_TEST_TOKEN}"},
+    }
+
+    (config,) = read_config({"mcpServers": {"api": server}})
+
+    assert (config.command, config.args) == ("uvx", ("--token=s3cret", "$PLAIN"))
+    assert config.env == {"TOKEN": "s3cret", "SAME": "s3cret"}
+    path = tmp_path / "mcp.json"
+    path.write_text('{"mcpServers": {\n  "api": {\n    "url": "https://x/${PTC_TEST_UNSET}"\n}}}')
+    with pytest.raises(UpstreamConfigError) as raised:
+        read_config(path)
+    assert str(raised.value).startswith(f"{path}, line 3: mcpServers.api.url uses ")
+    assert "${PTC_TEST_UNSET}, which is not set in the environment" in str(raised.value)
+
+
 MALFORMED = [
     ('{\n  "mcpServers": {\n    "time": {"command": "uvx",}\n  }\n}', "line 3", "not JSON"),
     ('{\n  "servers2": {}\n}', "line 1", '"mcpServers"'),

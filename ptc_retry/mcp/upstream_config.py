@@ -5,7 +5,8 @@ use (Claude Desktop, Claude Code, Cursor; VS Code's ``{"servers": {...}}`` too),
 A stdio server is ``{"command": str, "args": [str, ...], "env": {str: str}, "cwd": str}``
 (only ``command`` required); an HTTP one (streamable HTTP) is ``{"url": str, "headers":
 {str: str}}``. ``"type"`` may say ``"stdio"`` or ``"http"`` (also ``"streamable-http"``);
-``"disabled": true`` leaves a server out. Other keys hosts keep there are ignored.
+``"disabled": true`` leaves a server out. Other keys hosts keep there are ignored. In the
+strings, ``${NAME}`` and ``${NAME:-default}`` are the environment's variables, as hosts read them.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ SERVERS_KEYS = ("mcpServers", "servers")
 #: ``"type"`` values for a server started as a process, and for one reached by URL.
 STDIO_TYPES = ("stdio",)
 HTTP_TYPES = ("http", "streamable-http", "streamableHttp")
+
+#: ``${NAME}`` or ``${NAME:-default}`` in a value (Claude Code's spelling; VS Code's is
+#: ``${env:NAME}``): a variable of the environment.
+_VARIABLE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)(:-([^}]*))?\}")
 
 EXAMPLE = '{"mcpServers": {"time": {"command": "uvx", "args": ["mcp-server-time"]}}}'
 
@@ -154,19 +159,37 @@ class _Reader:
         value = entry.get(at[-1])
         if not isinstance(value, str) or not value:
             raise self._error(at, f"{'.'.join(at)} must be a non-empty string, {_not(value)}")
-        return value
+        return self._expand(value, at)
 
     def _list(self, entry: dict[str, Any], at: tuple[str, ...]) -> list[str]:
         value = entry.get(at[-1], [])
         if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
             raise self._error(at, f"{'.'.join(at)} must be a list of strings, {_not(value)}")
-        return value
+        return [self._expand(item, at) for item in value]
 
     def _strings(self, entry: dict[str, Any], at: tuple[str, ...]) -> dict[str, str]:
         value = entry.get(at[-1], {})
         if not isinstance(value, dict) or not all(isinstance(v, str) for v in value.values()):
             raise self._error(at, f"{'.'.join(at)} must be an object of strings, {_not(value)}")
-        return value
+        return {key: self._expand(item, (*at, key)) for key, item in value.items()}
+
+    def _expand(self, value: str, at: tuple[str, ...]) -> str:
+        """``value`` with each ``${NAME}`` (or ``${NAME:-default}``) replaced by the variable
+        of this process's environment, as hosts do (a token kept out of the file)."""
+
+        def variable(found: re.Match[str]) -> str:
+            name, default = found.group(1), found.group(3)
+            if name in os.environ:
+                return os.environ[name]
+            if default is not None:
+                return default
+            raise self._error(
+                at,
+                f"{'.'.join(at)} uses ${{{name}}}, which is not set in the environment; set it, "
+                f"or write ${{{name}:-default}}",
+            )
+
+        return _VARIABLE.sub(variable, value)
 
     def _error(self, at: tuple[str, ...], message: str) -> UpstreamConfigError:
         line = f", line {_line_of(self.text, at)}" if self.text is not None else ""
