@@ -103,6 +103,11 @@ def result_value(result: Any) -> Any:
     """
     if result.structured_content is not None:
         return result.structured_content
+    return content_text(result)
+
+
+def content_text(result: Any) -> str:
+    """A ``CallToolResult``'s content blocks as text, one after the other."""
     return "\n".join(_block_text(block) for block in result.content)
 
 
@@ -178,9 +183,11 @@ class Upstream:
 
     async def start(self) -> None:
         """Start the server and list its tools; UpstreamError naming it, with the last lines
-        of its stderr, when it does not come up within ``startup_timeout``."""
+        of its stderr, when it does not come up within ``startup_timeout``. Once started,
+        nothing more."""
         async with self._lock:
-            await self._connect()
+            if self._connection is None:
+                await self._connect()
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> Any:
         """The value of one call (see ``result_value``); UpstreamError when the upstream
@@ -199,7 +206,7 @@ class Upstream:
             ) from None
         if result.is_error:
             # The program's ToolError names the tool already: the upstream's own words follow.
-            raise UpstreamError(f"upstream {self.name!r}: {result_value(result)}")
+            raise UpstreamError(f"upstream {self.name!r}: {content_text(result)}")
         return result_value(result)
 
     async def close(self) -> None:
