@@ -33,6 +33,8 @@ from ptc_retry.mcp.upstream import (
     UpstreamConfigError,
     Upstreams,
     add_upstream_arguments,
+    describe,
+    result_value,
     tool_name,
     upstream_configs,
 )
@@ -554,3 +556,29 @@ async def _eventually(check: Any, seconds: float) -> None:
     deadline = time.monotonic() + seconds
     while not check() and time.monotonic() < deadline:
         await asyncio.sleep(0.05)
+
+
+@needs_sdk
+def test_a_result_is_its_structured_content_else_its_text_and_hints_say_what_is_stated() -> None:
+    import mcp_types as types
+
+    text = types.TextContent(text='{"kept": "as text"}')
+    image = types.ImageContent(data="aGk=", mime_type="image/png")
+    embedded = types.EmbeddedResource(
+        type="resource", resource=types.TextResourceContents(uri="file:///a.txt", text="A")
+    )
+    structured = types.CallToolResult(content=[text], structured_content={"n": 1})
+
+    assert result_value(structured) == {"n": 1}
+    assert result_value(types.CallToolResult(content=[text, image, embedded])) == (
+        '{"kept": "as text"}\n[image image/png]\nA'
+    )
+    tool = types.Tool(
+        name="mkdir",
+        description="Make a directory.\n\n  Parents too.",
+        input_schema={"type": "object"},
+        annotations=types.ToolAnnotations(destructive_hint=False, idempotent_hint=True),
+    )
+    assert describe(tool) == "[not destructive, idempotent] Make a directory. Parents too."
+    unstated = tool.model_copy(update={"annotations": None})
+    assert describe(unstated) == "Make a directory. Parents too."
