@@ -31,6 +31,7 @@ from ptc_retry.core.notice import parse_notice
 from ptc_retry.mcp.upstream import (
     UpstreamConfig,
     UpstreamConfigError,
+    UpstreamError,
     Upstreams,
     add_upstream_arguments,
     describe,
@@ -582,3 +583,43 @@ def test_a_result_is_its_structured_content_else_its_text_and_hints_say_what_is_
     assert describe(tool) == "[not destructive, idempotent] Make a directory. Parents too."
     unstated = tool.model_copy(update={"annotations": None})
     assert describe(unstated) == "Make a directory. Parents too."
+
+
+#: A time server that will not start while the flag file ``sys.argv[1]`` exists.
+GUARDED = f"""\
+import os, sys
+if os.path.exists(sys.argv[1]):
+    sys.exit(print("token expired: log in again", file=sys.stderr) or 4)
+os.execv({TIME_SERVER!r}, [{TIME_SERVER!r}, "--local-timezone", "Europe/Paris"])
+"""
+
+
+@needs_sdk
+def test_an_upstream_that_cannot_start_again_says_why_and_a_later_call_starts_it(
+    tmp_path: Path,
+) -> None:
+    flag = tmp_path / "expired"
+    guarded = UpstreamConfig("clock", command=sys.executable, args=("-c", GUARDED, str(flag)))
+
+    async def calls() -> list[str]:
+        said = []
+        async with Upstreams([guarded], startup_timeout=30) as upstreams:
+            (clock,) = upstreams.upstreams
+            for step in ("kill", "restart", "recover"):
+                if step == "kill":
+                    flag.touch()
+                    os.kill(*_children("Europe/Paris"), signal.SIGKILL)
+                if step == "recover":
+                    flag.unlink()
+                try:
+                    said.append(str(await clock.call("get_current_time", {"timezone": "UTC"})))
+                except UpstreamError as error:
+                    said.append(str(error))
+        return said
+
+    died, refused, answered = asyncio.run(asyncio.wait_for(calls(), 60))
+
+    assert died.startswith("upstream 'clock' stopped"), died
+    assert refused.startswith("upstream 'clock' (") and "did not start" in refused, refused
+    assert "token expired: log in again" in refused
+    assert "'timezone': 'UTC'" in answered, answered
