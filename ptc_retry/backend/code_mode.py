@@ -11,7 +11,7 @@ from typing import Any, Callable
 
 from ..core.notice import CUT_BEFORE_CODE, cut_after_arguments
 from ..core.partial import CutArguments, CutPlace, cut_arguments
-from .host_tools import HostTools
+from .host_tools import HostTool, HostTools
 from .late_results import LateResults
 from .results import (
     RUN_CODE,
@@ -57,6 +57,14 @@ class CodeSession:
     ) -> None:
         """Add a host tool (``HostTools.register``); ``run_code``'s description names it."""
         self.host_tools.register(function, name, description)
+        self._name_tools()
+
+    def add(self, tool: HostTool) -> None:
+        """Add a host tool built from a JSON schema (``HostTools.add``), named as ``register``."""
+        self.host_tools.add(tool)
+        self._name_tools()
+
+    def _name_tools(self) -> None:
         described = run_code_description(self.host_tools.names)
         self.tools[RUN_CODE] = dataclasses.replace(self.tools[RUN_CODE], description=described)
 

@@ -23,6 +23,7 @@ from ..core.time_limit import read_delay
 from ..native import NativeTools, ToolResult
 from .code_mode import CodeSession
 from .execution import Execution, ExecutionSettings
+from .host_tools import HostTool
 from .input_requests import stdin_connected
 from .kernels import kernel_transport
 from .local import NATIVE_KERNEL_DIR, check_checkpoints
@@ -229,13 +230,24 @@ class KernelBackend:
         prompt section and ``run_code``'s description name the tools registered so far.
         TypeError or ValueError when it cannot be a tool (see ``HostTools.register``).
         """
+        self._check_code_mode()
+        self._code.register(function, name, description)
+        return function
+
+    def add_tool(self, tool: HostTool) -> None:
+        """Let programs call ``tool`` as ``await tools.<tool.name>(...)``: a tool described by
+        a JSON schema instead of a Python signature (``ptc_retry.mcp.upstream`` makes one
+        for each tool of an upstream MCP server). Otherwise as ``register_tool``.
+        """
+        self._check_code_mode()
+        self._code.add(tool)
+
+    def _check_code_mode(self) -> None:
         if self.mode == "native":
             raise ValueError(
                 "tools in programs need mode='code'; in native mode the model calls a "
                 "function directly: register it on kb.native"
             )
-        self._code.register(function, name, description)
-        return function
 
     def tool_schemas(self, format: str = "openai") -> list[dict[str, Any]]:
         """Every tool's definition, to pass as the model's ``tools``.

@@ -84,6 +84,30 @@ class HostTools:
         tool_name = name if name is not None else getattr(function, "__name__", None)
         if not isinstance(tool_name, str):
             raise ValueError(f"register_tool: give {function!r} a name (name=...)")
+        self._check_name(tool_name)
+        _check_signature(function, tool_name)
+        if description is not None and not isinstance(description, str):
+            raise TypeError(f"register_tool: description must be a str, not {description!r}")
+        tool = HostTool(
+            tool_name,
+            " ".join(description.split()) if description is not None else first_paragraph(function),
+            signature_schema(function),
+            function,
+            _is_async(function),
+        )
+        return self.add(tool)
+
+    def add(self, tool: HostTool) -> HostTool:
+        """Add ``tool`` as ``tools.<tool.name>``, as built: a tool described by a JSON schema
+        rather than a Python signature (an upstream MCP server's, say). Its ``function`` is
+        called with the checked keyword arguments. ValueError as ``register`` for its name.
+        """
+        self._check_name(tool.name)
+        self._tools[tool.name] = tool
+        return tool
+
+    def _check_name(self, tool_name: str) -> None:
+        """ValueError unless ``tool_name`` can be ``tools.<name>`` and is free."""
         if not tool_name.isidentifier() or keyword.iskeyword(tool_name) or tool_name[0] == "_":
             raise ValueError(
                 f"register_tool: {tool_name!r} cannot be a tool's name: programs call it as "
@@ -95,18 +119,6 @@ class HostTools:
                 f"register_tool: a tool named {tool_name!r} is already registered; pass "
                 "name=... to register this one under another name"
             )
-        _check_signature(function, tool_name)
-        if description is not None and not isinstance(description, str):
-            raise TypeError(f"register_tool: description must be a str, not {description!r}")
-        tool = HostTool(
-            tool_name,
-            " ".join(description.split()) if description is not None else first_paragraph(function),
-            signature_schema(function),
-            function,
-            _is_async(function),
-        )
-        self._tools[tool_name] = tool
-        return tool
 
     async def answer(
         self, calls: list[dict[str, Any]], completed: Completed | None = None

@@ -1,0 +1,1 @@
+"""ptc-retry over MCP: upstream MCP servers' tools as host tools of a kernel backend."""
