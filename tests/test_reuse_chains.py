@@ -326,6 +326,64 @@ def test_a_gather_with_one_failed_call_makes_only_that_call_again(
     ]  # fmt: skip
 
 
+# -- calls a recorded function makes ---------------------------------------------------------------
+
+NOTIFYING = """\
+# Notify the customer through a helper that emails, then report.
+@ptc_retry.recorded
+async def notify(to):
+    status = await tools.count(name=to)
+    return f"{status} {sufix}"
+
+print(await notify("within email"))
+"""
+
+
+def test_a_host_call_inside_a_recorded_function_that_failed_is_not_made_again(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    failed = run(host, shared, NOTIFYING, turn)
+    assert undefined(failed) == "sufix"
+    assert host.counts["within email"] == 1
+
+    fixed = run(host, shared, follow(failed.ptc["notice"], old="{sufix}", new="sent"), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "1 sent\n"
+    assert host.counts["within email"] == 1  # the failed function ran again, its email did not
+    reference = failed.ptc["reference"]
+    assert fixed.stderr == f"ptc-retry: 1 tool result reused from {reference}; 1 call made live.\n"
+
+
+NOTIFIED = """\
+# Notify the customer through a helper that emails, email the team, then report.
+@ptc_retry.recorded
+async def tell(to):
+    return await tools.count(name=to)
+
+told = await tell("within customer")
+team = await tools.count(name="within team")
+print(told, team, reprot)
+"""
+
+
+def test_a_reused_recorded_function_makes_none_of_its_calls_and_the_next_is_reused(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    failed = run(host, shared, NOTIFIED, turn)
+    assert undefined(failed) == "reprot"
+
+    fixed = run(host, shared, follow(failed.ptc["notice"], old=", reprot", new=""), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "1 1\n"
+    assert host.counts["within customer"] == 1 and host.counts["within team"] == 1
+    said = f"ptc-retry: 2 tool results reused from {failed.ptc['reference']}; 0 calls made live.\n"
+    assert fixed.stderr == said
+
+
 # -- a program that replays and then does more -----------------------------------------------------
 
 REPORT = """\

@@ -151,6 +151,19 @@ def test_a_recorded_function_whose_code_or_reads_changed_goes_live_and_the_next_
     assert taken(Reuse(records, call_id="c1", source="#1"), same, call(2)) == ["r1", "r2"]
 
 
+def test_the_calls_made_within_a_reused_recorded_call_are_passed_over() -> None:
+    # k 1 a recorded function that made k 2, which made k 3; then k 4 at top level.
+    records = [line(1, "f"), line(2, within=1), line(3, within=2), line(4)]
+    reuse = Reuse(records, call_id="c1", source="#1")
+    assert taken(reuse, call(1, "f"), call(4)) == ["r1", "r4"]
+
+
+def test_the_calls_made_within_a_recorded_call_that_goes_live_are_matched() -> None:
+    records = [line(1, "f", ok=False), line(2, within=1), line(3)]
+    reuse = Reuse(records, call_id="c1", source="#1")
+    assert taken(reuse, call(1, "f"), call(2), call(3)) == [None, "r2", "r3"]
+
+
 def test_a_resume_matches_the_calls_of_the_statements_it_runs() -> None:
     records = RecordedCalls([line(1, statement=0), line(2, statement=2), line(3, statement=2)])
     reuse = Reuse(records.from_statement(2), call_id="c1", source="#1")

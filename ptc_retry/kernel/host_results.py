@@ -90,6 +90,9 @@ def _superseding(entry: dict[str, Any], line: dict[str, Any] | None) -> dict[str
             record.started = started
         if _is_number(waited):
             record.duration = waited
+        within = line.get("within")
+        if _is_int(within):
+            record.within = within
     record.ok, record.result = True, entry["result"]
     return {**record.line(), "late": True}
 

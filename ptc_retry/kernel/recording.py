@@ -80,6 +80,10 @@ class CallRecord:
     #: The call id whose recorded result this call was given, when it was reused.
     reused_from: str | None = None
     duration: float = 0.0
+    #: The ``k`` of the recorded function's call this call was made inside, if any: when
+    #: that call's result is reused, this one is not made, and when it goes live (it failed,
+    #: or its code changed), this one is matched on its own.
+    within: int | None = None
 
     def matches(self, line: dict[str, Any]) -> bool:
         """Whether ``line`` (a recorded call) is this call: same tool and arguments."""
@@ -117,6 +121,8 @@ class CallRecord:
             line["reusable"] = False
         if self.reused_from is not None:
             line["reused_from"] = self.reused_from
+        if self.within is not None:
+            line["within"] = self.within
         return line
 
 
@@ -231,8 +237,11 @@ class Reuse:
             line = calls[success]
             # A result recorded as not reusable (or a damaged line that holds none), or that a
             # recorded function would not return now (its code or reads differ): this call
-            # goes live, and the next may still match.
-            return line if record.may_take(line) and "result" in line else None
+            # goes live, and the next may still match, the calls it makes inside first.
+            if not (record.may_take(line) and "result" in line):
+                return None
+            self._next = _past_inner(calls, success)
+            return line
         failure = next((i for i in range(first, success) if record.matches(calls[i])), None)
         if failure is None:  # when in doubt, go live
             self._ended = True
@@ -261,6 +270,17 @@ class Reuse:
             f"ptc-retry: {self.reused} tool {results} reused from {sources}; "
             f"{self.live} {calls} made live."
         )
+
+
+def _past_inner(calls: Sequence[dict[str, Any]], index: int) -> int:
+    """The place after ``calls[index]`` and the calls made inside it (those of a recorded
+    function, whose reused result stands for them: they are not made again)."""
+    outer = {calls[index].get("k")}
+    end = index + 1
+    while end < len(calls) and calls[end].get("within") in outer:
+        outer.add(calls[end].get("k"))
+        end += 1
+    return end
 
 
 class Reuses:

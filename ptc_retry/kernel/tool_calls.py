@@ -36,10 +36,11 @@ from .tracebacks import cell_text
 if TYPE_CHECKING:
     from .running import Running
 
-#: True inside a live call of a recorded function: the calls it makes are part of it (its
-#: recorded result stands for them), so they are neither numbered, recorded nor reused.
-_INSIDE_RECORDED: contextvars.ContextVar[bool] = contextvars.ContextVar(
-    "ptc_retry_inside_recorded", default=False
+#: Inside a live call of a recorded function, that call's ``k``: the calls it makes are
+#: numbered and recorded as made within it, so that a replay that reuses its result does not
+#: make them, and one that runs it again (it failed, or its code changed) reuses theirs.
+_WITHIN: contextvars.ContextVar[int | None] = contextvars.ContextVar(
+    "ptc_retry_within", default=None
 )
 
 
@@ -103,10 +104,9 @@ class ProgramCalls:
         result, nor is its own ever reused."""
         if self._closed:
             raise ToolError(f"{tool}: the program that made this call has ended", tool=tool)
-        if _INSIDE_RECORDED.get():
-            return CallRecord(0, tool, arguments, None, code)  # k 0: not recorded
         self._count += 1
         record = CallRecord(self._count, tool, arguments, self._statement(), code, reads)
+        record.within = _WITHIN.get()
         record.reusable = reusable
         found = self.reuses.take(record)
         if found is None:
@@ -128,10 +128,14 @@ class ProgramCalls:
         The counts of the history line stay those of the calls this run makes."""
         before, _, sure = recorded.split(start)
         call = self.running.call
+        renumbered: dict[Any, int] = {}  # a line's k there, its k here
         for line in before:
             self._count += 1
+            renumbered[line.get("k")] = self._count
             if call is not None:
                 carried = dict(line, k=self._count, reused=True, reused_from=call_id)
+                if "within" in line:
+                    carried["within"] = renumbered.get(line["within"])
                 self._host.checkpoints.record_tool_call(call, carried)
         if not sure:
             self._count += 1
@@ -157,13 +161,12 @@ class ProgramCalls:
 
     @contextlib.contextmanager
     def inside(self, record: CallRecord) -> Iterator[None]:
-        """While a recorded function's live call runs: what it calls is part of it."""
-        token = _INSIDE_RECORDED.set(True) if record.k else None
+        """While a recorded function's live call runs: what it calls is made within it."""
+        token = _WITHIN.set(record.k)
         try:
             yield
         finally:
-            if token is not None:
-                _INSIDE_RECORDED.reset(token)
+            _WITHIN.reset(token)
 
     # -- host tools ----------------------------------------------------------------------------
 
