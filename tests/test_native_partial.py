@@ -439,6 +439,38 @@ def test_a_call_cut_before_an_optional_argument_runs_only_once_it_is_sent(desk: 
     assert desk.saved("call_1") == {"to": "ops@example.com", "body": LETTER}
 
 
+def test_a_call_cut_in_its_first_argument_is_completed_only_with_the_later_ones(
+    desk: Desk,
+) -> None:
+    wrote: list[tuple[str, str]] = []
+
+    @desk.tools.register
+    def overwrite(path: str, content: str = "") -> str:
+        """Write a file, overwriting it (counted on the host)."""
+        wrote.append((path, content))
+        return f"wrote {len(content)} bytes"
+
+    whole = json.dumps({"path": "report.txt", "content": "the quarterly numbers"})
+
+    result = desk.cut(whole[: whole.index("rt.txt")], "call_1", name="overwrite")
+
+    assert result.status == "partial" and wrote == []
+    assert result.text == (
+        "[ptc-retry] Saved; cut off in \"path\" after 'repo'. Send only the rest, and "
+        '"content": editPreviousToolCalling({"call_id": "call_1", "append": "<rest>", '
+        '"patch": [{"path": "content", "value": "<value>"}]})'
+    )
+    refused = desk.complete("call_1", "rt.txt", "call_2")  # the rest, without "content"
+    assert refused.status == "error" and wrote == []  # it would have emptied the file
+    assert 'would run without "content"' in refused.text
+    done = desk.send(
+        EDIT_TOOL,
+        {"call_id": "call_1", "append": "rt.txt", "patch": [{"path": "content", "value": "q"}]},
+        "call_3",
+    )
+    assert done.status == "ok" and wrote == [("report.txt", "q")]
+
+
 @pytest.mark.parametrize(
     ("cut", "status"),
     [

@@ -77,13 +77,19 @@ def cut_saved_notice(call_id: str, cut: CutArguments, missing: Sequence[str]) ->
     return f"{PREFIX}Saved; cut off {where_cut(cut)}. Send only {what}: {EDIT_TOOL}({example})"
 
 
-def partial_notice(call_id: str, key: str, prefix: str) -> str:
+def partial_notice(call_id: str, key: str, prefix: str, missing: Sequence[str] = ()) -> str:
     """What a call cut off inside the string value of ``key`` is told: where it stopped (the
-    end of the last line of ``prefix``, quoted) and the call that sends only the rest."""
-    example = json.dumps({"call_id": call_id, "append": "<rest>"}, ensure_ascii=False)
+    end of the last line of ``prefix``, quoted) and the call that sends only the rest, with
+    a ``value`` entry for each argument the tool takes that never arrived (``missing``)."""
+    edit: dict[str, Any] = {"call_id": call_id, "append": "<rest>"}
+    what = "the rest"
+    if missing:
+        edit["patch"] = [{"path": name, "value": "<value>"} for name in missing]
+        what += ", and " + ", ".join(json.dumps(name, ensure_ascii=False) for name in missing)
+    example = json.dumps(edit, ensure_ascii=False)
     return (
         f"{PREFIX}Saved; cut off {_where(json.dumps(key, ensure_ascii=False), prefix)}. "
-        f"Send only the rest: {EDIT_TOOL}({example})"
+        f"Send only {what}: {EDIT_TOOL}({example})"
     )
 
 

@@ -322,7 +322,9 @@ class NativeTools:
         if name == EDIT_TOOL and not {"call_id", "previous_ordinal"} & set(cut.values):
             # The edit's target did not arrive whole: a completion could not say which call.
             return self._with_notes(ToolResult(CUT_NO_TARGET, "error", name, None, None))
-        return self._save_cut(name, partial_raw_arguments, cut, call_id, position)
+        # The arguments after the one the cut fell in never came: the completion adds them.
+        later = [key for key in _missing(cut, declared, closed) if key != cut.open_key]
+        return self._save_cut(name, partial_raw_arguments, cut, call_id, position, later)
 
     def _declared(self, name: str) -> tuple[list[str], bool]:
         """The arguments a registered tool's schema declares, and whether it allows no
@@ -358,7 +360,7 @@ class NativeTools:
         self._warn.reset()  # the store works again: a new problem is news
         self._finish(call, "partial", None)
         if cut.open_key is not None:
-            notice = partial_notice(call.id, cut.open_key, cut.open_prefix)
+            notice = partial_notice(call.id, cut.open_key, cut.open_prefix, missing or [])
         else:
             notice = cut_saved_notice(call.id, cut, missing or [])
         return self._with_notes(ToolResult(notice, "partial", name, call.id, call.path, notice))
@@ -439,6 +441,13 @@ class NativeTools:
                 unchanged = f", {aim} ({aim_tool}) is unchanged"
             text = f"{EDIT_TOOL} failed, nothing ran{unchanged}: {exc}"
             return self._refused(call, EDIT_TOOL, text, type(exc).__name__)
+        if edit.completes and edit.tool != EDIT_TOOL:
+            declared, closed = self._declared(edit.tool)
+            lacking = [key for key in declared if closed and key not in edit.arguments]
+            if lacking:  # a tool never runs without an argument it takes
+                appended = json.loads(raw).get("append") is not None  # prepare_edit read it
+                text = _still_lacking(edit.target, edit.tool, lacking, appended)
+                return self._refused(call, EDIT_TOOL, text, "ReplayError")
         # A completion names the cut-off call it completed (extend_of), a replay the call it
         # re-ran (replay_of), as the kernel's ptc_retry.extend and ptc_retry.replay do.
         replay_of, extend_of = (None, edit.target) if edit.completes else (edit.target, None)
@@ -488,6 +497,23 @@ class NativeTools:
         """A call that could not run at all: journaled as an error, no notice."""
         self._finish(call, "error", ename)
         return ToolResult(text, "error", tool, *_where(call), None, ename)
+
+
+def _still_lacking(target: str, tool: str, lacking: list[str], appended: bool) -> str:
+    """What a completion that would run ``tool`` without arguments it takes is told: the
+    edit to send instead, with the rest again (``appended``) and a value for each."""
+    names = ", ".join(json.dumps(name, ensure_ascii=False) for name in lacking)
+    edit: dict[str, Any] = {"call_id": target}
+    if appended:
+        edit["append"] = "<rest>"
+    edit["patch"] = [{"path": name, "value": "<value>"} for name in lacking]
+    example = json.dumps(edit, ensure_ascii=False)
+    return (
+        f"{EDIT_TOOL} failed, nothing ran, {target} ({tool}) is unchanged: completed so, it "
+        f"would run without {names}. Send {'the rest and ' if appended else ''}"
+        f"{'its value' if len(lacking) == 1 else 'their values'} in one call: "
+        f"{EDIT_TOOL}({example})"
+    )
 
 
 def _missing(cut: CutArguments, declared: list[str], closed: bool) -> list[str]:
