@@ -33,7 +33,8 @@ _ip.events.trigger = _raise_once
 
 
 def fail_in_hook_once(where: str, error: str) -> str:
-    """A cell that makes ``where`` (a method path on the extension) raise ``error`` once."""
+    """A cell after which ``where`` (a method path on the extension) raises ``error`` once:
+    armed once this cell's own hooks ran, so it is the next cell's hook that fails."""
     owner, name = where.rsplit(".", 1)
     return f"""\
 from ptc_retry.kernel.extension import active_for as _active_for
@@ -42,7 +43,10 @@ _real = _owner.{name}
 def _fail_once(*args, **kwargs):
     _owner.{name} = _real
     raise {error}
-_owner.{name} = _fail_once
+def _arm(result):
+    get_ipython().events.unregister("post_run_cell", _arm)
+    _owner.{name} = _fail_once
+get_ipython().events.register("post_run_cell", _arm)
 """
 
 
@@ -154,11 +158,23 @@ def test_a_program_whose_post_run_cell_never_came_is_recorded_at_its_reply(
 
     failed = kernel.execute("1/0", {"call_id": "lost_hook"})
 
+    assert "ptc-retry: its post_run_cell hook failed (RuntimeError: a bug)." in failed.stderr
     # The kernel ends it once the request is over: the reply still says what happened.
     assert failed.ptc is not None
     assert (failed.ptc["call_id"], failed.ptc["status"]) == ("lost_hook", "error")
+    assert failed.error["ename"] == "ZeroDivisionError"
+    assert failed.error["traceback"][-1] == failed.ptc["notice"]
     line = line_of(root / "endings", "lost_hook")
     assert (line["status"], line["ename"]) == ("error", "ZeroDivisionError")
+
+
+def test_an_error_in_our_pre_run_cell_is_said_once_and_the_cell_runs(kernel: Kernel) -> None:
+    kernel.execute(fail_in_hook_once(".checkpoints.begin", "RuntimeError('a bug')"))
+
+    ran = kernel.execute("print('ran')", {"call_id": "hook_bug"})
+
+    assert (ran.status, ran.stdout, ran.error) == ("ok", "ran\n", None)
+    assert "ptc-retry: its pre_run_cell hook failed (RuntimeError: a bug)." in ran.stderr
 
 
 def test_a_silent_request_leaves_no_trace_and_the_next_cell_is_a_call(

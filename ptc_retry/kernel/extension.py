@@ -102,6 +102,17 @@ class PtcRetryExtension:
     # -- before a cell runs ----------------------------------------------------
 
     def pre_run_cell(self, info: Any) -> None:
+        try:
+            self._begin_cell(info)
+        except Exception as exc:  # our own bug: the cell runs as it would without ptc-retry
+            self._hook_failed("pre_run_cell", exc)
+
+    def _hook_failed(self, hook: str, exc: Exception) -> None:
+        """A hook's own error never shows as the cell's error: said once on stderr."""
+        logger.info("the %s hook failed", hook, exc_info=exc)
+        self.warn_once(f"its {hook} hook failed ({type(exc).__name__}: {exc})")
+
+    def _begin_cell(self, info: Any) -> None:
         request = read_request(self.shell)
         # What an earlier request left, when an exception escaped IPython's machinery or a
         # hook before its post_run_cell: ended here, so that this cell is a call of its own.
@@ -116,13 +127,13 @@ class PtcRetryExtension:
         partial = outermost and bool(request.fields.get("partial"))
         running.own_magics = outermost and not partial and only_own_magics(source)
         self.programs.stack.append(running)  # first: whatever happens next, post_run_cell finds it
-        if outermost:
-            running.task = current_task()
-            catalog = request.fields.get("tools")
-            if catalog is not None:
-                running.catalog = self.tool_catalogs.read(catalog)
-                self._offer_tools()
         try:
+            if outermost:
+                running.task = current_task()
+                catalog = request.fields.get("tools")
+                if catalog is not None:
+                    running.catalog = self.tool_catalogs.read(catalog)
+                    self._offer_tools()
             if partial:
                 self._cut_off(running, request)
             elif outermost and not running.own_magics:
@@ -218,6 +229,12 @@ class PtcRetryExtension:
     # -- after a cell ran ------------------------------------------------------
 
     def post_run_cell(self, result: Any) -> None:
+        try:
+            self._end_cell(result)
+        except Exception as exc:  # the next cell, or the reply, ends what is left
+            self._hook_failed("post_run_cell", exc)
+
+    def _end_cell(self, result: Any) -> None:
         error = getattr(result, "error_in_exec", None)
         if error is not None:
             self._close_abandoned_cell(error)
