@@ -168,6 +168,30 @@ def test_a_program_whose_post_run_cell_never_came_is_recorded_at_its_reply(
     assert (line["status"], line["ename"]) == ("error", "ZeroDivisionError")
 
 
+# A program that runs a cell of another request from inside its own code, as
+# jupyter_ui_poll does when it serves the kernel's queue, then fails.
+SERVES_ANOTHER_REQUEST = """\
+_kernel = get_ipython().kernel
+_mine = _kernel.get_parent("shell")
+_kernel.set_parent(None, {"header": {"msg_id": "another"}, "metadata": {}, "content": {}})
+try:
+    get_ipython().run_cell("served = 1")
+finally:
+    _kernel.set_parent(None, _mine)
+served / 0
+"""
+
+
+def test_a_program_that_serves_another_request_stays_running(kernel: Kernel, root: Path) -> None:
+    served = kernel.execute(SERVES_ANOTHER_REQUEST, {"call_id": "serves"})
+
+    assert served.ptc is not None
+    assert (served.ptc["call_id"], served.ptc["status"]) == ("serves", "error")
+    line = line_of(root / "endings", "serves")
+    assert (line["status"], line["ename"]) == ("error", "ZeroDivisionError")
+    assert_next_cell_is_a_call(kernel, root)
+
+
 def test_an_error_in_our_pre_run_cell_is_said_once_and_the_cell_runs(kernel: Kernel) -> None:
     kernel.execute(fail_in_hook_once(".checkpoints.begin", "RuntimeError('a bug')"))
 

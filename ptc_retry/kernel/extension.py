@@ -116,7 +116,8 @@ class PtcRetryExtension:
         request = read_request(self.shell)
         # What an earlier request left, when an exception escaped IPython's machinery or a
         # hook before its post_run_cell: ended here, so that this cell is a call of its own.
-        self._end_leftovers(self.programs.of_other_requests(request.msg_id), keep_reply=False)
+        leftovers = self.programs.of_other_requests(request.msg_id, self._run_code)
+        self._end_leftovers(leftovers, keep_reply=False)
         source = info.raw_cell
         outermost = not self.programs.stack
         if outermost:

@@ -4,7 +4,9 @@ post_run_cell, kept per thread (ipykernel subshells run cells in threads of thei
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import types
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -140,11 +142,12 @@ class Programs:
         del stack[found:]
         return running
 
-    def of_other_requests(self, msg_id: str | None) -> list[Running]:
+    def of_other_requests(self, msg_id: str | None, run_code: types.CodeType) -> list[Running]:
         """Take off this thread's stack, outermost first, the programs of requests other than
-        ``msg_id``: a request's cells run one at a time in a thread, so such a request ended
-        without their post_run_cell (an exception escaped IPython's machinery or a hook)."""
-        if msg_id is None:
+        ``msg_id``, when no cell's code runs (see :func:`code_running`): a request's cells
+        run one at a time in a thread, so such a request ended without their post_run_cell
+        (an exception escaped IPython's machinery or a hook)."""
+        if msg_id is None or not self.stack or code_running(run_code):
             return []
         return self._take(lambda running: running.msg_id not in (None, msg_id))
 
@@ -161,6 +164,19 @@ class Programs:
         if taken:
             stack[:] = [running for running in stack if not which(running)]
         return taken
+
+
+def code_running(run_code: types.CodeType) -> bool:
+    """Whether a cell's own code is running in this thread: a frame of IPython's
+    ``run_code`` (``run_code``, its code object) is on the stack. A cell that starts then
+    is run by that code (``run_cell``, or a request served from inside it, as
+    ``jupyter_ui_poll`` does), whatever request it belongs to."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is run_code:
+            return True
+        frame = frame.f_back
+    return False
 
 
 # The fields that name a cell in IPython's ExecutionInfo (8.17 on).
