@@ -167,10 +167,10 @@ class Programs:
 
 
 def code_running(run_code: types.CodeType) -> bool:
-    """Whether a cell's own code is running in this thread: a frame of IPython's
-    ``run_code`` (``run_code``, its code object) is on the stack. A cell that starts then
-    is run by that code (``run_cell``, or a request served from inside it, as
-    ``jupyter_ui_poll`` does), whatever request it belongs to."""
+    """Whether a cell's own code runs in this thread: a frame of IPython's ``run_code``
+    (whose code object is ``run_code``) is on the stack. A cell that starts meanwhile is
+    started by that code (``run_cell``, or a request it serves, as ``jupyter_ui_poll``
+    does), whatever request it belongs to."""
     frame: types.FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code is run_code:
