@@ -26,7 +26,7 @@ _trigger = _ip.events.trigger
 def _raise_once(event, *args, **kwargs):
     if event == "pre_execute":
         _ip.events.trigger = _trigger
-        raise KeyboardInterrupt("inside IPython")
+        raise RuntimeError("inside IPython")
     return _trigger(event, *args, **kwargs)
 _ip.events.trigger = _raise_once
 """
@@ -107,6 +107,11 @@ def test_the_refused_program_runs_as_a_replay(kernel: Kernel) -> None:
     ("setup", "cell"),
     [
         pytest.param(RAISE_BEFORE_PRE_RUN_CELL, "x = 1", id="IPython raises before pre_run_cell"),
+        pytest.param(
+            RAISE_BEFORE_PRE_RUN_CELL,
+            "import asyncio\nawait asyncio.sleep(0)",
+            id="IPython raises before pre_run_cell in a cell that awaits",
+        ),
         pytest.param(
             fail_in_hook_once(".programs.pop", "RuntimeError('a bug')"),
             "1/0",
