@@ -10,7 +10,8 @@ import pytest
 
 from ptc_retry.core.notice import parse_notice
 
-from .helpers import Kernel
+from .helpers import Kernel, line_of
+from .test_cell_endings import REFUSED_BY_IPYTHON, fail_in_hook_once
 
 SNAPSHOT = """
 import json as _json
@@ -124,3 +125,34 @@ def test_history_and_show_magics(stock: Kernel) -> None:
     shown = stock.execute("%ptc_show c1").stdout
     assert shown.endswith("answer = 42\n")
     assert "nope" in stock.execute("%ptc_show nope").stderr
+
+
+@pytest.mark.parametrize(
+    ("setup", "cell", "ename"),
+    [
+        pytest.param(None, REFUSED_BY_IPYTHON, "RuntimeError", id="a cell IPython refuses"),
+        pytest.param(
+            fail_in_hook_once(".programs.pop", "RuntimeError('a bug')"),
+            "1/0",
+            "ZeroDivisionError",
+            id="our post_run_cell fails",
+        ),
+    ],
+)
+def test_in_a_stock_kernel_the_next_cell_is_a_call_after(
+    stock: Kernel, checkpoint_root: Path, setup: str | None, cell: str, ename: str
+) -> None:
+    stock.execute("%load_ext ptc_retry\n%config PtcRetry.notice_min_bytes = 0")
+    if setup is not None:
+        stock.execute(setup)  # a call of its own: c1
+    first, second = (2, 3) if setup is not None else (1, 2)
+
+    assert stock.execute(cell).error["ename"] == ename
+    after = stock.execute("undefined_name")
+
+    session = checkpoint_root / "test"
+    assert parse_notice(after.error["traceback"][-1]) == f"#{second}"
+    assert line_of(session, f"c{second}")["ename"] == "NameError"
+    # The program before is recorded as failed, by the error IPython showed for it.
+    line = line_of(session, f"c{first}")
+    assert (line["status"], line["ename"]) == ("error", ename)

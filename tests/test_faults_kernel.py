@@ -56,15 +56,39 @@ def test_an_interrupt_stops_a_replayed_program_at_once(
     assert kernel.execute("print('next')").stdout == "next\n"
 
 
-def test_an_interrupted_replay_is_offered_going_on(kernel: Kernel) -> None:
-    long_sleeper = SLEEPER + "# " + "padding to pass notice_min_bytes " * 6 + "\n"
+@pytest.mark.parametrize(
+    "wait",
+    ["time.sleep(seconds)", "await asyncio.sleep(seconds)"],
+    ids=["blocking", "awaiting"],
+)
+def test_an_interrupted_replay_is_offered_going_on(
+    kernel: Kernel, checkpoint_root: Path, wait: str
+) -> None:
+    long_sleeper = (
+        "import asyncio\n"
+        + SLEEPER.replace("time.sleep(seconds)", wait)
+        + "# "
+        + "padding to pass notice_min_bytes " * 6
+        + "\n"
+    )
     kernel.execute(long_sleeper)
-    stopped, _ = interrupted_after(
+    stopped, after = interrupted_after(
         kernel, "await ptc_retry.replay('#1', 'seconds = 0', 'seconds = 60')", 1.0
     )
+    assert after < 5, f"the replay ran on for {after:.1f} s after the interrupt"
     assert stopped.ptc["notice"] == (
         '[ptc-retry] Interrupted; saved as #2. To go on: await ptc_retry.resume("#2")'
     )
+    assert stopped.ptc["status"] == history(checkpoint_root)[-1]["status"] == "interrupted"
+
+
+def test_an_interrupt_stops_a_cell_that_awaits(kernel: Kernel) -> None:
+    # ipykernel 6.29 and 7.4 alone leave such a cell waiting out its sleep.
+    stopped, after = interrupted_after(kernel, "import asyncio\nawait asyncio.sleep(60)", 1.0)
+
+    assert after < 5, f"the cell ran on for {after:.1f} s after the interrupt"
+    assert (stopped.error["ename"], stopped.ptc["status"]) == ("CancelledError", "interrupted")
+    assert kernel.execute("1 + 1").result == "2"
 
 
 def test_an_interrupt_still_stops_a_plain_cell_and_the_kernel_goes_on(kernel: Kernel) -> None:

@@ -29,7 +29,7 @@ from ptc_retry.backend.results import RUN_CODE_DESCRIPTION
 from ptc_retry.core.notice import CODE_PROMPT, TOOLS_PROMPT, prompt_section
 
 from . import test_backend_transports as transports
-from .helpers import Run, follow, line_of, raw
+from .helpers import Run, follow, history, line_of, raw
 
 # The transports' fixtures: each test below runs on a local kernel and behind a real gateway.
 roots, gateway, transport, options = (
@@ -467,6 +467,46 @@ def test_a_tool_awaited_past_the_time_limit_is_cancelled_and_the_next_call_works
     assert host.cancelled["hang"] == host.calls["hang"] == 1
     after = run(backend.run_code("await tools.add(a=1)", call_id="call_w6", timeout=20))
     assert after.value == "3"
+
+
+@pytest.mark.parametrize(
+    "program",
+    [
+        "await tools.sleep(seconds=5)",
+        "import asyncio\nawait asyncio.gather(tools.nap(seconds=5))",
+    ],
+    ids=["awaited", "in a gather"],
+)
+def test_a_program_stopped_while_awaiting_a_tool_says_the_time_limit(
+    backend: KernelBackend, run: Run[Any], program: str
+) -> None:
+    started = time.monotonic()
+    result = run(backend.run_code(program, call_id=f"call_l{len(program)}", timeout=1))
+
+    assert time.monotonic() - started < 5
+    assert result.ename in ("KeyboardInterrupt", "CancelledError")
+    assert result.evalue == "time limit of 1 s reached"
+    assert f"{result.ename}: time limit of 1 s reached" in result.text
+    assert "[ptc-retry] Stopped by the time limit (1 s)" in result.text
+
+
+def test_an_interrupted_replay_awaiting_tools_is_offered_going_on(
+    backend: KernelBackend, run: Run[Any]
+) -> None:
+    run(backend.run_code("import asyncio\nnaps = 0.1", call_id="call_i1"))
+    replay = (
+        "await ptc_retry.replay('call_i1', 'naps = 0.1', "
+        "'await asyncio.gather(tools.nap(seconds=30))')"
+    )
+    with pytest.raises(asyncio.TimeoutError):  # the caller gives up: the backend interrupts
+        run(asyncio.wait_for(backend.run_code(replay, call_id="call_i2"), 1.5))
+
+    deadline = time.monotonic() + 20  # the kernel records it once the interrupt reached it
+    while not any(h["id"] == "call_i2" for h in history(backend.session_dir)):
+        assert time.monotonic() < deadline, "the interrupted replay was never recorded"
+        time.sleep(0.1)
+    line = line_of(backend.session_dir, "call_i2")
+    assert (line["status"], line["ename"]) == ("interrupted", "CancelledError")
 
 
 def test_a_call_cancelled_by_its_caller_cancels_its_tools(

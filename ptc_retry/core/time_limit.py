@@ -90,11 +90,14 @@ class TimeLimit:
     loop itself would break the kernel); anywhere else (IPython's code between
     statements) it does nothing and the timer tries again a moment later.
 
-    A person's interrupt goes to the handler that was there before, except while the
-    program's own code runs: then it raises ``KeyboardInterrupt`` there at once, as
-    Python's default handler does in a plain cell, where ipykernel's handler would only
-    cancel an awaiting cell at its next ``await``. Only the main thread handles signals:
-    elsewhere (an ipykernel subshell) :meth:`start` returns False.
+    A person's interrupt (or a client's) stops the program the same way: in the program's
+    own code it raises ``KeyboardInterrupt`` at once, as Python's default handler does in a
+    plain cell; idle in the loop while the program awaits (a tool call, ``asyncio.sleep``),
+    it cancels the program's task, which ipykernel 6.29 and 7.4 do not do for an awaiting
+    cell; elsewhere it goes to the handler that was there before. ``interrupted`` then
+    says so: the ``CancelledError`` that ends such a program is an interrupt, not a failure.
+    Only the main thread handles signals: elsewhere (an ipykernel subshell) :meth:`start`
+    returns False.
     """
 
     def __init__(self, seconds: float | None, run_code: types.CodeType) -> None:
@@ -103,6 +106,8 @@ class TimeLimit:
         self.message = f"time limit of {limit} reached"
         #: True once the program was stopped by this limit.
         self.stopped = False
+        #: True once a person's (or a client's) interrupt reached the running program.
+        self.interrupted = False
         self._run_code = run_code
         self._lock = threading.Lock()
         self._done = threading.Event()
@@ -176,8 +181,15 @@ class TimeLimit:
 
     def _on_sigint(self, signum: int, frame: types.FrameType | None) -> Any:
         if not self._pending:  # a person's interrupt
-            if not self._ending and self._in_program(frame):
+            if self._ending:
+                return self._delegate(signum, frame)
+            self.interrupted = True
+            if self._in_program(frame):
                 raise KeyboardInterrupt  # as in a plain cell: at once, where the program runs
+            if self._idle_in_loop():
+                assert self._loop is not None
+                self._loop.call_soon_threadsafe(self._cancel_for_person)
+                return None
             return self._delegate(signum, frame)
         self._pending = False
         if self._ending:
@@ -201,6 +213,13 @@ class TimeLimit:
         self.stopped = True
         self._delivered_at = time.monotonic()
         self._task.cancel(self.message)
+
+    def _cancel_for_person(self) -> None:
+        """In the event loop: a person's interrupt cancels the program's task if it still
+        awaits in the program (if it moved on, the next interrupt finds it computing)."""
+        if not self._ending and self._awaiting_in_program():
+            assert self._task is not None
+            self._task.cancel()
 
     def _delegate(self, signum: int, frame: types.FrameType | None) -> Any:
         previous = self._previous

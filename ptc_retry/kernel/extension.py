@@ -4,6 +4,7 @@ tells the backend. The README is its manual; the guard's rules live in core/guar
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import logging
@@ -38,7 +39,7 @@ from .running import Failure, Programs, Running
 from .stdin import StdinChannel
 from .tool_calls import call_host_tool, current_task
 from .tools import TOOLS
-from .tracebacks import failure_of, own_lines_only
+from .tracebacks import abandoned_cell, failure_of, own_lines_only
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -76,6 +77,7 @@ class PtcRetryExtension:
         self.tool_catalogs = Catalogs(call_host_tool)
         self.stdin: StdinChannel | None = None
         self._said_tools_taken = False
+        self._closing_abandoned = False
         # A frame called by this code and named <module> runs a cell's own code.
         self._run_code = type(shell).run_code.__code__
 
@@ -88,7 +90,9 @@ class PtcRetryExtension:
         self.checkpoints.warn(message)
 
     def take_reply_metadata(self, msg_id: str | None) -> dict[str, Any] | None:
-        """The reply metadata of the request ``msg_id`` (once), for the kernel's reply."""
+        """The reply metadata of the request ``msg_id`` (once), for the kernel's reply, once
+        the request ended: a program of it that never reached post_run_cell ends here."""
+        self._end_leftovers(self.programs.of_request(msg_id), keep_reply=True)
         return self._replies.pop(msg_id, None) if msg_id else None
 
     def _new_guard(self) -> RepeatedFailureGuard:
@@ -103,23 +107,39 @@ class PtcRetryExtension:
     # -- before a cell runs ----------------------------------------------------
 
     def pre_run_cell(self, info: Any) -> None:
+        try:
+            self._begin_cell(info)
+        except Exception as exc:  # our own bug: the cell runs as it would without ptc-retry
+            self._hook_failed("pre_run_cell", exc)
+
+    def _hook_failed(self, hook: str, exc: Exception) -> None:
+        """A hook's own error never shows as the cell's error: said once on stderr."""
+        logger.info("the %s hook failed", hook, exc_info=exc)
+        self.warn_once(f"its {hook} hook failed ({type(exc).__name__}: {exc})")
+
+    def _begin_cell(self, info: Any) -> None:
         request = read_request(self.shell)
+        # What an earlier request left, when an exception escaped IPython's machinery or a
+        # hook before its post_run_cell: ended here, so that this cell is a call of its own.
+        leftovers = self.programs.of_other_requests(request.msg_id, self._run_code)
+        self._end_leftovers(leftovers, keep_reply=False)
         source = info.raw_cell
         outermost = not self.programs.stack
+        if outermost:
+            self._refuser.drop()  # no program runs in this thread: no refusal can be in place
         running = Running(info, None, tool=request.tool, turn=request.turn, msg_id=request.msg_id)
         # Not calls: a cell a program runs (it is part of that program) and a cell that only
         # runs our magics. They take no number or id and leave previous/ as it is.
         partial = outermost and bool(request.fields.get("partial"))
         running.own_magics = outermost and not partial and only_own_magics(source)
         self.programs.stack.append(running)  # first: whatever happens next, post_run_cell finds it
-        if outermost:
-            running.task = current_task()
-            catalog = request.fields.get("tools")
-            if catalog is not None:
-                running.catalog = self.tool_catalogs.read(catalog)
-                self._offer_tools()
         try:
             if outermost:
+                running.task = current_task()
+                catalog = request.fields.get("tools")
+                if catalog is not None:
+                    running.catalog = self.tool_catalogs.read(catalog)
+                    self._offer_tools()
                 self._record_host_results(request)
             if partial:
                 self._cut_off(running, request)
@@ -238,14 +258,81 @@ class PtcRetryExtension:
     # -- after a cell ran ------------------------------------------------------
 
     def post_run_cell(self, result: Any) -> None:
+        try:
+            self._end_cell(result)
+        except Exception as exc:  # the next cell, or the reply, ends what is left
+            self._hook_failed("post_run_cell", exc)
+
+    def _end_cell(self, result: Any) -> None:
+        error = getattr(result, "error_in_exec", None)
+        if error is not None:
+            self._close_abandoned_cell(error)
         running = self.programs.pop(result)
         if running is None:
             return  # an empty cell: IPython fires post_run_cell without pre_run_cell
         outermost = not self.programs.stack
-        self._end_interrupts(running)
-        if running.calls is not None:
-            running.calls.close()
-        error, status = self._outcome(running, result)
+        try:
+            self._stop(running)
+        finally:  # an interrupt while it stopped still leaves the program recorded
+            error, status = self._outcome(running, result)
+            self._finish(running, error, status, outermost=outermost, keep_reply=True)
+
+    def _close_abandoned_cell(self, error: BaseException) -> None:
+        """End now, inside its own request, the cell IPython's runner left suspended when
+        it raised ``error``: its rest runs, and the GeneratorExit it shows is not output."""
+        cell = abandoned_cell(self.shell, error)
+        if cell is None:
+            return
+        self._closing_abandoned = True
+        try:
+            cell.close()
+        except Exception as exc:  # it ignored GeneratorExit: IPython's to report, not ours
+            logger.info("could not close the cell IPython left running: %s", exc)
+        finally:
+            self._closing_abandoned = False
+
+    def _end_leftovers(self, left: list[Running], *, keep_reply: bool) -> None:
+        """End programs whose post_run_cell never came, innermost first: stopped as any
+        program, and recorded as ended by the error IPython showed, if it showed one, else
+        as an error (the cell failed inside IPython, or inside a hook)."""
+        outermost = left[0] if left and not self.programs.stack else None
+        for running in reversed(left):
+            logger.info("%s ended without post_run_cell", _name(running))
+            try:
+                self._stop(running)
+            finally:
+                error = running.failure.error if running.failure is not None else None
+                status = "interrupted" if self._interrupted(running, error) else "error"
+                self._finish(
+                    running, error, status, outermost=running is outermost, keep_reply=keep_reply
+                )
+
+    def _stop(self, running: Running) -> None:
+        """First: no interrupt or tool call of the program may reach what follows it."""
+        try:
+            if running.time_limit is not None:
+                running.time_limit.stop()
+        finally:
+            self._refuser.drop()
+            if running.calls is not None:
+                running.calls.close()
+        if running.stopped_by_limit is not None:
+            logger.info(
+                "the time limit of %g s stopped %s", running.stopped_by_limit, _name(running)
+            )
+
+    def _finish(
+        self,
+        running: Running,
+        error: BaseException | None,
+        status: str,
+        *,
+        outermost: bool,
+        keep_reply: bool,
+    ) -> None:
+        """Record how the program ended: its history line, the guard (``outermost``: the
+        program of a request, not a cell it ran) and the reply metadata (``keep_reply``: its
+        request's reply is still to come)."""
         failure = None
         if error is not None and status in ("error", "interrupted"):
             failure = failure_of(self.shell, running, error, self._run_code)
@@ -253,20 +340,11 @@ class PtcRetryExtension:
         guard = running.refused
         if outermost and guard is None and not running.own_magics and status != "partial":
             guard = self._record_guard(running, status, error, failure)
-        self._keep_reply_metadata(running, status, guard, outermost=outermost)
+        if keep_reply:
+            self._keep_reply_metadata(running, status, guard, outermost=outermost)
         for replay in running.replays:
             if not replay.awaited:
                 print(replay.not_awaited_message(), file=sys.stderr)
-
-    def _end_interrupts(self, running: Running) -> None:
-        """First: no interrupt of the program may reach what follows it."""
-        if running.time_limit is not None:
-            running.time_limit.stop()
-        self._refuser.drop()
-        if running.stopped_by_limit is not None:
-            logger.info(
-                "the time limit of %g s stopped %s", running.stopped_by_limit, _name(running)
-            )
 
     def _outcome(self, running: Running, result: Any) -> tuple[BaseException | None, str]:
         """The error that ended the program, if any, and its history status."""
@@ -282,13 +360,24 @@ class PtcRetryExtension:
             return error, "refused" if running.cut_off is None else "partial"
         if running.stopped_before_start:
             return error, "interrupted"
-        if result is None or isinstance(error, KeyboardInterrupt):
+        if result is None or self._interrupted(running, error):
             return error, "interrupted"  # no result: the cell's task was cancelled
         if error is None or self.is_control_flow(error):
             return error, "ok"
         if running.stopped_by_limit is not None:
-            return error, "interrupted"  # a CancelledError of an awaiting program
+            return error, "interrupted"  # it caught the limit's interrupt and failed after
         return error, "error"
+
+    @staticmethod
+    def _interrupted(running: Running, error: BaseException | None) -> bool:
+        """Whether an interrupt ended the program: a KeyboardInterrupt, or the
+        CancelledError of a program that a person, a client or the time limit stopped
+        while it awaited (a tool call, ``asyncio.sleep``)."""
+        if isinstance(error, KeyboardInterrupt):
+            return True
+        limit = running.time_limit
+        stopped = limit is not None and (limit.stopped or limit.interrupted)
+        return stopped and isinstance(error, asyncio.CancelledError)
 
     def _record_history(
         self,
@@ -375,6 +464,8 @@ class PtcRetryExtension:
         A refused program shows the guard's report and its RetryGuardPaused error
         instead, whatever IPython was about to show (e.g. a syntax error).
         """
+        if self._closing_abandoned and issubclass(etype, GeneratorExit):
+            return  # the end of a cell IPython abandoned, not an error of the running one
         try:
             running = self.programs.current()
             if running is not None and running.cut_off is not None:
@@ -385,7 +476,9 @@ class PtcRetryExtension:
                 running.refusal_shown = True
                 etype, evalue, stb = refusal_output(running.refusal, show_report=first)
             else:
-                stb = self._with_notice(evalue, own_lines_only(self.shell, etype, evalue, stb))
+                said = running is not None and _says_time_limit(running, evalue)
+                stb = own_lines_only(self.shell, etype, evalue, stb, rebuild=said)
+                stb = self._with_notice(evalue, stb)
         except Exception as exc:  # never lose the user's traceback to our own bug
             self.warn_once(f"could not add the notice ({type(exc).__name__}: {exc})")
         finally:
@@ -419,7 +512,7 @@ class PtcRetryExtension:
         saves_work = time.time() - call.started >= self.config.resume_min_seconds
         notice = failure_notice(
             call.reference,
-            interrupted=isinstance(failure.error, KeyboardInterrupt),
+            interrupted=self._interrupted(running, failure.error),
             completed=failure.completed if saves_work else 0,
             time_limit=stopped,
             repeated=repeated,
@@ -490,6 +583,21 @@ class PtcRetryExtension:
             self.stdin.detach()
             self.stdin = None
         self.checkpoints.close()
+
+
+def _says_time_limit(running: Running, error: BaseException) -> bool:
+    """Make the interrupt or cancellation that ends a program the time limit stopped say
+    so (``time limit of 55 s reached``), whichever wait it broke: a tool call or a
+    ``gather`` ends in an error of their own. True when its message changed."""
+    limit = running.time_limit
+    if limit is None or not limit.stopped:
+        return False
+    if not isinstance(error, (KeyboardInterrupt, asyncio.CancelledError)):
+        return False
+    if error.args == (limit.message,):
+        return False
+    error.args = (limit.message,)
+    return True
 
 
 def _name(running: Running) -> str:

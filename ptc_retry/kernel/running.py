@@ -4,7 +4,10 @@ post_run_cell, kept per thread (ipykernel subshells run cells in threads of thei
 from __future__ import annotations
 
 import asyncio
+import sys
 import threading
+import types
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -118,11 +121,75 @@ class Programs:
         return stack[0] if stack else None
 
     def pop(self, result: Any) -> Running | None:
-        """The program that ``result`` (post_run_cell's) ends; None for a cell that never
-        started (IPython fires post_run_cell without pre_run_cell for an empty cell)."""
+        """The program that ``result`` (post_run_cell's) ends, taken off the stack with the
+        cells it ran that never reached post_run_cell (a program may await
+        ``run_cell_async`` itself, which fires only pre_run_cell). None for a cell that
+        never started (IPython fires post_run_cell without pre_run_cell for an empty cell)."""
         stack = self.stack
         if not stack:
             return None
-        if result is None or stack[-1].info is getattr(result, "info", None):
+        if result is None:  # no result: the cell's task was cancelled or raised
             return stack.pop()
-        return None
+        info = getattr(result, "info", None)
+        found = next((i for i in reversed(range(len(stack))) if stack[i].info is info), None)
+        if found is None:
+            found = next(
+                (i for i in reversed(range(len(stack))) if _rebuilt(result, stack[i])), None
+            )
+        if found is None:
+            return None
+        running = stack[found]
+        del stack[found:]
+        return running
+
+    def of_other_requests(self, msg_id: str | None, run_code: types.CodeType) -> list[Running]:
+        """Take off this thread's stack, outermost first, the programs of requests other than
+        ``msg_id``, when no cell's code runs (see :func:`code_running`): a request's cells
+        run one at a time in a thread, so such a request ended without their post_run_cell
+        (an exception escaped IPython's machinery or a hook)."""
+        if msg_id is None or not self.stack or code_running(run_code):
+            return []
+        return self._take(lambda running: running.msg_id not in (None, msg_id))
+
+    def of_request(self, msg_id: str | None) -> list[Running]:
+        """Take off this thread's stack, outermost first, the programs of the request
+        ``msg_id``, once it ended: those are the ones its post_run_cell never reached."""
+        if msg_id is None:
+            return []
+        return self._take(lambda running: running.msg_id == msg_id)
+
+    def _take(self, which: Callable[[Running], bool]) -> list[Running]:
+        stack = self.stack
+        taken = [running for running in stack if which(running)]
+        if taken:
+            stack[:] = [running for running in stack if not which(running)]
+        return taken
+
+
+def code_running(run_code: types.CodeType) -> bool:
+    """Whether a cell's own code runs in this thread: a frame of IPython's ``run_code``
+    (whose code object is ``run_code``) is on the stack. A cell that starts meanwhile is
+    started by that code (``run_cell``, or a request it serves, as ``jupyter_ui_poll``
+    does), whatever request it belongs to."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code is run_code:
+            return True
+        frame = frame.f_back
+    return False
+
+
+# The fields that name a cell in IPython's ExecutionInfo (8.17 on).
+_CELL_FIELDS = ("raw_cell", "store_history", "silent", "cell_id")
+
+
+def _rebuilt(result: Any, running: Running) -> bool:
+    """Whether ``result`` is the one IPython's ``run_cell`` makes afresh, with an info of its
+    own, for the cell ``running`` runs when that cell's ``run_cell_async`` raised (e.g.
+    "'run_cell_async' needs a real async loop" for top-level ``await`` and ``return``)."""
+    info = getattr(result, "info", None)
+    if info is None or getattr(result, "error_in_exec", None) is None:
+        return False
+    return all(
+        getattr(info, name, None) == getattr(running.info, name, None) for name in _CELL_FIELDS
+    )

@@ -89,9 +89,10 @@ def _failed_statement(
 
 
 def own_lines_only(
-    shell: InteractiveShell, etype: type, evalue: BaseException, stb: list[str]
+    shell: InteractiveShell, etype: type, evalue: BaseException, stb: list[str], *, rebuild: bool
 ) -> list[str]:
-    """The traceback without ptc-retry's own frames where they would show.
+    """The traceback without ptc-retry's own frames where they would show; formatted
+    again when ``rebuild`` (``evalue``'s message changed since IPython formatted ``stb``).
 
     A replayed program that does not compile is a syntax error in that program: shown
     as IPython shows one in a cell (the line and the caret), not through the frames of
@@ -113,7 +114,7 @@ def own_lines_only(
     if isinstance(evalue, (KeyboardInterrupt, asyncio.CancelledError)):
         while keep > 1 and _own_hidden(entries[keep - 1].tb_frame):
             keep -= 1
-    if keep == len(entries):
+    if keep == len(entries) and not rebuild:
         return stb
     trimmed = None
     for entry in reversed(entries[:keep]):
@@ -126,3 +127,22 @@ def _own_hidden(frame: types.FrameType) -> bool:
     """A frame of ptc-retry's own code that IPython would hide (``__tracebackhide__``)."""
     own = frame.f_code.co_filename.startswith(_PACKAGE)
     return own and bool(frame.f_locals.get("__tracebackhide__"))
+
+
+def abandoned_cell(shell: InteractiveShell, error: BaseException) -> Any:
+    """The coroutine of a cell that IPython's ``run_cell`` left suspended, if ``error`` is
+    what its runner raised (IPython runs a cell with top-level ``await`` and ``return``
+    without an event loop, which raises "needs a real async loop" at the first ``await``);
+    None otherwise. Left alone, it is closed whenever it is collected, and IPython then
+    shows a ``GeneratorExit`` traceback in whatever cell runs at that moment."""
+    run_cell_async = getattr(type(shell).run_cell_async, "__code__", None)
+    tb = error.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if str(frame.f_globals.get("__name__", "")).startswith("IPython."):
+            for value in list(frame.f_locals.values()):
+                code = getattr(value, "cr_code", None)
+                if code is run_cell_async and getattr(value, "cr_frame", None) is not None:
+                    return value
+        tb = tb.tb_next
+    return None
