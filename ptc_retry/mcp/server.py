@@ -1,0 +1,213 @@
+"""One kernel's MCP face: the ``run_code`` tool, the prompt section as the server's
+``instructions``, progress while a program runs, and a host's cancellation as an interrupt.
+
+``KernelTools(kb).server()`` is a low-level ``mcp`` ``Server`` over a started
+``KernelBackend``; ``serve_stdio`` runs one for the host that started this process, and
+``ptc_retry.mcp.http`` runs one per Streamable HTTP session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from ..backend import KernelBackend
+from ..backend.results import RUN_CODE
+from ..core.errors import BackendError
+from ..core.version import __version__
+
+__all__ = [
+    "ERROR_STATUSES",
+    "RUN_CODE_ANNOTATIONS",
+    "SERVER_NAME",
+    "KernelTools",
+    "ServerOptions",
+    "is_error",
+    "serve_stdio",
+]
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "ptc-retry"
+#: The ``RunResult`` statuses a host sees as ``isError: true``: the program failed, ran
+#: past its time limit, was refused by the repeated-failure guard, killed its kernel, or
+#: was cut off. A call that ran nothing (arguments without a program) is an error too.
+ERROR_STATUSES = frozenset({"error", "timeout", "died", "refused", "partial"})
+#: What ``run_code`` does, as MCP's hints say it: a program can change files, reach the
+#: network and call anything, and running it twice is not running it once.
+RUN_CODE_ANNOTATIONS = types.ToolAnnotations(
+    title="Run Python in a persistent kernel",
+    read_only_hint=False,
+    destructive_hint=True,
+    idempotent_hint=False,
+    open_world_hint=True,
+)
+#: Characters of a running program's latest output a progress notification carries.
+PROGRESS_TAIL_CHARS = 2_000
+#: Seconds a cancelled program's interrupt may take before the server stops waiting for it
+#: (the backend restarts a kernel that ignores the interrupt for ``interrupt_grace``).
+CANCEL_GRACE = 15.0
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How the server makes and runs its kernels (``ptc-retry mcp``'s options).
+
+    ``kernel_name``: the kernelspec (default ``ptc-retry``). ``gateway_url`` / ``token``:
+    kernels behind Kernel Gateway or Enterprise Gateway instead of local ones. ``root``:
+    the checkpoint root (default the store's). ``timeout``: seconds a program may run
+    (None: no limit). ``progress_every``: seconds between progress notifications while a
+    program runs, the first after that long too.
+    """
+
+    kernel_name: str | None = None
+    gateway_url: str | None = None
+    token: str | None = None
+    root: Path | None = None
+    timeout: float | None = None
+    progress_every: float = 5.0
+
+    def backend(self) -> KernelBackend:
+        """A new, not yet started ``KernelBackend`` for one MCP session."""
+        return KernelBackend(
+            "code",
+            kernel_name=self.kernel_name,
+            gateway_url=self.gateway_url,
+            token=self.token,
+            root=self.root,
+            default_timeout=self.timeout,
+        )
+
+
+def is_error(result: Any) -> bool:
+    """Whether a call whose ``RunResult`` is ``result`` (None: nothing ran) is an error."""
+    return result is None or result.status in ERROR_STATUSES
+
+
+class KernelTools:
+    """The MCP server of one started ``KernelBackend``: ``run_code`` runs each program with
+    ``handle_tool_call``, whose text is the result; the instructions are its prompt section.
+    """
+
+    def __init__(self, backend: KernelBackend, progress_every: float = 5.0) -> None:
+        self.backend = backend
+        self.progress_every = progress_every
+        #: Fixed at start: the prompt section is byte-identical for the session's life.
+        self.instructions = backend.system_prompt()
+
+    def server(self) -> Server[Any]:
+        """A low-level ``Server`` offering ``run_code``, with the prompt as instructions."""
+        return Server(
+            SERVER_NAME,
+            version=__version__,
+            instructions=self.instructions,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    def tools(self) -> list[types.Tool]:
+        """The tools the host lists: ``run_code``, described as the backend describes it."""
+        schema = self.backend.tool_schema("anthropic", RUN_CODE)
+        return [
+            types.Tool(
+                name=schema["name"],
+                description=schema["description"],
+                input_schema=schema["input_schema"],
+                annotations=RUN_CODE_ANNOTATIONS,
+            )
+        ]
+
+    async def _list_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.tools())
+
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        text, error = await self.call(params.name, params.arguments or {}, ctx.session)
+        return types.CallToolResult(
+            content=[types.TextContent(text=text)],
+            is_error=error,
+        )
+
+    async def call(self, name: str, arguments: dict[str, Any], session: Any) -> tuple[str, bool]:
+        """Run one tool call: ``(text, is_error)``. ``session`` gets progress notifications
+        (when its request carried a progress token) while the program runs.
+
+        A cancelled call interrupts its program and waits (up to ``CANCEL_GRACE``) until
+        the kernel has stopped it, so the next call finds the kernel free.
+        """
+        # Its own task: anyio's cancellation would cancel every await of the backend's
+        # cleanup (the interrupt among them); a task cancelled once runs its cleanup.
+        task = asyncio.ensure_future(self.backend.handle_tool_call(name, arguments))
+        reporter = asyncio.ensure_future(self._report_progress(session))
+        try:
+            text = await asyncio.shield(task)
+        except BackendError as exc:  # the kernel is gone and cannot come back
+            return f"Error: {exc}", True
+        except BaseException:
+            task.cancel()
+            with anyio.move_on_after(CANCEL_GRACE, shield=True):
+                with contextlib.suppress(BaseException):
+                    await task
+            raise
+        finally:
+            reporter.cancel()
+        return text, is_error(self.backend.last_result)
+
+    async def _report_progress(self, session: Any) -> None:
+        """Every ``progress_every`` seconds: how long the program has run and the end of
+        what it printed (a no-op for a request without a progress token)."""
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(self.progress_every)
+            elapsed = time.monotonic() - started
+            printed = self.backend.running_output()
+            if printed is None:
+                continue  # still waiting for the backend, or already done
+            message = progress_message(elapsed, printed)
+            try:
+                await session.report_progress(elapsed, None, message)
+            except Exception as exc:  # a host that went away: the program goes on
+                log.debug("progress notification not sent: %s", exc)
+
+
+def progress_message(elapsed: float, printed: str) -> str:
+    """A progress notification's text: the seconds run and the end of what was printed."""
+    if not printed:
+        return f"running for {elapsed:.0f} s; nothing printed yet"
+    tail = printed[-PROGRESS_TAIL_CHARS:]
+    cut = " (its end)" if len(tail) < len(printed) else ""
+    return f"running for {elapsed:.0f} s; printed so far{cut}:\n{tail}"
+
+
+async def serve_stdio(options: ServerOptions) -> None:
+    """Serve MCP on this process's stdin and stdout until the host closes them.
+
+    The kernel starts after the SDK has claimed stdout, so neither it nor anything else in
+    this process can write to the protocol stream: their stdout goes to stderr. Every
+    program is saved before it runs, and the session directory is kept at the end, so
+    ``ptc-retry history`` shows what ran even after the host disconnected mid-program.
+    """
+    async with stdio_server() as (read_stream, write_stream):
+        backend = options.backend()
+        await backend.start()
+        try:
+            tools = KernelTools(backend, options.progress_every)
+            log.info("serving %s on stdio; programs are saved in %s", RUN_CODE, backend.session_dir)
+            server = tools.server()
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        finally:
+            with anyio.CancelScope(shield=True):
+                await backend.shutdown(keep=True)
