@@ -2,9 +2,11 @@
 
 A request without a session id (a host's ``initialize``) starts a kernel, then opens the
 session on it; every later request of the session reaches that kernel only. A session ends
-when the host deletes it, or after ``idle_timeout`` seconds without a request in flight;
-its kernel is then shut down (its programs stay on disk). While ``max_sessions`` sessions
-are open, a new one is refused with HTTP 503 and a JSON-RPC error that says so.
+when the host deletes it, or after ``idle_timeout`` seconds in which no call was made and
+none ran (an open stream for server notifications does not count: hosts keep one open for
+the session's life); its kernel is then shut down, and its programs stay on disk. While
+``max_sessions`` sessions are open, a new one is refused with HTTP 503 and a JSON-RPC error
+that says so.
 
 Only the protocol versions with the ``initialize`` handshake are served: the 2026-07-28
 era has no sessions, so it could not keep a kernel's state between calls. Its probe
@@ -16,9 +18,10 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
@@ -38,7 +41,7 @@ from starlette.types import Receive, Scope, Send
 from ..backend import KernelBackend
 from .server import KernelTools, ServerOptions
 
-__all__ = ["MCP_PATH", "HttpOptions", "SessionKernels", "serve_http"]
+__all__ = ["MCP_PATH", "HttpOptions", "Session", "SessionKernels", "serve_http"]
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,30 @@ class HttpOptions:
     max_sessions: int = 16
 
 
+@dataclass
+class Session:
+    """One MCP session: its transport, its kernel, and when it was last busy."""
+
+    transport: StreamableHTTPServerTransport
+    backend: KernelBackend
+    busy: int = 0  # requests in flight, the stream for server notifications aside
+    last_busy: float = field(default_factory=time.monotonic)
+
+    def idle_for(self) -> float:
+        """Seconds since the last request ended; 0 while one is in flight."""
+        return 0.0 if self.busy else time.monotonic() - self.last_busy
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Serve one request of this session; all but the notification stream count as busy."""
+        counts = scope["method"] != "GET"
+        self.busy += counts
+        try:
+            await self.transport.handle_request(scope, receive, send)
+        finally:
+            self.busy -= counts
+            self.last_busy = time.monotonic()
+
+
 class SessionKernels:
     """The ASGI app behind ``/mcp``: MCP sessions, each with a kernel of its own."""
 
@@ -65,7 +92,7 @@ class SessionKernels:
         self.options = options
         self.http = http
         self.security = _security(http.host)
-        self._sessions: dict[str, StreamableHTTPServerTransport] = {}
+        self._sessions: dict[str, Session] = {}
         self._opening = 0  # sessions whose kernel is starting: they count against the limit
         self._lock = anyio.Lock()
         self._task_group: anyio.abc.TaskGroup | None = None
@@ -83,9 +110,9 @@ class SessionKernels:
             try:
                 yield
             finally:
-                for transport in list(self._sessions.values()):
+                for session in list(self._sessions.values()):
                     with anyio.CancelScope(shield=True):
-                        await transport.terminate()
+                        await session.transport.terminate()
                 self._task_group = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -98,13 +125,15 @@ class SessionKernels:
             return
         session_id = headers.get(MCP_SESSION_ID_HEADER.lower())
         if session_id is not None:
-            transport = self._sessions.get(session_id)
-            if transport is None:
+            session = self._sessions.get(session_id)
+            if session is None:
                 await _error("Session not found: it ended or timed out; initialize again", 404)(
                     scope, receive, send
                 )
                 return
-            await transport.handle_request(scope, receive, send)
+            await session.handle(scope, receive, send)
+            if session.transport.is_terminated:  # the host ended it (DELETE): forget it now
+                await self._discard(session_id, session.transport)
             return
         if scope["method"] != "POST":
             await _error("Bad Request: a new session starts with an initialize POST", 400)(
@@ -141,34 +170,33 @@ class SessionKernels:
                 is_json_response_enabled=False,
                 event_store=None,
                 security_settings=self.security,
-                idle_timeout=self.http.idle_timeout,
             )
             session_id = str(transport.mcp_session_id)
-            self._sessions[session_id] = transport
+            session = Session(transport, backend)
+            self._sessions[session_id] = session
         finally:
             self._opening -= 1
         assert self._task_group is not None
-        await self._task_group.start(self._serve_session, session_id, transport, backend)
-        answered = await _status_of(transport.handle_request, scope, receive, send)
+        await self._task_group.start(self._serve_session, session_id, session)
+        answered = await _status_of(session.handle, scope, receive, send)
         if answered is None or answered >= 400:  # no session came of it
             await self._discard(session_id, transport)
 
     async def _serve_session(
         self,
         session_id: str,
-        transport: StreamableHTTPServerTransport,
-        backend: KernelBackend,
+        session: Session,
         *,
         task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
     ) -> None:
         """Serve one session on its kernel until it ends; then shut the kernel down."""
+        transport, backend = session.transport, session.backend
         try:
-            tools = KernelTools(backend, self.options.progress_every)
-            server = tools.server()
+            server = KernelTools(backend, self.options.progress_every).server()
             async with transport.connect() as (read_stream, write_stream):
                 task_status.started()
-                idle = transport.idle_scope or anyio.CancelScope()
-                with idle:
+                async with anyio.create_task_group() as group:
+                    group.start_soon(self._end_when_idle, session_id, session, group.cancel_scope)
                     await serve_loop(
                         server,
                         read_stream,
@@ -177,12 +205,7 @@ class SessionKernels:
                         session_id=session_id,
                         init_options=server.create_initialization_options(),
                     )
-                if idle.cancelled_caught:
-                    log.info(
-                        "MCP session %s was idle for %s s: ending it",
-                        session_id,
-                        self.http.idle_timeout,
-                    )
+                    group.cancel_scope.cancel()  # the host ended it: no more idle watch
         except Exception:
             log.exception("MCP session %s failed", session_id)
         finally:
@@ -192,6 +215,18 @@ class SessionKernels:
             log.info(
                 "MCP session %s ended; its programs stay in %s", session_id, backend.session_dir
             )
+
+    async def _end_when_idle(
+        self, session_id: str, session: Session, scope: anyio.CancelScope
+    ) -> None:
+        """Cancel ``scope`` (the session's serving) once it is idle for ``idle_timeout``."""
+        limit = self.http.idle_timeout
+        if limit is None:
+            return
+        while session.idle_for() < limit:
+            await anyio.sleep(min(1.0, limit / 4))
+        log.info("MCP session %s was idle for %g s: ending it", session_id, limit)
+        scope.cancel()
 
     async def _discard(self, session_id: str, transport: StreamableHTTPServerTransport) -> None:
         """Forget the session (its id answers 404 from now on) and close its transport."""
