@@ -29,7 +29,11 @@ MISSING_SDK = (
 
 def sdk_missing() -> str | None:
     """``MISSING_SDK`` when the ``mcp`` SDK cannot be imported here, else None."""
-    return MISSING_SDK if importlib.util.find_spec("mcp") is None else None
+    try:
+        found = importlib.util.find_spec("mcp") is not None
+    except (ImportError, ValueError):  # a broken install, or one blocked in sys.modules
+        found = False
+    return None if found else MISSING_SDK
 
 
 async def serve(options: ServerOptions, http: HttpOptions | None = None) -> None:
