@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .core.errors import CheckpointError, StoreError
+from .core.errors import BackendError, CheckpointError, StoreError
 from .core.fs import default_root
 from .core.history_table import format_history, format_tool_calls
 from .core.layout import line_text, sanitize
@@ -301,6 +301,10 @@ def run_mcp(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         progress_every=args.progress_every,
     )
+    try:
+        options.check()
+    except ValueError as exc:
+        raise CommandFailed(str(exc), EXIT_USAGE) from None
     http = None
     if args.http is not None:
         host, port = args.http
@@ -309,8 +313,8 @@ def run_mcp(args: argparse.Namespace) -> int:
         asyncio.run(serve(options, http))
     except KeyboardInterrupt:
         pass
-    except (ValueError, OSError) as exc:
-        raise CommandFailed(str(exc), EXIT_USAGE) from None
+    except (BackendError, OSError) as exc:  # the kernel did not start; the port is taken
+        raise CommandFailed(str(exc)) from None
     return EXIT_OK
 
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from ptc_retry.cli import main
 from ptc_retry.mcp import MISSING_SDK
+
+from .mcp_servers import ptc_retry_command
 
 #: Runs the CLI in a Python where ``import mcp`` fails, as without the ``mcp`` extra.
 WITHOUT_SDK = (
@@ -55,3 +58,29 @@ def test_malformed_options_are_usage_errors_that_say_what_to_write(
         main(["mcp", option, value])
     assert exited.value.code == 2
     assert said in capsys.readouterr().err
+
+
+def test_a_kernel_that_does_not_start_ends_the_server_at_once_saying_why(
+    jupyter_path: Path,
+) -> None:
+    pytest.importorskip("mcp")
+    command = [*ptc_retry_command(), "mcp", "--kernel-name", "no-such-kernel"]
+    # stdin stays open, as a host keeps it: the server must not wait for it to close.
+    with subprocess.Popen(
+        command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    ) as server:
+        stdout, stderr = _wait(server)
+    assert server.returncode == 1
+    assert stdout == b""
+    assert b"ptc-retry mcp: no kernel named 'no-such-kernel'; the kernels here are:" in stderr
+
+
+def _wait(server: subprocess.Popen[bytes]) -> tuple[bytes, bytes]:
+    """The server's output once it exits by itself, within 30 s (stdin left open)."""
+    assert server.stdout is not None and server.stderr is not None
+    try:
+        server.wait(30)
+    except subprocess.TimeoutExpired:
+        server.kill()
+        raise AssertionError("the server waited for stdin instead of exiting") from None
+    return server.stdout.read(), server.stderr.read()

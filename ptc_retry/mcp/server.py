@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -76,6 +79,10 @@ class ServerOptions:
     root: Path | None = None
     timeout: float | None = None
     progress_every: float = 5.0
+
+    def check(self) -> None:
+        """ValueError, saying what is wrong, when these options cannot make a kernel."""
+        self.backend()
 
     def backend(self) -> KernelBackend:
         """A new, not yet started ``KernelBackend`` for one MCP session."""
@@ -156,7 +163,10 @@ class KernelTools:
             text = await asyncio.shield(task)
         except BackendError as exc:  # the kernel is gone and cannot come back
             return f"Error: {exc}", True
-        except BaseException:
+        except Exception as exc:  # a fault of the server's, not the program's
+            log.exception("run_code failed in the server")
+            return f"Error: the server could not run this call: {type(exc).__name__}: {exc}", True
+        except BaseException:  # the host cancelled the call, or the server stops
             task.cancel()
             with anyio.move_on_after(CANCEL_GRACE, shield=True):
                 with contextlib.suppress(BaseException):
@@ -193,21 +203,38 @@ def progress_message(elapsed: float, printed: str) -> str:
 
 
 async def serve_stdio(options: ServerOptions) -> None:
-    """Serve MCP on this process's stdin and stdout until the host closes them.
+    """Serve MCP on this process's stdin and stdout until the host closes them; BackendError
+    (KernelStartError, GatewayError) at once when the kernel does not start.
 
-    The kernel starts after the SDK has claimed stdout, so neither it nor anything else in
-    this process can write to the protocol stream: their stdout goes to stderr. Every
-    program is saved before it runs, and the session directory is kept at the end, so
-    ``ptc-retry history`` shows what ran even after the host disconnected mid-program.
+    Nothing but the protocol reaches stdout: the kernel starts with its stdout on this
+    process's stderr, and while serving the SDK points file descriptor 1 at stderr too, so
+    a restarted kernel and anything else here print there. Every program is saved before
+    it runs and the session directory is kept at the end, so ``ptc-retry history`` shows
+    what ran even after the host disconnected mid-program.
     """
-    async with stdio_server() as (read_stream, write_stream):
-        backend = options.backend()
+    backend = options.backend()
+    with _stdout_to_stderr():
         await backend.start()
-        try:
-            tools = KernelTools(backend, options.progress_every)
-            log.info("serving %s on stdio; programs are saved in %s", RUN_CODE, backend.session_dir)
-            server = tools.server()
+    try:
+        tools = KernelTools(backend, options.progress_every)
+        log.info("serving %s on stdio; programs are saved in %s", RUN_CODE, backend.session_dir)
+        server = tools.server()
+        async with stdio_server() as (read_stream, write_stream):
             await server.run(read_stream, write_stream, server.create_initialization_options())
-        finally:
-            with anyio.CancelScope(shield=True):
-                await backend.shutdown(keep=True)
+    finally:
+        with anyio.CancelScope(shield=True):
+            await backend.shutdown(keep=True)
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """File descriptor 1 on stderr while inside, so processes started here print there."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    os.dup2(2, 1)
+    try:
+        yield
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved, 1)
+        os.close(saved)
