@@ -213,28 +213,76 @@ async def serve_stdio(options: ServerOptions) -> None:
     what ran even after the host disconnected mid-program.
     """
     backend = options.backend()
-    with _stdout_to_stderr():
+    with _protocol_pipes() as (wire_in, wire_out):
         await backend.start()
-    try:
-        tools = KernelTools(backend, options.progress_every)
-        log.info("serving %s on stdio; programs are saved in %s", RUN_CODE, backend.session_dir)
-        server = tools.server()
-        async with stdio_server() as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
-    finally:
-        with anyio.CancelScope(shield=True):
-            await backend.shutdown(keep=True)
+        try:
+            tools = KernelTools(backend, options.progress_every)
+            where = backend.session_dir
+            log.info("serving %s on stdio; programs are saved in %s", RUN_CODE, where)
+            server = tools.server()
+            stdin, stdout = await _PipeLines.open(wire_in, wire_out)
+            async with stdio_server(stdin, stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+        finally:
+            with anyio.CancelScope(shield=True):
+                await backend.shutdown(keep=True)
+
+
+class _PipeLines:
+    """The protocol's stdin and stdout on the event loop's own pipes: a line read or
+    written costs no thread hop (the SDK's file wrappers take one per line and per flush).
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, wire_in: int, wire_out: int) -> tuple[_PipeLines, _PipeLines]:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2**31)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(wire_in, "rb", 0)
+        )
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(wire_out, "wb", 0)
+        )
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        pipes = cls(reader, writer)
+        return pipes, pipes
+
+    def __aiter__(self) -> _PipeLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self.reader.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", "replace")
+
+    async def write(self, text: str) -> None:
+        self.writer.write(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        await self.writer.drain()
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
-    """File descriptor 1 on stderr while inside, so processes started here print there."""
+def _protocol_pipes() -> Iterator[tuple[int, int]]:
+    """The protocol's own descriptors (duplicates of stdin and stdout), with fd 0 on the
+    null device and fd 1 on stderr while inside: nothing started here reads the host's
+    messages or prints into the protocol."""
     sys.stdout.flush()
-    saved = os.dup(1)
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    saved_in, saved_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
     os.dup2(2, 1)
     try:
-        yield
+        yield wire_in, wire_out
     finally:
         sys.stdout.flush()
-        os.dup2(saved, 1)
-        os.close(saved)
+        os.dup2(saved_in, 0)
+        os.dup2(saved_out, 1)
+        os.close(saved_in)
+        os.close(saved_out)
