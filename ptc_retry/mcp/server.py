@@ -206,9 +206,10 @@ async def serve_stdio(options: ServerOptions) -> None:
     """Serve MCP on this process's stdin and stdout until the host closes them; BackendError
     (KernelStartError, GatewayError) at once when the kernel does not start.
 
-    Nothing but the protocol reaches stdout: the kernel starts with its stdout on this
-    process's stderr, and while serving the SDK points file descriptor 1 at stderr too, so
-    a restarted kernel and anything else here print there. Every program is saved before
+    Nothing but the protocol reaches stdout: from before the kernel starts to the end,
+    file descriptor 1 is stderr and 0 the null device, and the protocol goes through
+    duplicates of the two; so the kernel (also a restarted one), its children and anything
+    else here print to stderr and never read the host's messages. Every program is saved before
     it runs and the session directory is kept at the end, so ``ptc-retry history`` shows
     what ran even after the host disconnected mid-program.
     """
