@@ -225,3 +225,32 @@ def test_stdout_carries_only_the_protocol(run: Run[Any], server: Server) -> None
     assert server.call(run, "'the protocol still works'")[1] is False
     logged = server.errlog.read_text()
     assert "child process output" in logged or "raw fd write" in logged
+
+
+def test_calls_sent_at_once_each_get_their_own_result_and_progress(
+    run: Run[Any], server: Server
+) -> None:
+    first = (
+        "import time\nfor i in range(3):\n    print('first at', i, flush=True)\n    time.sleep(0.8)"
+    )
+    second = "import time\nprint('second', flush=True)\ntime.sleep(1.5)\n1 / 0"
+    progress: list[str] = []
+
+    async def note(done: float, total: float | None, message: str | None) -> None:
+        progress.append(message or "")
+
+    async def at_once() -> list[Any]:
+        return list(
+            await asyncio.gather(
+                server.client.call_tool("run_code", {"code": first}),
+                server.client.call_tool("run_code", {"code": second}, progress_callback=note),
+            )
+        )
+
+    results = run(asyncio.wait_for(at_once(), CALL_TIMEOUT))
+    assert [result.is_error for result in results] == [False, True]
+    assert results[0].content[0].text == "first at 0\nfirst at 1\nfirst at 2"
+    assert "ZeroDivisionError" in results[1].content[0].text
+    # The second call waited for the first: its progress is about its own program only.
+    assert progress and all("first at" not in message for message in progress), progress
+    assert any("second" in message for message in progress)

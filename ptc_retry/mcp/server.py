@@ -111,6 +111,7 @@ class KernelTools:
         self.progress_every = progress_every
         #: Fixed at start: the prompt section is byte-identical for the session's life.
         self.instructions = backend.system_prompt()
+        self._one_at_a_time = asyncio.Lock()
 
     def server(self) -> Server[Any]:
         """A low-level ``Server`` offering ``run_code``, with the prompt as instructions."""
@@ -152,15 +153,15 @@ class KernelTools:
         """Run one tool call: ``(text, is_error)``. ``session`` gets progress notifications
         (when its request carried a progress token) while the program runs.
 
-        A cancelled call interrupts its program and waits (up to ``CANCEL_GRACE``) until
-        the kernel has stopped it, so the next call finds the kernel free.
+        Calls run one at a time, in the order they came. A cancelled call interrupts its
+        program and waits (up to ``CANCEL_GRACE``) until the kernel has stopped it, so the
+        next call finds the kernel free.
         """
         # Its own task: anyio's cancellation would cancel every await of the backend's
         # cleanup (the interrupt among them); a task cancelled once runs its cleanup.
-        task = asyncio.ensure_future(self.backend.handle_tool_call(name, arguments))
-        reporter = asyncio.ensure_future(self._report_progress(session))
+        task = asyncio.ensure_future(self._run(name, arguments, session))
         try:
-            text = await asyncio.shield(task)
+            return await asyncio.shield(task)
         except BackendError as exc:  # the kernel is gone and cannot come back
             return f"Error: {exc}", True
         except Exception as exc:  # a fault of the server's, not the program's
@@ -172,9 +173,17 @@ class KernelTools:
                 with contextlib.suppress(BaseException):
                     await task
             raise
-        finally:
-            reporter.cancel()
-        return text, is_error(self.backend.last_result)
+
+    async def _run(self, name: str, arguments: dict[str, Any], session: Any) -> tuple[str, bool]:
+        # One at a time: the backend's last_result and running output are this call's own
+        # only while no other call of the session runs.
+        async with self._one_at_a_time:
+            reporter = asyncio.ensure_future(self._report_progress(session))
+            try:
+                text = await self.backend.handle_tool_call(name, arguments)
+            finally:
+                reporter.cancel()
+            return text, is_error(self.backend.last_result)
 
     async def _report_progress(self, session: Any) -> None:
         """Every ``progress_every`` seconds: how long the program has run and the end of
