@@ -165,6 +165,10 @@ class SessionKernels:
                     scope, receive, send
                 )
                 return
+            except BaseException:  # the host went away while its kernel started
+                with anyio.CancelScope(shield=True):
+                    await backend.shutdown()
+                raise
             transport = StreamableHTTPServerTransport(
                 mcp_session_id=uuid.uuid4().hex,
                 is_json_response_enabled=False,
