@@ -4,6 +4,7 @@ official MCP client held open across a module's tests (``HeldClient``)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import socket
@@ -12,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +82,48 @@ class HeldClient:
     def close(self) -> None:
         self._closing.set()
         self._run(asyncio.wait_for(self._task, CALL_TIMEOUT))
+
+
+class StdioServer:
+    """A ``ptc-retry mcp`` on stdio: its client, its stderr, and its one session directory."""
+
+    def __init__(self, held: HeldClient, root: Path, errlog: Path) -> None:
+        self.held = held
+        self.client = held.client
+        self.root = root
+        self.errlog = errlog
+
+    @property
+    def session_dir(self) -> Path:
+        (directory,) = sessions(self.root)
+        return directory
+
+    def call(self, run: Run[Any], code: Any, **options: Any) -> tuple[str, bool]:
+        """``run_code`` with ``code`` (a dict: the arguments as they are); (text, isError)."""
+        arguments = code if isinstance(code, dict) else {"code": code}
+        result = run(
+            asyncio.wait_for(self.client.call_tool("run_code", arguments, **options), CALL_TIMEOUT)
+        )
+        (content,) = result.content
+        return content.text, result.is_error
+
+
+@contextlib.contextmanager
+def stdio_server(run: Run[Any], root: Path, *options: str) -> Iterator[StdioServer]:
+    """``ptc-retry mcp *options`` on stdio, checkpoints under ``root``, its client connected."""
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    errlog = root.parent / f"{root.name}-stderr.log"
+    command, *args = ptc_retry_command()
+    parameters = StdioServerParameters(
+        command=command, args=[*args, "mcp", *options], env=server_env(root)
+    )
+    with open(errlog, "w") as err:
+        held = HeldClient(run, stdio_client(parameters, errlog=err))
+        try:
+            yield StdioServer(held, root, errlog)
+        finally:
+            held.close()
 
 
 def start_http_server(root: Path, log: Path, *options: str) -> tuple[subprocess.Popen[bytes], str]:

@@ -20,7 +20,7 @@ import pytest
 from ptc_retry.core.notice import parse_notice, prompt_section
 
 from .helpers import DYING, ORDERS, ORDERS_FIX, Run, history
-from .mcp_servers import CALL_TIMEOUT, HeldClient, ptc_retry_command, server_env, sessions
+from .mcp_servers import CALL_TIMEOUT, StdioServer, stdio_server
 
 if importlib.util.find_spec("mcp") is None:
     pytest.skip("the mcp SDK (the mcp extra) is not installed here", allow_module_level=True)
@@ -42,51 +42,17 @@ PROGRAM = (
 FIXED_OUTPUT = "mean order: 113.70"
 
 
-class Server:
-    """The module's server: its client, its stderr, and the one session directory."""
-
-    def __init__(self, held: HeldClient, root: Path, errlog: Path) -> None:
-        self.held = held
-        self.client = held.client
-        self.root = root
-        self.errlog = errlog
-
-    @property
-    def session_dir(self) -> Path:
-        (directory,) = sessions(self.root)
-        return directory
-
-    def call(self, run: Run[Any], code: Any, **options: Any) -> tuple[str, bool]:
-        """``run_code`` with ``code`` (a dict: the arguments as they are); (text, isError)."""
-        arguments = code if isinstance(code, dict) else {"code": code}
-        result = run(
-            asyncio.wait_for(self.client.call_tool("run_code", arguments, **options), CALL_TIMEOUT)
-        )
-        (content,) = result.content
-        return content.text, result.is_error
-
-
 @pytest.fixture(scope="module")
 def server(
     run: Run[Any], jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    from mcp.client.stdio import StdioServerParameters, stdio_client
-
-    root = tmp_path_factory.mktemp("mcp-stdio-root")
-    errlog = root.parent / f"{root.name}-stderr.log"
-    command, *args = ptc_retry_command()
-    options = ["--timeout", str(TIME_LIMIT), "--progress-every", str(PROGRESS_EVERY)]
-    parameters = StdioServerParameters(
-        command=command, args=[*args, "mcp", *options], env=server_env(root)
-    )
-    with open(errlog, "w") as err:
-        held = HeldClient(run, stdio_client(parameters, errlog=err))
-        yield Server(held, root, errlog)
-        held.close()
+) -> Iterator[StdioServer]:
+    options = ("--timeout", str(TIME_LIMIT), "--progress-every", str(PROGRESS_EVERY))
+    with stdio_server(run, tmp_path_factory.mktemp("mcp-stdio-root"), *options) as started:
+        yield started
 
 
 def test_the_host_lists_run_code_with_annotations_that_tell_the_truth(
-    run: Run[Any], server: Server
+    run: Run[Any], server: StdioServer
 ) -> None:
     tools = run(server.client.list_tools()).tools
     assert [tool.name for tool in tools] == ["run_code"]
@@ -102,12 +68,12 @@ def test_the_host_lists_run_code_with_annotations_that_tell_the_truth(
     assert hints.destructive_hint is True
 
 
-def test_the_instructions_are_the_prompt_section_of_the_session(server: Server) -> None:
+def test_the_instructions_are_the_prompt_section_of_the_session(server: StdioServer) -> None:
     assert server.client.instructions == prompt_section("code", server.session_dir)
 
 
 def test_a_failing_1kb_program_ends_with_the_notice_and_is_an_error(
-    run: Run[Any], server: Server
+    run: Run[Any], server: StdioServer
 ) -> None:
     assert len(PROGRAM.encode()) > 1024
     text, error = server.call(run, PROGRAM)
@@ -116,7 +82,9 @@ def test_a_failing_1kb_program_ends_with_the_notice_and_is_an_error(
     assert parse_notice(text.splitlines()[-1]) is not None  # the last line is the notice
 
 
-def test_the_one_line_replay_the_notice_teaches_fixes_it(run: Run[Any], server: Server) -> None:
+def test_the_one_line_replay_the_notice_teaches_fixes_it(
+    run: Run[Any], server: StdioServer
+) -> None:
     text, error = server.call(run, PROGRAM)
     reference = parse_notice(text.splitlines()[-1])
     old, new = (json.dumps(part) for part in ORDERS_FIX)
@@ -128,13 +96,13 @@ def test_the_one_line_replay_the_notice_teaches_fixes_it(run: Run[Any], server: 
     assert "Traceback" not in fixed
 
 
-def test_names_persist_between_calls(run: Run[Any], server: Server) -> None:
+def test_names_persist_between_calls(run: Run[Any], server: StdioServer) -> None:
     assert server.call(run, "kept = [1, 2, 3]") == ("[no output]", False)
     assert server.call(run, "sum(kept)") == ("6", False)
 
 
 def test_arguments_without_a_program_are_an_error_and_run_nothing(
-    run: Run[Any], server: Server
+    run: Run[Any], server: StdioServer
 ) -> None:
     before = len(history(server.session_dir))
     for arguments in ({}, {"source": "print(1)"}, {"code": 42}):
@@ -144,7 +112,9 @@ def test_arguments_without_a_program_are_an_error_and_run_nothing(
     assert len(history(server.session_dir)) == before
 
 
-def test_a_timeout_stops_the_program_and_keeps_its_output(run: Run[Any], server: Server) -> None:
+def test_a_timeout_stops_the_program_and_keeps_its_output(
+    run: Run[Any], server: StdioServer
+) -> None:
     text, error = server.call(run, "import time\nprint('started the slow part')\ntime.sleep(120)")
     assert error is True
     assert "started the slow part" in text
@@ -152,7 +122,9 @@ def test_a_timeout_stops_the_program_and_keeps_its_output(run: Run[Any], server:
     assert server.call(run, "'still here'") == ("'still here'", False)
 
 
-def test_a_long_program_sends_progress_with_what_it_printed(run: Run[Any], server: Server) -> None:
+def test_a_long_program_sends_progress_with_what_it_printed(
+    run: Run[Any], server: StdioServer
+) -> None:
     messages: list[str] = []
 
     async def progress(done: float, total: float | None, message: str | None) -> None:
@@ -167,7 +139,7 @@ def test_a_long_program_sends_progress_with_what_it_printed(run: Run[Any], serve
 
 
 def test_a_cancelled_call_interrupts_the_program_which_can_be_resumed(
-    run: Run[Any], server: Server
+    run: Run[Any], server: StdioServer
 ) -> None:
     code = (
         "steps = []\n"
@@ -197,7 +169,7 @@ def test_a_cancelled_call_interrupts_the_program_which_can_be_resumed(
 
 
 def test_a_kernel_death_is_an_error_and_the_next_call_runs_on_a_new_kernel(
-    run: Run[Any], server: Server
+    run: Run[Any], server: StdioServer
 ) -> None:
     server.call(run, "before_death = 1")
     text, error = server.call(run, DYING)
@@ -207,14 +179,16 @@ def test_a_kernel_death_is_an_error_and_the_next_call_runs_on_a_new_kernel(
     assert (text, error) == ("(False, 42)", False)
 
 
-def test_a_program_printing_megabytes_gets_a_bounded_result(run: Run[Any], server: Server) -> None:
+def test_a_program_printing_megabytes_gets_a_bounded_result(
+    run: Run[Any], server: StdioServer
+) -> None:
     text, error = server.call(run, "print('x' * 4_000_000)\nprint('the end')")
     assert error is False
     assert len(text) < 25_000
     assert "characters cut" in text and text.endswith("the end")
 
 
-def test_stdout_carries_only_the_protocol(run: Run[Any], server: Server) -> None:
+def test_stdout_carries_only_the_protocol(run: Run[Any], server: StdioServer) -> None:
     code = (
         "import os, subprocess\n"
         "os.write(1, b'raw fd write\\n')\n"
@@ -228,7 +202,7 @@ def test_stdout_carries_only_the_protocol(run: Run[Any], server: Server) -> None
 
 
 def test_calls_sent_at_once_each_get_their_own_result_and_progress(
-    run: Run[Any], server: Server
+    run: Run[Any], server: StdioServer
 ) -> None:
     first = (
         "import time\nfor i in range(3):\n    print('first at', i, flush=True)\n    time.sleep(0.8)"
