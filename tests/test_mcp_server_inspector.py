@@ -4,6 +4,7 @@ server on stdio, lists its tools and calls ``run_code``."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -13,6 +14,8 @@ import pytest
 
 from .mcp_servers import CONNECT_TIMEOUT, npx, ptc_retry_command, server_env
 
+if importlib.util.find_spec("mcp") is None:
+    pytest.skip("the mcp SDK (the mcp extra) is not installed here", allow_module_level=True)
 if npx() is None:
     pytest.skip(
         "npx (Node.js) is not installed, so the MCP Inspector cannot run", allow_module_level=True
