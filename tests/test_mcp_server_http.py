@@ -194,3 +194,27 @@ def test_a_host_that_goes_away_mid_program_loses_nothing(run: Run[Any], server: 
     saved = [json.loads(path.read_text())["code"] for path in (directory / "by-id").glob("*.json")]
     assert code in saved
     assert directory in sessions(server.root)
+
+
+def test_a_cancelled_call_interrupts_its_program_in_its_own_session(
+    run: Run[Any], server: HttpServer
+) -> None:
+    held = server.connect(run)
+    try:
+        directory = session_of(held.client)
+        code = "import time\nprint('waiting')\ntime.sleep(120)"
+
+        async def cancel_after(seconds: float) -> None:
+            call = asyncio.ensure_future(held.client.call_tool("run_code", {"code": code}))
+            await asyncio.sleep(seconds)
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+        run(cancel_after(2.5))
+        started = time.monotonic()
+        assert call(run, held.client, "'free again'") == ("'free again'", False)
+        assert time.monotonic() - started < 20  # the interrupt stopped it: no 120 s wait
+        assert [line["status"] for line in history(directory)] == ["interrupted", "ok"]
+    finally:
+        held.close()
