@@ -75,9 +75,9 @@ class HeldClient:
                 self._ready.set_result(connected)
                 await self._closing.wait()
         except BaseException as exc:
-            if not self._ready.done():
-                self._ready.set_exception(exc)
-            raise
+            if self._ready.done():
+                raise
+            self._ready.set_exception(exc)  # the connection failed: _open raises it
 
     def close(self) -> None:
         self._closing.set()
@@ -124,6 +124,19 @@ def stdio_server(run: Run[Any], root: Path, *options: str) -> Iterator[StdioServ
             yield StdioServer(held, root, errlog)
         finally:
             held.close()
+
+
+async def cancel_after(client: Any, code: str, seconds: float) -> None:
+    """Call ``run_code`` with ``code`` and cancel the call after ``seconds``, as a host
+    does (the client sends ``notifications/cancelled``); the call ends cancelled."""
+    call = asyncio.ensure_future(client.call_tool("run_code", {"code": code}))
+    await asyncio.sleep(seconds)
+    call.cancel()
+    try:
+        await call
+    except asyncio.CancelledError:
+        return
+    raise AssertionError("the call ended before it was cancelled")
 
 
 def start_http_server(root: Path, log: Path, *options: str) -> tuple[subprocess.Popen[bytes], str]:

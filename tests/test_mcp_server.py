@@ -20,7 +20,7 @@ import pytest
 from ptc_retry.core.notice import parse_notice, prompt_section
 
 from .helpers import DYING, ORDERS, ORDERS_FIX, Run, history
-from .mcp_servers import CALL_TIMEOUT, StdioServer, stdio_server
+from .mcp_servers import CALL_TIMEOUT, StdioServer, cancel_after, stdio_server
 
 if importlib.util.find_spec("mcp") is None:
     pytest.skip("the mcp SDK (the mcp extra) is not installed here", allow_module_level=True)
@@ -151,14 +151,7 @@ def test_a_cancelled_call_interrupts_the_program_which_can_be_resumed(
         "steps\n"
     )
 
-    async def cancel_after(seconds: float) -> None:
-        call = asyncio.ensure_future(server.client.call_tool("run_code", {"code": code}))
-        await asyncio.sleep(seconds)
-        call.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await call
-
-    run(cancel_after(2.5))
+    run(cancel_after(server.client, code, 2.5))
     # The kernel is free at once: the interrupt stopped the program.
     assert run(asyncio.wait_for(server.client.call_tool("run_code", {"code": "go_on = True"}), 10))
     line = history(server.session_dir)[-2]

@@ -23,7 +23,7 @@ import pytest
 from ptc_retry.core.notice import parse_notice, prompt_section
 
 from .helpers import ORDERS, ORDERS_FIX, Run, history
-from .mcp_servers import CALL_TIMEOUT, HeldClient, sessions, start_http_server, stop
+from .mcp_servers import CALL_TIMEOUT, HeldClient, cancel_after, sessions, start_http_server, stop
 
 if importlib.util.find_spec("mcp") is None:
     pytest.skip("the mcp SDK (the mcp extra) is not installed here", allow_module_level=True)
@@ -204,14 +204,7 @@ def test_a_cancelled_call_interrupts_its_program_in_its_own_session(
         directory = session_of(held.client)
         code = "import time\nprint('waiting')\ntime.sleep(120)"
 
-        async def cancel_after(seconds: float) -> None:
-            call = asyncio.ensure_future(held.client.call_tool("run_code", {"code": code}))
-            await asyncio.sleep(seconds)
-            call.cancel()
-            with pytest.raises(asyncio.CancelledError):
-                await call
-
-        run(cancel_after(2.5))
+        run(cancel_after(held.client, code, 2.5))
         started = time.monotonic()
         assert call(run, held.client, "'free again'") == ("'free again'", False)
         assert time.monotonic() - started < 20  # the interrupt stopped it: no 120 s wait
