@@ -1,5 +1,6 @@
 """The ``ptc-retry`` command: the demo, the prompt section, the kernelspec, the evaluation,
-and reading and cleaning sessions (``history``, ``show``, ``stats``, ``gc``).
+the MCP server (``mcp``), and reading and cleaning sessions (``history``, ``show``,
+``stats``, ``gc``).
 
 ``history``, ``show`` and ``stats`` only read: they never create, change or delete a file, so
 they are safe to run while a kernel writes to the session. ``gc`` deletes whole session
@@ -18,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .core.errors import CheckpointError, StoreError
+from .core.errors import BackendError, CheckpointError, StoreError
 from .core.fs import default_root
 from .core.history_table import format_history, format_tool_calls
 from .core.layout import line_text, sanitize
@@ -134,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
         "(for tests)",
     )
     evaluate.set_defaults(run=run_eval)
+    _add_mcp_command(commands)
     _add_session_commands(commands)
     for name, subparser in commands.choices.items():
         subparser.set_defaults(command=name)
@@ -174,6 +176,147 @@ def run_eval(args: argparse.Namespace) -> int:
     from .eval.runner import main
 
     return main(out=args.out, quick=args.quick)
+
+
+# -- the MCP server ----------------------------------------------------------------------------
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < float("inf")):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds > 0, such as 30")
+    return value
+
+
+def _at_least_one(text: str) -> int:
+    count = _count(text)
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number >= 1")
+    return count
+
+
+def _host_port(text: str) -> tuple[str, int]:
+    host, colon, port = text.rpartition(":")
+    if not colon or not host or not re.fullmatch(r"[0-9]{1,5}", port) or int(port) > 65535:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not HOST:PORT; write e.g. 127.0.0.1:8000 (port 0: any free port)"
+        )
+    return host.strip("[]"), int(port)
+
+
+def _add_mcp_command(commands: argparse._SubParsersAction) -> None:
+    mcp = commands.add_parser(
+        "mcp",
+        help="serve run_code to MCP hosts (Claude Code, Claude Desktop, Cursor, VS Code)",
+        description="Serve MCP: a run_code tool on a persistent ptc-retry kernel, the prompt "
+        "section as the server's instructions. stdio by default (one kernel for the host's "
+        "session; stdout carries only the protocol, logs go to stderr); --http HOST:PORT "
+        "serves Streamable HTTP at /mcp with one kernel per MCP session. Programs stay saved "
+        "after the server ends: `ptc-retry history` lists them. Needs the mcp extra: "
+        "pip install 'ptc-retry[mcp]'. Manual: docs/mcp.md.",
+    )
+    mcp.add_argument(
+        "--http",
+        metavar="HOST:PORT",
+        type=_host_port,
+        help="serve Streamable HTTP at http://HOST:PORT/mcp instead of stdio",
+    )
+    mcp.add_argument(
+        "--idle-timeout",
+        metavar="SECONDS",
+        type=_seconds,
+        default=1800.0,
+        help="HTTP: end a session (and shut its kernel down) after this long without a "
+        "request in flight (default 1800)",
+    )
+    mcp.add_argument(
+        "--max-sessions",
+        metavar="N",
+        type=_at_least_one,
+        default=16,
+        help="HTTP: sessions (kernels) open at once; a new one beyond is refused with "
+        "HTTP 503 (default 16)",
+    )
+    mcp.add_argument(
+        "--gateway-url",
+        metavar="URL",
+        help="start the kernels behind this Kernel Gateway or Enterprise Gateway",
+    )
+    mcp.add_argument(
+        "--token",
+        metavar="TOKEN",
+        help="the gateway's auth token (default: $PTC_RETRY_GATEWAY_TOKEN)",
+    )
+    mcp.add_argument(
+        "--kernel-name", metavar="NAME", help="the kernelspec to start (default ptc-retry)"
+    )
+    mcp.add_argument(
+        "--root",
+        metavar="DIR",
+        type=Path,
+        help="where programs are saved (default: $PTC_RETRY_ROOT, else <tempdir>/ptc-retry-<uid>)",
+    )
+    mcp.add_argument(
+        "--timeout",
+        metavar="SECONDS",
+        type=_seconds,
+        help="stop a program after this long, keeping what it printed (default: no limit)",
+    )
+    mcp.add_argument(
+        "--progress-every",
+        metavar="SECONDS",
+        type=_seconds,
+        default=5.0,
+        help="while a program runs, send the host a progress notification with the end of "
+        "what it printed this often, when the host asked for progress (default 5)",
+    )
+    mcp.set_defaults(run=run_mcp)
+
+
+def run_mcp(args: argparse.Namespace) -> int:
+    import asyncio
+    import logging
+    import os
+
+    from .mcp import sdk_missing, serve
+
+    missing = sdk_missing()
+    if missing is not None:
+        raise CommandFailed(missing)
+    from .mcp.http import HttpOptions
+    from .mcp.server import ServerOptions
+
+    # stderr only: on stdio, stdout is the protocol's.
+    logging.basicConfig(
+        stream=sys.stderr, level=logging.WARNING, format="ptc-retry mcp: %(message)s"
+    )
+    logging.getLogger("ptc_retry").setLevel(logging.INFO)
+    options = ServerOptions(
+        kernel_name=args.kernel_name,
+        gateway_url=args.gateway_url,
+        token=args.token or os.environ.get("PTC_RETRY_GATEWAY_TOKEN") or None,
+        root=args.root,
+        timeout=args.timeout,
+        progress_every=args.progress_every,
+    )
+    try:
+        options.check()
+    except ValueError as exc:
+        raise CommandFailed(str(exc), EXIT_USAGE) from None
+    http = None
+    if args.http is not None:
+        host, port = args.http
+        http = HttpOptions(host, port, args.idle_timeout, args.max_sessions)
+    try:
+        asyncio.run(serve(options, http))
+    except KeyboardInterrupt:
+        pass
+    except (BackendError, OSError) as exc:  # the kernel did not start; the port is taken
+        raise CommandFailed(str(exc)) from None
+    return EXIT_OK
 
 
 # -- reading and cleaning sessions -------------------------------------------------------------

@@ -148,6 +148,7 @@ class KernelBackend:
         self._sent_ids: set[str] = set()
         self._next_id = 1
         self._lock: asyncio.Lock | None = None
+        self._execution: Execution | None = None  # the program running now, if any
         self._running = False
         self._closing = False
         self._closed = False
@@ -544,8 +545,18 @@ class KernelBackend:
             execution = Execution(
                 self.transport, code, request, timeout, settings, restart=restart, closing=closing
             )
-            self.last_result = await execution.run()
+            self._execution = execution
+            try:
+                self.last_result = await execution.run()
+            finally:
+                self._execution = None
             return self.last_result
+
+    def running_output(self) -> str | None:
+        """What the program running now has printed so far, as its result's text will show
+        it (bounded the same way), or None while no program runs."""
+        execution = self._execution
+        return None if execution is None else execution.capture.text()
 
     def _fresh_id(self) -> str:
         while f"c{self._next_id}" in self._sent_ids:

@@ -1,0 +1,298 @@
+"""One kernel's MCP face: the ``run_code`` tool, the prompt section as the server's
+``instructions``, progress while a program runs, and a host's cancellation as an interrupt.
+
+``KernelTools(kb).server()`` is a low-level ``mcp`` ``Server`` over a started
+``KernelBackend``; ``serve_stdio`` runs one for the host that started this process, and
+``ptc_retry.mcp.http`` runs one per Streamable HTTP session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.server.stdio import stdio_server
+
+from ..backend import KernelBackend
+from ..backend.results import RUN_CODE
+from ..core.errors import BackendError
+from ..core.version import __version__
+
+__all__ = [
+    "ERROR_STATUSES",
+    "RUN_CODE_ANNOTATIONS",
+    "SERVER_NAME",
+    "KernelTools",
+    "ServerOptions",
+    "is_error",
+    "serve_stdio",
+]
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "ptc-retry"
+#: The ``RunResult`` statuses a host sees as ``isError: true``: the program failed, ran
+#: past its time limit, was refused by the repeated-failure guard, killed its kernel, or
+#: was cut off. A call that ran nothing (arguments without a program) is an error too.
+ERROR_STATUSES = frozenset({"error", "timeout", "died", "refused", "partial"})
+#: What ``run_code`` does, as MCP's hints say it: a program can change files, reach the
+#: network and call anything, and running it twice is not running it once.
+RUN_CODE_ANNOTATIONS = types.ToolAnnotations(
+    title="Run Python in a persistent kernel",
+    read_only_hint=False,
+    destructive_hint=True,
+    idempotent_hint=False,
+    open_world_hint=True,
+)
+#: Characters of a running program's latest output a progress notification carries.
+PROGRESS_TAIL_CHARS = 2_000
+#: Seconds a cancelled program's interrupt may take before the server stops waiting for it
+#: (the backend restarts a kernel that ignores the interrupt for ``interrupt_grace``).
+CANCEL_GRACE = 15.0
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """How the server makes and runs its kernels (``ptc-retry mcp``'s options).
+
+    ``kernel_name``: the kernelspec (default ``ptc-retry``). ``gateway_url`` / ``token``:
+    kernels behind Kernel Gateway or Enterprise Gateway instead of local ones. ``root``:
+    the checkpoint root (default the store's). ``timeout``: seconds a program may run
+    (None: no limit). ``progress_every``: seconds between progress notifications while a
+    program runs, the first after that long too.
+    """
+
+    kernel_name: str | None = None
+    gateway_url: str | None = None
+    token: str | None = None
+    root: Path | None = None
+    timeout: float | None = None
+    progress_every: float = 5.0
+
+    def check(self) -> None:
+        """ValueError, saying what is wrong, when these options cannot make a kernel."""
+        self.backend()
+
+    def backend(self) -> KernelBackend:
+        """A new, not yet started ``KernelBackend`` for one MCP session."""
+        return KernelBackend(
+            "code",
+            kernel_name=self.kernel_name,
+            gateway_url=self.gateway_url,
+            token=self.token,
+            root=self.root,
+            default_timeout=self.timeout,
+        )
+
+
+def is_error(result: Any) -> bool:
+    """Whether a call whose ``RunResult`` is ``result`` (None: nothing ran) is an error."""
+    return result is None or result.status in ERROR_STATUSES
+
+
+class KernelTools:
+    """The MCP server of one started ``KernelBackend``: ``run_code`` runs each program with
+    ``handle_tool_call``, whose text is the result; the instructions are its prompt section.
+    """
+
+    def __init__(self, backend: KernelBackend, progress_every: float = 5.0) -> None:
+        self.backend = backend
+        self.progress_every = progress_every
+        #: Fixed at start: the prompt section is byte-identical for the session's life.
+        self.instructions = backend.system_prompt()
+        self._one_at_a_time = asyncio.Lock()
+
+    def server(self) -> Server[Any]:
+        """A low-level ``Server`` offering ``run_code``, with the prompt as instructions."""
+        return Server(
+            SERVER_NAME,
+            version=__version__,
+            instructions=self.instructions,
+            on_list_tools=self._list_tools,
+            on_call_tool=self._call_tool,
+        )
+
+    def tools(self) -> list[types.Tool]:
+        """The tools the host lists: ``run_code``, described as the backend describes it."""
+        schema = self.backend.tool_schema("anthropic", RUN_CODE)
+        return [
+            types.Tool(
+                name=schema["name"],
+                description=schema["description"],
+                input_schema=schema["input_schema"],
+                annotations=RUN_CODE_ANNOTATIONS,
+            )
+        ]
+
+    async def _list_tools(
+        self, ctx: Any, params: types.PaginatedRequestParams | None
+    ) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=self.tools())
+
+    async def _call_tool(
+        self, ctx: Any, params: types.CallToolRequestParams
+    ) -> types.CallToolResult:
+        text, error = await self.call(params.name, params.arguments or {}, ctx.session)
+        return types.CallToolResult(
+            content=[types.TextContent(text=text)],
+            is_error=error,
+        )
+
+    async def call(self, name: str, arguments: dict[str, Any], session: Any) -> tuple[str, bool]:
+        """Run one tool call: ``(text, is_error)``. ``session`` gets progress notifications
+        (when its request carried a progress token) while the program runs.
+
+        Calls run one at a time, in the order they came. A cancelled call interrupts its
+        program and waits (up to ``CANCEL_GRACE``) until the kernel has stopped it, so the
+        next call finds the kernel free.
+        """
+        # Its own task: anyio's cancellation would cancel every await of the backend's
+        # cleanup (the interrupt among them); a task cancelled once runs its cleanup.
+        task = asyncio.ensure_future(self._run(name, arguments, session))
+        try:
+            return await asyncio.shield(task)
+        except BackendError as exc:  # the kernel is gone and cannot come back
+            return f"Error: {exc}", True
+        except Exception as exc:  # a fault of the server's, not the program's
+            log.exception("run_code failed in the server")
+            return f"Error: the server could not run this call: {type(exc).__name__}: {exc}", True
+        except BaseException:  # the host cancelled the call, or the server stops
+            task.cancel()
+            with anyio.move_on_after(CANCEL_GRACE, shield=True):
+                with contextlib.suppress(BaseException):
+                    await task
+            raise
+
+    async def _run(self, name: str, arguments: dict[str, Any], session: Any) -> tuple[str, bool]:
+        # One at a time: the backend's last_result and running output are this call's own
+        # only while no other call of the session runs.
+        async with self._one_at_a_time:
+            reporter = asyncio.ensure_future(self._report_progress(session))
+            try:
+                text = await self.backend.handle_tool_call(name, arguments)
+            finally:
+                reporter.cancel()
+            return text, is_error(self.backend.last_result)
+
+    async def _report_progress(self, session: Any) -> None:
+        """Every ``progress_every`` seconds: how long the program has run and the end of
+        what it printed (a no-op for a request without a progress token)."""
+        started = time.monotonic()
+        while True:
+            await asyncio.sleep(self.progress_every)
+            elapsed = time.monotonic() - started
+            printed = self.backend.running_output()
+            if printed is None:
+                continue  # still waiting for the backend, or already done
+            message = progress_message(elapsed, printed)
+            try:
+                await session.report_progress(elapsed, None, message)
+            except Exception as exc:  # a host that went away: the program goes on
+                log.debug("progress notification not sent: %s", exc)
+
+
+def progress_message(elapsed: float, printed: str) -> str:
+    """A progress notification's text: the seconds run and the end of what was printed."""
+    if not printed:
+        return f"running for {elapsed:.0f} s; nothing printed yet"
+    tail = printed[-PROGRESS_TAIL_CHARS:]
+    cut = " (its end)" if len(tail) < len(printed) else ""
+    return f"running for {elapsed:.0f} s; printed so far{cut}:\n{tail}"
+
+
+async def serve_stdio(options: ServerOptions) -> None:
+    """Serve MCP on this process's stdin and stdout until the host closes them; BackendError
+    (KernelStartError, GatewayError) at once when the kernel does not start.
+
+    Nothing but the protocol reaches stdout: from before the kernel starts to the end,
+    file descriptor 1 is stderr and 0 the null device, and the protocol goes through
+    duplicates of the two; so the kernel (also a restarted one), its children and anything
+    else here print to stderr and never read the host's messages. Every program is saved before
+    it runs and the session directory is kept at the end, so ``ptc-retry history`` shows
+    what ran even after the host disconnected mid-program.
+    """
+    backend = options.backend()
+    with _protocol_pipes() as (wire_in, wire_out):
+        await backend.start()
+        try:
+            tools = KernelTools(backend, options.progress_every)
+            where = backend.session_dir
+            log.info("serving %s on stdio; programs are saved in %s", RUN_CODE, where)
+            server = tools.server()
+            stdin, stdout = await _PipeLines.open(wire_in, wire_out)
+            async with stdio_server(stdin, stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+                await server.run(read_stream, write_stream, server.create_initialization_options())
+        finally:
+            with anyio.CancelScope(shield=True):
+                await backend.shutdown(keep=True)
+
+
+class _PipeLines:
+    """The protocol's stdin and stdout on the event loop's own pipes: a line read or
+    written costs no thread hop (the SDK's file wrappers take one per line and per flush).
+    """
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, wire_in: int, wire_out: int) -> tuple[_PipeLines, _PipeLines]:
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=2**31)
+        await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(wire_in, "rb", 0)
+        )
+        transport, protocol = await loop.connect_write_pipe(
+            asyncio.streams.FlowControlMixin, os.fdopen(wire_out, "wb", 0)
+        )
+        writer = asyncio.StreamWriter(transport, protocol, None, loop)
+        pipes = cls(reader, writer)
+        return pipes, pipes
+
+    def __aiter__(self) -> _PipeLines:
+        return self
+
+    async def __anext__(self) -> str:
+        line = await self.reader.readline()
+        if not line:
+            raise StopAsyncIteration
+        return line.decode("utf-8", "replace")
+
+    async def write(self, text: str) -> None:
+        self.writer.write(text.encode("utf-8"))
+
+    async def flush(self) -> None:
+        await self.writer.drain()
+
+
+@contextlib.contextmanager
+def _protocol_pipes() -> Iterator[tuple[int, int]]:
+    """The protocol's own descriptors (duplicates of stdin and stdout), with fd 0 on the
+    null device and fd 1 on stderr while inside: nothing started here reads the host's
+    messages or prints into the protocol."""
+    sys.stdout.flush()
+    wire_in, wire_out = os.dup(0), os.dup(1)
+    saved_in, saved_out = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(null, 0)
+    os.close(null)
+    os.dup2(2, 1)
+    try:
+        yield wire_in, wire_out
+    finally:
+        sys.stdout.flush()
+        os.dup2(saved_in, 0)
+        os.dup2(saved_out, 1)
+        os.close(saved_in)
+        os.close(saved_out)

@@ -1,0 +1,170 @@
+"""What the tests of ``ptc-retry mcp`` share: the command a host runs, a free port, and an
+official MCP client held open across a module's tests (``HeldClient``)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from .helpers import Run
+
+#: Seconds a server may take to start its kernel and answer, and a call to come back, on a
+#: loaded two-core machine.
+CONNECT_TIMEOUT = 90
+CALL_TIMEOUT = 60
+
+
+def ptc_retry_command() -> list[str]:
+    """``ptc-retry`` as a host starts it: the console script beside this Python."""
+    script = Path(sys.executable).with_name("ptc-retry")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-c", "import sys; from ptc_retry.cli import main; sys.exit(main())"]
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def server_env(root: Path) -> dict[str, str]:
+    """This process's environment (``JUPYTER_PATH`` holds the test kernelspec) with the
+    checkpoints under ``root``."""
+    return {**os.environ, "PTC_RETRY_ROOT": str(root)}
+
+
+def sessions(root: Path) -> list[Path]:
+    """The session directories the server's kernels made under ``root``."""
+    return sorted(path for path in root.iterdir() if path.is_dir()) if root.exists() else []
+
+
+class HeldClient:
+    """An ``mcp`` ``Client`` entered by a task of its own, so it stays connected between the
+    module's tests (each runs on the module's loop) and is closed by the task that opened it.
+    """
+
+    def __init__(self, run: Run[Any], transport: Any, **options: Any) -> None:
+        from mcp.client.client import Client
+
+        self._run = run
+        self._connection = Client(transport, **options)
+        self.client = run(self._open())
+
+    async def _open(self) -> Any:
+        loop = asyncio.get_running_loop()
+        self._closing = asyncio.Event()
+        self._ready: asyncio.Future[Any] = loop.create_future()
+        self._task = loop.create_task(self._hold())
+        return await asyncio.wait_for(asyncio.shield(self._ready), CONNECT_TIMEOUT)
+
+    async def _hold(self) -> None:
+        try:
+            async with self._connection as connected:
+                self._ready.set_result(connected)
+                await self._closing.wait()
+        except BaseException as exc:
+            if self._ready.done():
+                raise
+            self._ready.set_exception(exc)  # the connection failed: _open raises it
+
+    def close(self) -> None:
+        self._closing.set()
+        self._run(asyncio.wait_for(self._task, CALL_TIMEOUT))
+
+
+class StdioServer:
+    """A ``ptc-retry mcp`` on stdio: its client, its stderr, and its one session directory."""
+
+    def __init__(self, held: HeldClient, root: Path, errlog: Path) -> None:
+        self.held = held
+        self.client = held.client
+        self.root = root
+        self.errlog = errlog
+
+    @property
+    def session_dir(self) -> Path:
+        (directory,) = sessions(self.root)
+        return directory
+
+    def call(self, run: Run[Any], code: Any, **options: Any) -> tuple[str, bool]:
+        """``run_code`` with ``code`` (a dict: the arguments as they are); (text, isError)."""
+        arguments = code if isinstance(code, dict) else {"code": code}
+        result = run(
+            asyncio.wait_for(self.client.call_tool("run_code", arguments, **options), CALL_TIMEOUT)
+        )
+        (content,) = result.content
+        return content.text, result.is_error
+
+
+@contextlib.contextmanager
+def stdio_server(run: Run[Any], root: Path, *options: str) -> Iterator[StdioServer]:
+    """``ptc-retry mcp *options`` on stdio, checkpoints under ``root``, its client connected."""
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    errlog = root.parent / f"{root.name}-stderr.log"
+    command, *args = ptc_retry_command()
+    parameters = StdioServerParameters(
+        command=command, args=[*args, "mcp", *options], env=server_env(root)
+    )
+    with open(errlog, "w") as err:
+        held = HeldClient(run, stdio_client(parameters, errlog=err))
+        try:
+            yield StdioServer(held, root, errlog)
+        finally:
+            held.close()
+
+
+async def cancel_after(client: Any, code: str, seconds: float) -> None:
+    """Call ``run_code`` with ``code`` and cancel the call after ``seconds``, as a host
+    does (the client sends ``notifications/cancelled``); the call ends cancelled."""
+    call = asyncio.ensure_future(client.call_tool("run_code", {"code": code}))
+    await asyncio.sleep(seconds)
+    call.cancel()
+    try:
+        await call
+    except asyncio.CancelledError:
+        return
+    raise AssertionError("the call ended before it was cancelled")
+
+
+def start_http_server(root: Path, log: Path, *options: str) -> tuple[subprocess.Popen[bytes], str]:
+    """``ptc-retry mcp --http`` on a free loopback port, once it answers; (process, url)."""
+    port = free_port()
+    command = [*ptc_retry_command(), "mcp", "--http", f"127.0.0.1:{port}", *options]
+    with open(log, "wb") as out:
+        process = subprocess.Popen(command, env=server_env(root), stdout=out, stderr=out)
+    url = f"http://127.0.0.1:{port}/mcp"
+    deadline = time.monotonic() + CONNECT_TIMEOUT
+    while time.monotonic() < deadline and process.poll() is None:
+        try:
+            urllib.request.urlopen(url, timeout=2)
+        except urllib.error.HTTPError:
+            return process, url  # it answers (a GET without a session is refused)
+        except OSError:
+            time.sleep(0.2)
+    process.kill()
+    raise AssertionError(f"ptc-retry mcp --http did not answer: {log.read_text()}")
+
+
+def stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(CALL_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def npx() -> str | None:
+    return shutil.which("npx")
