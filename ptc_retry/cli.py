@@ -273,6 +273,9 @@ def _add_mcp_command(commands: argparse._SubParsersAction) -> None:
         help="while a program runs, send the host a progress notification with the end of "
         "what it printed this often, when the host asked for progress (default 5)",
     )
+    from .mcp.upstream import add_upstream_arguments
+
+    add_upstream_arguments(mcp)
     mcp.set_defaults(run=run_mcp)
 
 
@@ -288,6 +291,12 @@ def run_mcp(args: argparse.Namespace) -> int:
         raise CommandFailed(missing)
     from .mcp.http import HttpOptions
     from .mcp.server import ServerOptions
+    from .mcp.upstream import UpstreamConfigError, upstream_configs
+
+    try:
+        upstreams = tuple(upstream_configs(args))  # before anything starts
+    except UpstreamConfigError as exc:
+        raise CommandFailed(str(exc), EXIT_USAGE) from None
 
     # stderr only: on stdio, stdout is the protocol's.
     logging.basicConfig(
@@ -301,6 +310,7 @@ def run_mcp(args: argparse.Namespace) -> int:
         root=args.root,
         timeout=args.timeout,
         progress_every=args.progress_every,
+        upstreams=upstreams,
     )
     try:
         options.check()
@@ -316,6 +326,8 @@ def run_mcp(args: argparse.Namespace) -> int:
         pass
     except (BackendError, OSError) as exc:  # the kernel did not start; the port is taken
         raise CommandFailed(str(exc)) from None
+    except UpstreamConfigError as exc:  # on stdio: two upstream tools would get one name
+        raise CommandFailed(str(exc), EXIT_USAGE) from None
     return EXIT_OK
 
 

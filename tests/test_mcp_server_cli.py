@@ -60,6 +60,42 @@ def test_malformed_options_are_usage_errors_that_say_what_to_write(
     assert said in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(
+    ("config", "upstream", "said"),
+    [
+        (
+            '{"mcpServers": {\n  "time": {\n    "command": "uvx",\n    "args": "mcp-server-time"\n'
+            "  }\n}}",
+            [],
+            ", line 4: mcpServers.time.args must be a list of strings",
+        ),
+        ('{"mcpServers": {"time": {"command": "uvx"}}}', ["time=other"], "named 'time'"),
+        (None, ["uvx mcp-server-time"], "expected NAME=COMMAND ARGS..."),
+    ],
+)
+def test_a_malformed_upstream_configuration_is_a_usage_error_before_anything_starts(
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+    config: str | None,
+    upstream: list[str],
+    said: str,
+) -> None:
+    pytest.importorskip("mcp")
+    argv = ["mcp", "--kernel-name", "no-such-kernel"]  # a kernel it started would fail later
+    if config is not None:
+        (tmp_path / "mcp.json").write_text(config)
+        argv += ["--config", str(tmp_path / "mcp.json")]
+    for spec in upstream:
+        argv += ["--upstream", spec]
+
+    assert main(argv) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("ptc-retry mcp: ") and said in err, err
+    if config is not None and not upstream:
+        assert err.startswith(f"ptc-retry mcp: {tmp_path / 'mcp.json'}, line 4: "), err
+
+
 def test_a_kernel_that_does_not_start_ends_the_server_at_once_saying_why(
     jupyter_path: Path,
 ) -> None:

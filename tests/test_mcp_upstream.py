@@ -428,18 +428,19 @@ def test_a_path_outside_the_servers_directories_is_its_error(
     assert "outside allowed directories" in (result.evalue or "")
 
 
-def _children(word: str) -> list[int]:
-    """This process's children whose command line holds ``word``."""
+def child_processes(word: str, parent: int | None = None) -> list[int]:
+    """The children of ``parent`` (default: this process) whose command line holds ``word``."""
+    parent = os.getpid() if parent is None else parent
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
-            parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            its_parent = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
             command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
         except (OSError, IndexError, ValueError):
             continue
-        if parent == os.getpid() and word in command:
+        if its_parent == parent and word in command:
             found.append(int(entry.name))
     return found
 
@@ -447,10 +448,10 @@ def _children(word: str) -> list[int]:
 def test_an_upstream_that_dies_fails_its_call_naming_it_and_the_next_call_restarts_it(
     backend: KernelBackend, run: Run[Any]
 ) -> None:
-    (pid,) = _children("mcp-server-time")
+    (pid,) = child_processes("mcp-server-time")
     os.kill(pid, signal.SIGKILL)
     deadline = time.monotonic() + 10
-    while pid in _children("mcp-server-time") and time.monotonic() < deadline:
+    while pid in child_processes("mcp-server-time") and time.monotonic() < deadline:
         time.sleep(0.05)
     ask = "(await tools.time_get_current_time(timezone='UTC'))['timezone']"
 
@@ -464,7 +465,7 @@ def test_an_upstream_that_dies_fails_its_call_naming_it_and_the_next_call_restar
     again = run(backend.run_code(ask, timeout=30))
     assert (again.status, again.value) == ("ok", "'UTC'"), again.text
     assert time.monotonic() - started < 20
-    assert len(_children("mcp-server-time")) == 1
+    assert len(child_processes("mcp-server-time")) == 1
 
 
 # -- a tool built from a schema; a server that never answers; one reached over HTTP ----------
@@ -511,7 +512,7 @@ def test_a_server_that_never_answers_is_given_up_on_and_stopped() -> None:
     assert failure.startswith("upstream 'silent' (") and "no answer within 1 s" in failure
     assert "listening, never answering" in failure  # its stderr
     assert seconds < 8
-    assert _children(SILENT) == []
+    assert child_processes(SILENT) == []
 
 
 #: A stdio "server" that says so on stderr and then reads nothing.
@@ -608,7 +609,7 @@ def test_an_upstream_that_cannot_start_again_says_why_and_a_later_call_starts_it
             for step in ("kill", "restart", "recover"):
                 if step == "kill":
                     flag.touch()
-                    os.kill(*_children("Europe/Paris"), signal.SIGKILL)
+                    os.kill(*child_processes("Europe/Paris"), signal.SIGKILL)
                 if step == "recover":
                     flag.unlink()
                 try:

@@ -4,7 +4,9 @@ persistent kernel that saves every program, with the one-line replay of a failed
     claude mcp add ptc-retry -- ptc-retry mcp
 
 stdio is the default (one kernel for the host's session); ``--http HOST:PORT`` serves
-Streamable HTTP with one kernel per MCP session. docs/mcp.md is the manual. The server is
+Streamable HTTP with one kernel per MCP session; ``--config FILE`` / ``--upstream
+NAME=COMMAND`` let programs call other MCP servers' tools (``upstream``), each session
+starting its own. docs/mcp.md is the manual. The server is
 built on the official ``mcp`` SDK, an optional extra (``pip install 'ptc-retry[mcp]'``):
 this package imports it only in ``serve``, so the rest of ptc-retry works without it.
 """

@@ -1,12 +1,13 @@
 """Streamable HTTP with one kernel per MCP session (``ptc-retry mcp --http HOST:PORT``).
 
-A request without a session id (a host's ``initialize``) starts a kernel, then opens the
-session on it; every later request of the session reaches that kernel only. A session ends
+A request without a session id (a host's ``initialize``) starts a kernel (and upstream
+servers of the session's own, ``--config`` / ``--upstream``), then opens the session on
+it; every later request of the session reaches that kernel only. A session ends
 when the host deletes it, or after ``idle_timeout`` seconds in which no call was made and
 none ran (an open stream for server notifications does not count: hosts keep one open for
-the session's life); its kernel is then shut down, and its programs stay on disk. While
-``max_sessions`` sessions are open, a new one is refused with HTTP 503 and a JSON-RPC error
-that says so.
+the session's life); its kernel and upstream servers are then stopped, and its programs
+stay on disk. While ``max_sessions`` sessions are open, a new one is refused with HTTP 503
+and a JSON-RPC error that says so.
 
 Only the protocol versions with the ``initialize`` handshake are served: the 2026-07-28
 era has no sessions, so it could not keep a kernel's state between calls. Its probe
@@ -39,7 +40,8 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from ..backend import KernelBackend
-from .server import KernelTools, ServerOptions
+from .server import KernelTools, ServerOptions, start_kernel, stop_kernel
+from .upstream import Upstreams
 
 __all__ = ["MCP_PATH", "HttpOptions", "Session", "SessionKernels", "serve_http"]
 
@@ -63,10 +65,12 @@ class HttpOptions:
 
 @dataclass
 class Session:
-    """One MCP session: its transport, its kernel, and when it was last busy."""
+    """One MCP session: its transport, its kernel, its own upstream servers (no two
+    sessions share one), and when it was last busy."""
 
     transport: StreamableHTTPServerTransport
     backend: KernelBackend
+    upstreams: Upstreams
     busy: int = 0  # requests in flight, the stream for server notifications aside
     last_busy: float = field(default_factory=time.monotonic)
 
@@ -156,19 +160,15 @@ class SessionKernels:
             await _error(message, 503, INTERNAL_ERROR)(scope, receive, send)
             return
         try:
-            backend = self.options.backend()
             try:
-                await backend.start()
+                # Stopped again by start_kernel when it fails, or when the host went away.
+                backend, upstreams = await start_kernel(self.options)
             except Exception as exc:
                 log.error("a new MCP session's kernel did not start: %s", exc)
                 await _error(f"The session's kernel did not start: {exc}", 500, INTERNAL_ERROR)(
                     scope, receive, send
                 )
                 return
-            except BaseException:  # the host went away while its kernel started
-                with anyio.CancelScope(shield=True):
-                    await backend.shutdown()
-                raise
             transport = StreamableHTTPServerTransport(
                 mcp_session_id=uuid.uuid4().hex,
                 is_json_response_enabled=False,
@@ -176,7 +176,7 @@ class SessionKernels:
                 security_settings=self.security,
             )
             session_id = str(transport.mcp_session_id)
-            session = Session(transport, backend)
+            session = Session(transport, backend, upstreams)
             self._sessions[session_id] = session
         finally:
             self._opening -= 1
@@ -196,7 +196,8 @@ class SessionKernels:
         """Serve one session on its kernel until it ends; then shut the kernel down."""
         transport, backend = session.transport, session.backend
         try:
-            server = KernelTools(backend, self.options.progress_every).server()
+            tools = KernelTools(backend, self.options.progress_every, session.upstreams)
+            server = tools.server()
             async with transport.connect() as (read_stream, write_stream):
                 task_status.started()
                 async with anyio.create_task_group() as group:
@@ -214,8 +215,7 @@ class SessionKernels:
             log.exception("MCP session %s failed", session_id)
         finally:
             await self._discard(session_id, transport)
-            with anyio.CancelScope(shield=True):
-                await backend.shutdown(keep=True)
+            await stop_kernel(backend, session.upstreams)
             log.info(
                 "MCP session %s ended; its programs stay in %s", session_id, backend.session_dir
             )

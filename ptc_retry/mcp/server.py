@@ -28,6 +28,8 @@ from ..backend import KernelBackend
 from ..backend.results import RUN_CODE
 from ..core.errors import BackendError
 from ..core.version import __version__
+from .upstream import Upstreams
+from .upstream_config import UpstreamConfig
 
 __all__ = [
     "ERROR_STATUSES",
@@ -37,6 +39,9 @@ __all__ = [
     "ServerOptions",
     "is_error",
     "serve_stdio",
+    "start_kernel",
+    "stop_kernel",
+    "unstarted_note",
 ]
 
 log = logging.getLogger(__name__)
@@ -70,7 +75,9 @@ class ServerOptions:
     kernels behind Kernel Gateway or Enterprise Gateway instead of local ones. ``root``:
     the checkpoint root (default the store's). ``timeout``: seconds a program may run
     (None: no limit). ``progress_every``: seconds between progress notifications while a
-    program runs, the first after that long too.
+    program runs, the first after that long too. ``upstreams``: the upstream MCP servers
+    whose tools a session's programs call (``--config`` / ``--upstream``); each session
+    starts its own.
     """
 
     kernel_name: str | None = None
@@ -79,6 +86,7 @@ class ServerOptions:
     root: Path | None = None
     timeout: float | None = None
     progress_every: float = 5.0
+    upstreams: tuple[UpstreamConfig, ...] = ()
 
     def check(self) -> None:
         """ValueError, saying what is wrong, when these options cannot make a kernel."""
@@ -101,16 +109,64 @@ def is_error(result: Any) -> bool:
     return result is None or result.status in ERROR_STATUSES
 
 
+async def start_kernel(options: ServerOptions) -> tuple[KernelBackend, Upstreams]:
+    """One MCP session's started backend and its started ``Upstreams``, whose tools are
+    registered before the kernel starts (so the prompt section lists them).
+
+    An upstream that does not start is left out (``Upstreams.failures``). Raises what
+    ``backend.start()`` raises, or UpstreamConfigError when two upstream tools would get
+    one name; whatever was started is stopped again first.
+    """
+    backend, upstreams = options.backend(), Upstreams(options.upstreams)
+    try:
+        await upstreams.start()
+        upstreams.register(backend)
+        await backend.start()
+    except BaseException:
+        await stop_kernel(backend, upstreams, keep=False)
+        raise
+    return backend, upstreams
+
+
+async def stop_kernel(backend: KernelBackend, upstreams: Upstreams, keep: bool = True) -> None:
+    """Shut the session's kernel down (its directory kept when ``keep``), then close its
+    upstream servers; not cut short by a cancellation."""
+    with anyio.CancelScope(shield=True):
+        try:
+            await backend.shutdown(keep=keep)
+        finally:
+            await upstreams.close()
+
+
+def unstarted_note(upstreams: Upstreams | None) -> str:
+    """The line the instructions end with when upstream servers did not start (else ""):
+    their names only; why is in the server's log, which may quote their stderr."""
+    if upstreams is None or not upstreams.failures:
+        return ""
+    names = ", ".join(upstreams.failures)
+    return (
+        f"\nThese upstream MCP servers did not start, so programs cannot call their tools "
+        f"in this session: {names}.\n"
+    )
+
+
 class KernelTools:
     """The MCP server of one started ``KernelBackend``: ``run_code`` runs each program with
-    ``handle_tool_call``, whose text is the result; the instructions are its prompt section.
+    ``handle_tool_call``, whose text is the result; the instructions are its prompt section
+    (which lists the registered upstream tools), and ``unstarted_note(upstreams)`` after it.
     """
 
-    def __init__(self, backend: KernelBackend, progress_every: float = 5.0) -> None:
+    def __init__(
+        self,
+        backend: KernelBackend,
+        progress_every: float = 5.0,
+        upstreams: Upstreams | None = None,
+    ) -> None:
         self.backend = backend
         self.progress_every = progress_every
-        #: Fixed at start: the prompt section is byte-identical for the session's life.
-        self.instructions = backend.system_prompt()
+        #: Fixed at start: byte-identical for the session's life. An upstream that failed
+        #: its start is never started again in the session, so the note stays true.
+        self.instructions = backend.system_prompt() + unstarted_note(upstreams)
         self._one_at_a_time = asyncio.Lock()
 
     def server(self) -> Server[Any]:
@@ -222,11 +278,11 @@ async def serve_stdio(options: ServerOptions) -> None:
     it runs and the session directory is kept at the end, so ``ptc-retry history`` shows
     what ran even after the host disconnected mid-program.
     """
-    backend = options.backend()
     with _protocol_pipes() as (wire_in, wire_out):
-        await backend.start()
+        # Inside: the upstream servers, like the kernel, never see the host's pipes.
+        backend, upstreams = await start_kernel(options)
         try:
-            tools = KernelTools(backend, options.progress_every)
+            tools = KernelTools(backend, options.progress_every, upstreams)
             where = backend.session_dir
             log.info("serving %s on stdio; programs are saved in %s", RUN_CODE, where)
             server = tools.server()
@@ -234,8 +290,7 @@ async def serve_stdio(options: ServerOptions) -> None:
             async with stdio_server(stdin, stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
                 await server.run(read_stream, write_stream, server.create_initialization_options())
         finally:
-            with anyio.CancelScope(shield=True):
-                await backend.shutdown(keep=True)
+            await stop_kernel(backend, upstreams)
 
 
 class _PipeLines:
