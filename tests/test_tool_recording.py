@@ -265,6 +265,12 @@ CHANGE = "sys.modules['ptc_config'].RATE = 2.0"
         (CONFIG + "def f():\n    import ptc_config as c\n    return c.RATE", CHANGE, "differs"),
         (CONFIG + "def f():\n    import ptc_config\n    return ptc_config.RATE", CHANGE, "differs"),
         (
+            CONFIG + "exec('class Rates:\\n    EUR = 0.5\\n', vars(sys.modules['ptc_config']))\n"
+            "import ptc_config\ndef f(x): return x * ptc_config.Rates.EUR",
+            "ptc_config.Rates.EUR = 2.0",
+            "differs",
+        ),
+        (
             "def helper(x): return x\ndef f(x): return helper(x)",
             "def helper(x): return -x",
             "differs",

@@ -249,7 +249,9 @@ class _Walk:
 
     def _read(self, names: dict[str, Any], builtins_: Any, chain: tuple[str, ...]) -> str:
         """The token of a global read ``name.attribute...``: the attributes are followed as
-        long as they are modules' (``config.RATE``), and the value reached is fingerprinted."""
+        long as they are modules' or classes' (``config.RATE``, ``config.Rates.EUR``: a class
+        another module defines is trusted by name, the attributes read of it are not), and
+        the value reached is fingerprinted, with the classes passed on the way."""
         name, *attributes = chain
         if name == IMPORTED:  # (IMPORTED, "config", "RATE"): the module as imported now
             name, *attributes = attributes
@@ -265,14 +267,19 @@ class _Walk:
             value = table[name]
             if name in _DYNAMIC and value is getattr(builtins, name):
                 raise _CannotTell(f"calls {name}()")
+        classes = []  # a class on the way is fingerprinted too, as it is when read alone
         for attribute in attributes:
-            if not isinstance(value, types.ModuleType):
+            if isinstance(value, types.ModuleType):
+                found = getattr(value, attribute, _MISSING)
+            elif isinstance(value, type):  # read as stored: no descriptor or metaclass code runs
+                classes.append(self.value(value))
+                found = inspect.getattr_static(value, attribute, _MISSING)
+            else:
                 break
-            try:
-                value = getattr(value, attribute)
-            except AttributeError:
+            if found is _MISSING:
                 return "missing"
-        return self.value(value)
+            value = found
+        return "/".join([*classes, self.value(value)])
 
     def _closure(self, function: types.FunctionType) -> str:
         cells = []
