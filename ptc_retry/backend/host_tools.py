@@ -57,6 +57,8 @@ class HostTools:
         self._tools: dict[str, HostTool] = {}
         #: Sync functions of cancelled batches that still run in their threads.
         self._running: set[asyncio.Future[Any]] = set()
+        #: Those of ``_running`` that a whole wait already waited for (see wait_for_threads).
+        self._waited: set[asyncio.Future[Any]] = set()
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -148,11 +150,14 @@ class HostTools:
         that still run in their threads; True once none does. Each is waited for once:
         one that never returns holds back a single wait, not every later one (what it
         returns, if it ever does, still goes to its ``completed``)."""
-        if self._running:
-            waiting, self._running = self._running, set()
-            await asyncio.wait(waiting, timeout=timeout)
-            return all(thread.done() for thread in waiting)
-        return True
+        waiting = self._running - self._waited
+        if not waiting:
+            return True
+        # Marked waited-for only once a wait ran its course: a wait that is cancelled (its
+        # caller gave up) leaves them for the next one.
+        await asyncio.wait(waiting, timeout=timeout)
+        self._waited |= {thread for thread in waiting if not thread.done()}
+        return all(thread.done() for thread in waiting)
 
     async def _answer(self, call: dict[str, Any], completed: Completed | None) -> dict[str, Any]:
         call_id = call.get("id")
@@ -225,6 +230,7 @@ class HostTools:
         self, call: dict[str, Any], done: asyncio.Future[Any], completed: Completed | None
     ) -> None:
         self._running.discard(done)
+        self._waited.discard(done)
         if done.cancelled() or done.exception() is not None or completed is None:
             return
         result = done.result()
