@@ -384,6 +384,35 @@ def test_a_reused_recorded_function_makes_none_of_its_calls_and_the_next_is_reus
     assert fixed.stderr == said
 
 
+CHAINED_HELPER = """\
+# Notify the customer through a helper that emails, then report.
+@ptc_retry.recorded
+async def announce(to):
+    return await tools.count(name=to)
+
+sent = await announce("chained helper email")
+print(sent, typo_one, typo_two)
+"""
+
+
+def test_a_chain_of_fixes_keeps_the_calls_made_within_a_reused_recorded_call(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    failed = run(host, shared, CHAINED_HELPER, turn)
+    # The first fix reuses the helper's result: the email within it is not made.
+    second = run(host, shared, follow(failed.ptc["notice"], old="typo_one", new="1"), turn)
+    assert undefined(second) == "typo_two"
+    # The second edits the helper, which runs again: its email is reused all the same.
+    edits = [("return await", "print(to)\n    return await"), ("typo_two", "2")]
+    reference = second.ptc["reference"]
+    third = run(host, shared, f"await ptc_retry.replay({reference!r}, edits={edits!r})", turn)
+
+    assert third.status == "ok", third.error
+    assert third.stdout == "chained helper email\n1 1 2\n"
+    assert host.counts["chained helper email"] == 1
+
+
 # -- a program that replays and then does more -----------------------------------------------------
 
 REPORT = """\

@@ -218,6 +218,8 @@ class Reuse:
         self._calls = [] if fresh else list(calls)
         self._next = 0
         self._ended = not self._calls
+        #: The lines of the calls made within the recorded call ``take`` last gave a result.
+        self.inner: list[dict[str, Any]] = []
         #: The calls made while this replay ran, whichever replay's recording gave a result.
         self.reused = 0
         self.live = 0
@@ -226,6 +228,7 @@ class Reuse:
     def take(self, record: CallRecord) -> dict[str, Any] | None:
         """The recorded line whose result ``record`` (the replay's next call) reuses, or
         None: it goes live. Moves this replay's place in its recording either way."""
+        self.inner = []
         if self._ended:
             return None
         calls, first = self._calls, self._next
@@ -241,6 +244,7 @@ class Reuse:
             if not (record.may_take(line) and "result" in line):
                 return None
             self._next = _past_inner(calls, success)
+            self.inner = calls[success + 1 : self._next]
             return line
         failure = next((i for i in range(first, success) if record.matches(calls[i])), None)
         if failure is None:  # when in doubt, go live

@@ -116,7 +116,26 @@ class ProgramCalls:
         reuse, line = found
         record.ok, record.result, record.reused_from = True, line.get("result"), reuse.call_id
         self._write(record)
+        # The calls made within it are not made; their lines go on, so that a fix of this
+        # program that runs the function again still finds them.
+        self._carry(reuse.inner, reuse.call_id, {line.get("k"): record.k})
         return record
+
+    def _carry(
+        self, lines: list[dict[str, Any]], call_id: str, renumbered: dict[Any, int | None]
+    ) -> None:
+        """Write ``lines`` of ``call_id``'s recording into this program's, numbered on from
+        its calls so far and marked reused from ``call_id``; ``renumbered`` maps a ``k`` there
+        to its ``k`` here (for ``within``), and takes the new ones. Not counted as calls."""
+        call = self.running.call
+        for line in lines:
+            self._count += 1
+            renumbered[line.get("k")] = self._count
+            if call is not None:
+                carried = dict(line, k=self._count, reused=True, reused_from=call_id)
+                if "within" in line:
+                    carried["within"] = renumbered.get(line["within"])
+                self._host.checkpoints.record_tool_call(call, carried)
 
     def record_skipped(self, recorded: RecordedCalls, start: int, call_id: str) -> None:
         """A resume of ``call_id`` starts at top-level statement ``start``, before any call:
@@ -127,16 +146,7 @@ class ProgramCalls:
         ``k`` without a line follows the sure ones: no later call can be matched by place.
         The counts of the history line stay those of the calls this run makes."""
         before, _, sure = recorded.split(start)
-        call = self.running.call
-        renumbered: dict[Any, int] = {}  # a line's k there, its k here
-        for line in before:
-            self._count += 1
-            renumbered[line.get("k")] = self._count
-            if call is not None:
-                carried = dict(line, k=self._count, reused=True, reused_from=call_id)
-                if "within" in line:
-                    carried["within"] = renumbered.get(line["within"])
-                self._host.checkpoints.record_tool_call(call, carried)
+        self._carry(before, call_id, {})
         if not sure:
             self._count += 1
 
