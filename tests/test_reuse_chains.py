@@ -413,6 +413,32 @@ def test_a_chain_of_fixes_keeps_the_calls_made_within_a_reused_recorded_call(
     assert host.counts["chained helper email"] == 1
 
 
+CHANGING_ITS_ARGUMENT = """\
+# Reserve the lamp and put it in the cart, then report.
+@ptc_retry.recorded
+async def add(cart, item):
+    await tools.count(name=item)
+    cart.append(item)
+
+cart = []
+await add(cart, "argument lamp")
+print(cart, typo)
+"""
+
+
+def test_a_recorded_function_that_changed_its_argument_runs_again_without_its_calls(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    failed = run(host, shared, CHANGING_ITS_ARGUMENT, turn)
+
+    fixed = run(host, shared, follow(failed.ptc["notice"], old=", typo", new=""), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "['argument lamp']\n"  # not [], as a reused result would leave it
+    assert host.counts["argument lamp"] == 1
+
+
 # -- a program that replays and then does more -----------------------------------------------------
 
 REPORT = """\

@@ -55,9 +55,10 @@ def recorded(function: F) -> F:
                 calls, record = begin(args, kwargs)
             except _Outside:
                 return await function(*args, **kwargs)
+            changed = _changed(signature, args, kwargs, record)
             if record.reused_from is not None:
                 return record.result
-            with calls.inside(record), _Outcome(calls, record) as outcome:
+            with calls.inside(record), _Outcome(calls, record, changed) as outcome:
                 outcome.result = await function(*args, **kwargs)
             return outcome.result
 
@@ -71,9 +72,10 @@ def recorded(function: F) -> F:
             calls, record = begin(args, kwargs)
         except _Outside:
             return function(*args, **kwargs)
+        changed = _changed(signature, args, kwargs, record)
         if record.reused_from is not None:
             return record.result
-        with calls.inside(record), _Outcome(calls, record) as outcome:
+        with calls.inside(record), _Outcome(calls, record, changed) as outcome:
             outcome.result = function(*args, **kwargs)
         return outcome.result
 
@@ -88,9 +90,12 @@ class _Outside(Exception):
 class _Outcome:
     """Records a live call when it ends: its result, or the exception it raised."""
 
-    def __init__(self, calls: ProgramCalls, record: CallRecord) -> None:
+    def __init__(
+        self, calls: ProgramCalls, record: CallRecord, changed: Callable[[], bool]
+    ) -> None:
         self._calls = calls
         self._record = record
+        self._changed = changed
         self.result: Any = None
 
     def __enter__(self) -> _Outcome:
@@ -100,9 +105,23 @@ class _Outcome:
         if error is not None:
             self._calls.finish(self._record, error=f"{type(error).__name__}: {error}")
             return
-        # A result JSON would change (or not hold) is kept out of the recording and of reuse.
+        # A result JSON would change (or not hold) is kept out of the recording and of reuse,
+        # and so is the call of a function that changed its own arguments (appended to a
+        # list it was given): its result does not stand for all it did.
         reusable, copy = json_copy(self.result)
+        reusable = reusable and not self._changed()
         self._calls.finish(self._record, result=copy, reusable=reusable)
+
+
+def _changed(
+    signature: inspect.Signature | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    record: CallRecord,
+) -> Callable[[], bool]:
+    """Whether the arguments of the call ``record`` stands for are, once it ran, other than
+    those it was called with (it changed what it was given)."""
+    return lambda: _arguments(signature, args, kwargs) != record.arguments
 
 
 def _arguments(
