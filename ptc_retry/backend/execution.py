@@ -103,14 +103,13 @@ class Execution:
 
     async def _host_calls_returned(self) -> None:
         """Wait until the host calls of earlier programs that still run in worker threads
-        have returned (at most ``THREADS_WAIT``, or this call's timeout when it is longer),
-        so that what they return goes with this request: a resume of their program must not
-        make them again while they still run. Not this call's timeout alone: an agent that
-        gives every call one short limit would have each resume pay again."""
+        have returned (at most this call's timeout, else ``THREADS_WAIT``), so that what
+        they return goes with this request: a resume of their program must not make them
+        again while they still run."""
         tools = self.settings.tools
         if tools is None:
             return
-        wait = max(THREADS_WAIT, self.timeout or 0.0)
+        wait = self.timeout if self.timeout is not None else THREADS_WAIT
         if not await tools.wait_for_threads(wait):
             log.info(
                 "host calls of an earlier program still run after %g s: call %s goes on; "
