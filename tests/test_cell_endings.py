@@ -217,3 +217,27 @@ def test_a_silent_request_leaves_no_trace_and_the_next_cell_is_a_call(
     assert silent.reply["metadata"].get(METADATA_KEY) is None
     assert len(history(root / "endings")) == before
     assert_next_cell_is_a_call(kernel, root)
+
+
+def test_an_error_whose_message_holds_a_lone_surrogate_is_shown_with_its_notice(
+    kernel: Kernel, root: Path
+) -> None:
+    # Half an emoji: a valid str, but no UTF-8, so a message that holds it never leaves
+    # the kernel. Its escape goes out instead, in the error output and in the reply.
+    cell = "label = 'bad \\ud83d'\nraise ValueError(label)"
+
+    failed = kernel.execute(cell, {"call_id": "surrogate"}, timeout=30)
+
+    assert failed.status == "error"
+    assert failed.error is not None, "no error output"
+    assert (failed.error["ename"], failed.error["evalue"]) == ("ValueError", "bad \\ud83d")
+    content = failed.reply["content"]
+    assert (content["ename"], content["evalue"]) == ("ValueError", "bad \\ud83d")
+    assert failed.error["traceback"][-1] == failed.ptc["notice"]
+    assert line_of(root / "endings", "surrogate")["status"] == "error"
+    replayed = kernel.execute(
+        "await ptc_retry.replay('surrogate', 'raise ValueError(label)', 'print(ascii(label))')"
+    )
+    assert replayed.status == "ok", replayed.error
+    assert replayed.stdout == "'bad \\ud83d'\n"
+    assert_next_cell_is_a_call(kernel, root)

@@ -39,7 +39,13 @@ from .running import Failure, Programs, Running
 from .stdin import StdinChannel
 from .tool_calls import call_host_tool, current_task
 from .tools import TOOLS
-from .tracebacks import abandoned_cell, failure_of, own_lines_only
+from .tracebacks import (
+    abandoned_cell,
+    failure_of,
+    own_lines_only,
+    sendable,
+    sendable_error,
+)
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -267,6 +273,9 @@ class PtcRetryExtension:
         error = getattr(result, "error_in_exec", None)
         if error is not None:
             self._close_abandoned_cell(error)
+            # ipykernel writes the reply's evalue from this error: one it cannot send
+            # would leave the client without a reply.
+            result.error_in_exec = sendable_error(error)
         running = self.programs.pop(result)
         if running is None:
             return  # an empty cell: IPython fires post_run_cell without pre_run_cell
@@ -482,6 +491,10 @@ class PtcRetryExtension:
         except Exception as exc:  # never lose the user's traceback to our own bug
             self.warn_once(f"could not add the notice ({type(exc).__name__}: {exc})")
         finally:
+            # A lone surrogate in the message would stop the whole error output at the
+            # session, the notice with it: escaped, it goes out.
+            stb = [sendable(line) for line in stb]
+            evalue = sendable_error(evalue)
             self._replaced_showtraceback(etype, evalue, stb)
 
     def _with_notice(self, evalue: BaseException, stb: list[str]) -> list[str]:

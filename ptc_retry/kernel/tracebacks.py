@@ -146,3 +146,32 @@ def abandoned_cell(shell: InteractiveShell, error: BaseException) -> Any:
                     return value
         tb = tb.tb_next
     return None
+
+
+def sendable(text: str) -> str:
+    """``text`` as the kernel's session can send it. A lone surrogate (``"\\ud83d"``, half
+    of an emoji cut in two) is a valid ``str`` but not UTF-8, and a message holding one
+    never leaves the kernel: the error output and the notice are lost. Such characters
+    are written as their escape (``\\ud83d``); any other text is returned as it is."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
+def sendable_error(error: BaseException) -> BaseException:
+    """``error`` itself, or, when its message cannot be sent (see ``sendable``), a stand-in
+    of the same name whose message is the escaped one. ipykernel builds the error output
+    and the execute_reply from ``type(error).__name__`` and ``str(error)``."""
+    try:
+        text = str(error)
+    except Exception:  # its own __str__ fails: IPython and ipykernel deal with that
+        return error
+    escaped = sendable(text)
+    if escaped is text:
+        return error
+    stand_in = type(type(error).__name__, (Exception,), {"__str__": lambda self: escaped})
+    stand_in.__module__ = type(error).__module__
+    stand_in.__qualname__ = type(error).__qualname__
+    return stand_in(escaped)
