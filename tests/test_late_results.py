@@ -169,6 +169,32 @@ def test_a_sync_tool_that_outlives_the_time_limit_is_not_made_again_by_the_resum
     assert (line["ok"], line["result"], line["statement"]) == (True, "receipt 7", 1)
 
 
+def test_resumes_each_shorter_than_a_running_sync_call_make_it_once(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    # Every call of the model has the same short limit: each resume starts before the
+    # charge has returned, so it matches the charge's failed line and must be given the
+    # outcome of the call still running on the host, not make it again.
+    shop.calls.clear()
+    code = program(
+        "logged = await tools.note(text='checkout 12')",
+        "receipt = await tools.charge(order=12, seconds=4)",
+        "print(logged, receipt)",
+    )
+    text = run(call(backend, raw(code), "call_s0", timeout=1))
+    statuses = []
+    for attempt in range(1, 9):
+        assert backend.last_result is not None
+        statuses.append(backend.last_result.status)
+        if backend.last_result.status == "ok":
+            break
+        text = run(call(backend, raw(offered(text)), f"call_s{attempt}", timeout=1))
+
+    assert text.startswith("noted checkout 12 receipt 12"), (statuses, text)
+    assert statuses[:2] == ["timeout", "timeout"]  # the first resume did start too soon
+    assert shop.calls == {"note": 1, "charge": 1}
+
+
 def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
     backend: KernelBackend, shop: Shop, run: Run[Any]
 ) -> None:

@@ -9,6 +9,7 @@ import inspect
 import json
 import keyword
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -23,6 +24,9 @@ log = logging.getLogger(__name__)
 
 #: ``completed(call, result)``: told of each call whose function returned a JSON result.
 Completed = Callable[[dict[str, Any], Any], None]
+
+#: How many cut-off sync calls are kept for a replay that makes one of them again.
+_CUT_OFF_KEPT = 32
 
 #: JSON schema types, as a signature line shows them (and as the checks name them).
 _CHECKS: dict[str, Callable[[Any], bool]] = {
@@ -59,6 +63,12 @@ class HostTools:
         self._running: set[asyncio.Future[Any]] = set()
         #: Those of ``_running`` that a whole wait already waited for (see wait_for_threads).
         self._waited: set[asyncio.Future[Any]] = set()
+        #: The threads of the sync calls that a cancelled batch left, running or returned, by
+        #: the recording line they are (program, k), with the call's tool and arguments; the
+        #: most recent last.
+        self._cut_off: OrderedDict[tuple[Any, Any], tuple[str, str, asyncio.Future[Any]]] = (
+            OrderedDict()
+        )
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -217,14 +227,44 @@ class HostTools:
         neither the loop nor the other calls of its batch waiting. A thread cannot be
         stopped: when the batch is cancelled the function runs on, and what it returns
         still goes to ``completed`` (the host did make that call)."""
-        running = asyncio.ensure_future(asyncio.to_thread(_in_worker, tool, arguments))
+        running = self._made_before(call)
+        if running is None:
+            running = asyncio.ensure_future(asyncio.to_thread(_in_worker, tool, arguments))
         try:
             return await asyncio.shield(running)
         except asyncio.CancelledError:
             # Also when it has just returned: its result is not lost to the cancellation.
             self._running.add(running)
             running.add_done_callback(lambda done: self._returned_late(call, done, completed))
+            self._keep_cut_off(call, running)
             raise
+
+    def _made_before(self, call: dict[str, Any]) -> asyncio.Future[Any] | None:
+        """The thread of the cut-off call that ``call`` makes again, if ``call`` says it is
+        one (``retry_of``: a replay or resume matched that call's failed line) and it is still
+        running or has returned: the retry gets its outcome, and the function runs once. A
+        call that raised, or is not the same call, is made again."""
+        retry_of = call.get("retry_of")
+        if not (isinstance(retry_of, list) and len(retry_of) == 2):
+            return None
+        kept = self._cut_off.get((str(retry_of[0]), retry_of[1]))
+        if kept is None or kept[:2] != (call.get("tool"), _canonical(call.get("arguments"))):
+            return None
+        running = kept[2]
+        if running.done() and (running.cancelled() or running.exception() is not None):
+            return None
+        log.info("host tool %r: given the outcome of cut-off call %s", call.get("tool"), retry_of)
+        return running
+
+    def _keep_cut_off(self, call: dict[str, Any], running: asyncio.Future[Any]) -> None:
+        program, k = call.get("program"), call.get("k")
+        if program is None or not isinstance(k, int):
+            return
+        key = (str(program), k)
+        self._cut_off[key] = (str(call.get("tool")), _canonical(call.get("arguments")), running)
+        self._cut_off.move_to_end(key)
+        while len(self._cut_off) > _CUT_OFF_KEPT:
+            self._cut_off.popitem(last=False)
 
     def _returned_late(
         self, call: dict[str, Any], done: asyncio.Future[Any], completed: Completed | None
@@ -244,6 +284,11 @@ class HostTools:
         except _Refused:
             return  # not a result the program could have had
         completed(call, result)
+
+
+def _canonical(arguments: Any) -> str:
+    """``arguments`` as one string, the same for the same JSON value."""
+    return json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=repr)
 
 
 def _in_worker(tool: HostTool, arguments: dict[str, Any]) -> Any:

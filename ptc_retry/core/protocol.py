@@ -57,7 +57,9 @@ def tool_request(calls: list[dict[str, Any]]) -> str:
     Each call is ``{"id": int, "tool": str, "arguments": {...}, "program": str | None,
     "k": int}``; ids are unique within the batch. ``program`` (the call id of the running
     program, None when it has no checkpoint) and ``k`` (the call's place among its calls)
-    name the recording line the call gets: see ``host_result``.
+    name the recording line the call gets: see ``host_result``. A call that a replay makes
+    again because its recorded line failed also has ``"retry_of": [program, k]``, that line:
+    the host may still be running it (its program stopped while it waited).
     """
     return TOOL_PROMPT + json.dumps({"calls": calls}, ensure_ascii=False)
 

@@ -84,6 +84,10 @@ class CallRecord:
     #: that call's result is reused, this one is not made, and when it goes live (it failed,
     #: or its code changed), this one is matched on its own.
     within: int | None = None
+    #: ``[call id, k]`` of the recorded failed call that this live call makes again, when a
+    #: replay matched one: the host may still be running that call (its program stopped
+    #: while it waited), and then gives this one its outcome instead of calling again.
+    retry_of: list[Any] | None = None
 
     def matches(self, line: dict[str, Any]) -> bool:
         """Whether ``line`` (a recorded call) is this call: same tool and arguments."""
@@ -251,6 +255,9 @@ class Reuse:
             self._ended = True
         else:
             self._next = failure + 1
+            # A line carried from another program names its call there by another k.
+            if record.retry_of is None and "reused_from" not in calls[failure]:
+                record.retry_of = [self.call_id, calls[failure].get("k")]
         return None
 
     def count(self, source: str | None) -> None:

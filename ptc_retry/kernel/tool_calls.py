@@ -236,15 +236,16 @@ class ProgramCalls:
         for index, call in enumerate(batch):
             record = call.record
             call.index = index
-            calls.append(
-                {
-                    "id": index,
-                    "tool": record.tool,
-                    "arguments": record.arguments,
-                    "program": program,
-                    "k": record.k,
-                }
-            )
+            entry = {
+                "id": index,
+                "tool": record.tool,
+                "arguments": record.arguments,
+                "program": program,
+                "k": record.k,
+            }
+            if record.retry_of is not None:
+                entry["retry_of"] = record.retry_of
+            calls.append(entry)
         sent = _Sent(stdin, route, batch)
         for call in batch:
             call.sent = sent
