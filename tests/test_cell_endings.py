@@ -241,3 +241,33 @@ def test_an_error_whose_message_holds_a_lone_surrogate_is_shown_with_its_notice(
     assert replayed.status == "ok", replayed.error
     assert replayed.stdout == "'bad \\ud83d'\n"
     assert_next_cell_is_a_call(kernel, root)
+
+
+@pytest.mark.parametrize("label", ["bad", "bad \\ud83d"], ids=["plain", "lone surrogate"])
+def test_an_exception_group_is_the_error_output_with_its_notice(
+    kernel: Kernel, root: Path, label: str
+) -> None:
+    # IPython prints a group to stderr with the standard library, past the error output.
+    call_id = f"group_{next(_probes)}"
+    cell = (
+        "import sys\n"
+        "if sys.version_info < (3, 11):\n"
+        "    from exceptiongroup import ExceptionGroup\n"
+        f"label = '{label}'\n"
+        "raise ExceptionGroup('checks', [ValueError(label), KeyError('sku')])\n"
+    )
+
+    failed = kernel.execute(cell, {"call_id": call_id}, timeout=30)
+
+    assert failed.error is not None, failed.stderr
+    assert (failed.error["ename"], failed.error["evalue"]) == (
+        "ExceptionGroup",
+        "checks (2 sub-exceptions)",
+    )
+    shown = "\n".join(failed.error["traceback"])
+    assert f"ValueError: {label}" in shown and "KeyError: 'sku'" in shown
+    assert "interactiveshell.py" not in shown  # IPython's own frame is left out
+    assert failed.error["traceback"][-1] == failed.ptc["notice"]
+    assert failed.stderr == ""
+    assert line_of(root / "endings", call_id)["ename"] == "ExceptionGroup"
+    assert_next_cell_is_a_call(kernel, root)

@@ -45,6 +45,7 @@ from .tracebacks import (
     own_lines_only,
     sendable,
     sendable_error,
+    show_groups_as_errors,
 )
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class PtcRetryExtension:
         self._refuser = Refuser(shell)
         self._replaced_showtraceback: Any = None
         self._had_own_showtraceback = False
+        self._undo_groups: Any = lambda: None
         self._magics: PtcRetryMagics | None = None
         self.tool_catalogs = Catalogs(call_host_tool)
         self.stdin: StdinChannel | None = None
@@ -547,6 +549,7 @@ class PtcRetryExtension:
         self._replaced_showtraceback = shell._showtraceback
         # IPython offers no hook for the formatted traceback: this instance's method is it.
         shell._showtraceback = self.show_traceback  # type: ignore[method-assign]
+        self._undo_groups = show_groups_as_errors(shell)
         shell.configurables.append(self.config)
         shell.user_ns["ptc_retry"] = self.api
         shell.user_ns_hidden["ptc_retry"] = self.api
@@ -573,6 +576,7 @@ class PtcRetryExtension:
             # Its post_run_cell will not come: record it now, or it would stay unfinished.
             if running.call is not None:
                 self.checkpoints.finish(running.call, "ok", kernel=KERNEL_TOKEN)
+        self._undo_groups()
         if shell.__dict__.get("_showtraceback") == self.show_traceback:
             if self._had_own_showtraceback:
                 shell._showtraceback = self._replaced_showtraceback  # type: ignore[method-assign]

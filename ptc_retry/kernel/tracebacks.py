@@ -4,9 +4,12 @@ running, and the traceback without ptc-retry's own frames where they would show.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
+import sys
+import traceback
 import types
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from ..core.guard import failure_key
 from ..core.program import statement_spans
@@ -15,6 +18,16 @@ from .running import Failure, Running
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
+
+
+def _group_types() -> tuple[type, ...]:
+    """The exception-group base class: a builtin from Python 3.11, before that the backport
+    IPython imports (``exceptiongroup``)."""
+    group = getattr(builtins, "BaseExceptionGroup", None)
+    if group is None:
+        group = getattr(sys.modules.get("exceptiongroup"), "BaseExceptionGroup", None)
+    return (group,) if isinstance(group, type) else ()
+
 
 # The file name of the program a replay runs: what its frames and syntax errors show.
 _REPLAY_PREFIX = "<ptc-retry "
@@ -175,3 +188,85 @@ def sendable_error(error: BaseException) -> BaseException:
     stand_in.__module__ = type(error).__module__
     stand_in.__qualname__ = type(error).__qualname__
     return stand_in(escaped)
+
+
+def show_groups_as_errors(shell: InteractiveShell) -> Callable[[], None]:
+    """Make ``shell`` show an exception group (``asyncio.TaskGroup``, ``ExceptionGroup``) as
+    the error output, so that its notice follows; returns what undoes it.
+
+    IPython's own formatter does not handle groups: its ``showtraceback`` prints them with
+    the standard library to stderr instead, past ``_showtraceback``, so the client gets no
+    error output and the model no notice. They are formatted the same way here (without
+    IPython's own frames) and handed to ``_showtraceback`` as any traceback is.
+    """
+    had_own = "showtraceback" in shell.__dict__
+    replaced = shell.showtraceback
+
+    def showtraceback(
+        exc_tuple: Any = None,
+        filename: str | None = None,
+        tb_offset: int | None = None,
+        exception_only: bool = False,
+        running_compiled_code: bool = False,
+    ) -> None:
+        group = None if exception_only else _group_of(shell, exc_tuple)
+        if group is None:
+            replaced(
+                exc_tuple=exc_tuple,
+                filename=filename,
+                tb_offset=tb_offset,
+                exception_only=exception_only,
+                running_compiled_code=running_compiled_code,
+            )
+            return
+        etype, value, tb = group
+        text = "".join(traceback.format_exception(etype, value, _program_frames(tb)))
+        try:
+            shell._showtraceback(etype, value, text.rstrip("\n").split("\n"))
+            if shell.call_pdb:
+                shell.debugger(force=True)
+        except KeyboardInterrupt:
+            print("\n" + shell.get_exception_only(), file=sys.stderr)
+
+    shell.showtraceback = showtraceback  # type: ignore[method-assign]
+
+    def undo() -> None:
+        if shell.__dict__.get("showtraceback") is showtraceback:
+            if had_own:
+                shell.showtraceback = replaced  # type: ignore[method-assign]
+            else:
+                del shell.showtraceback
+
+    return undo
+
+
+def _program_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
+    """``tb`` without IPython's frames and the ptc-retry frames IPython would hide."""
+    kept = []
+    while tb is not None:
+        frame = tb.tb_frame
+        if not (str(frame.f_globals.get("__name__")).startswith("IPython.") or _own_hidden(frame)):
+            kept.append(tb)
+        tb = tb.tb_next
+    trimmed = None
+    for entry in reversed(kept):
+        trimmed = types.TracebackType(trimmed, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return trimmed
+
+
+def _group_of(shell: InteractiveShell, exc_tuple: Any) -> tuple[type, BaseException, Any] | None:
+    """The exception IPython is about to show, when it is (or was raised while handling)
+    an exception group; None otherwise, and when there is none to show."""
+    groups = _group_types()
+    if not groups:
+        return None
+    try:
+        etype, value, tb = shell._get_exc_info(exc_tuple)
+    except ValueError:
+        return None
+    seen: BaseException | None = value
+    while seen is not None:
+        if isinstance(seen, groups):
+            return etype, value, tb
+        seen = seen.__context__
+    return None
