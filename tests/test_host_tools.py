@@ -931,3 +931,41 @@ def test_the_kernel_dying_during_a_tool_call_cancels_it(
     assert host.cancelled["hang"] == before + 1
     after = run(backend.run_code("await tools.add(a=3)", call_id="call_x2", timeout=20))
     assert after.value == "5"
+
+
+def test_every_cut_off_call_still_running_is_kept_for_its_retry() -> None:
+    # More cut-off sync calls than the host keeps of those that returned (32), all still
+    # running or waiting for a worker thread: the retry of each is given its outcome.
+    made: Counter[int] = Counter()
+    let_go = threading.Event()
+
+    def charge(order: int) -> str:
+        """Charge an order."""
+        made[order] += 1
+        let_go.wait(10)
+        return f"receipt {order}"
+
+    host = HostTools()
+    host.register(charge)
+    calls = [
+        {"id": i, "tool": "charge", "arguments": {"order": i}, "program": "call_1", "k": i + 1}
+        for i in range(48)
+    ]
+    retries = [dict(call, program="call_2", retry_of=["call_1", call["k"]]) for call in calls]
+
+    async def cut_off_then_retry() -> list[dict[str, Any]]:
+        first = asyncio.ensure_future(host.answer(calls))
+        await asyncio.sleep(0.2)
+        first.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await first
+        retried = asyncio.ensure_future(host.answer(retries))
+        await asyncio.sleep(0.2)
+        let_go.set()
+        return await retried
+
+    answers = asyncio.run(asyncio.wait_for(cut_off_then_retry(), 30))
+
+    assert [answer["result"] for answer in answers] == [f"receipt {i}" for i in range(48)]
+    assert all(answer.get("joined") is True for answer in answers)
+    assert made == {i: 1 for i in range(48)}

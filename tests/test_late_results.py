@@ -53,6 +53,7 @@ class Shop:
 
     def __init__(self) -> None:
         self.calls: Counter[str] = Counter()
+        self.orders: Counter[int] = Counter()  # charges, by order
         self.kernel_pid: int | None = None
         self.first_slow: set[str] = set()  # tools whose next call is slow (and maybe fails)
         self.let_go = threading.Event()
@@ -65,14 +66,16 @@ class Shop:
     def charge(self, order: int, seconds: float) -> str:
         """Charge an order (a slow payment API)."""
         self.calls["charge"] += 1
+        self.orders[order] += 1
         time.sleep(seconds)
         return f"receipt {order}"
 
-    def pay(self, order: int) -> str:
-        """Pay an order; the kernel dies just before the result goes back."""
+    def pay(self, order: int, seconds: float = 0) -> str:
+        """Pay an order; the kernel dies, ``seconds`` before the result goes back."""
         self.calls["pay"] += 1
         assert self.kernel_pid is not None
         os.kill(self.kernel_pid, signal.SIGKILL)
+        time.sleep(seconds)
         return f"paid {order}"
 
     async def reserve(self, item: str) -> str:
@@ -178,21 +181,93 @@ def test_resumes_each_shorter_than_a_running_sync_call_make_it_once(
     shop.calls.clear()
     code = program(
         "logged = await tools.note(text='checkout 12')",
-        "receipt = await tools.charge(order=12, seconds=4)",
+        "receipt = await tools.charge(order=12, seconds=8)",
         "print(logged, receipt)",
     )
     text = run(call(backend, raw(code), "call_s0", timeout=1))
-    statuses = []
-    for attempt in range(1, 9):
-        assert backend.last_result is not None
-        statuses.append(backend.last_result.status)
-        if backend.last_result.status == "ok":
-            break
-        text = run(call(backend, raw(offered(text)), f"call_s{attempt}", timeout=1))
 
-    assert text.startswith("noted checkout 12 receipt 12"), (statuses, text)
+    *statuses, text = resumed_until_ok(backend, text, run, "call_s")
+
+    assert "noted checkout 12 receipt 12" in text.splitlines(), (statuses, text)
     assert statuses[:2] == ["timeout", "timeout"]  # the first resume did start too soon
     assert shop.calls == {"note": 1, "charge": 1}
+    # Whether the last one resumed or ran the whole program (max_resumes_per_turn), it made
+    # no call live: the charge's outcome was the earlier call's.
+    assert "tool result" in text and "reused" in text and "0 calls made live" in text, text
+
+
+def resumed_until_ok(kb: KernelBackend, text: str, run: Run[Any], name: str) -> list[str]:
+    """Send the resume each stopped program's text offers, every one with a 1 s limit, until
+    one runs to its end; the statuses on the way, the last text last."""
+    statuses = []
+    for attempt in range(1, 12):
+        assert kb.last_result is not None
+        statuses.append(kb.last_result.status)
+        if kb.last_result.status == "ok":
+            return [*statuses, text]
+        text = run(call(kb, raw(offered(text)), f"{name}_{attempt}", timeout=1))
+    raise AssertionError(f"no resume ran to its end: {statuses}")
+
+
+def test_a_gather_of_more_slow_calls_than_are_kept_makes_each_once(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    # More calls still running (or queued for a worker thread) than the host keeps of
+    # those that returned (32).
+    shop.calls.clear()
+    shop.orders.clear()
+    code = program(
+        "import asyncio",
+        "receipts = await asyncio.gather(*[tools.charge(order=i, seconds=1) for i in range(48)])",
+        "print(len(set(receipts)))",
+    )
+    text = run(call(backend, raw(code), "call_m0", timeout=1))
+
+    *statuses, text = resumed_until_ok(backend, text, run, "call_m")
+
+    assert "48" in text.splitlines(), (statuses, text)
+    assert shop.calls == {"charge": 48}
+    assert shop.orders == {i: 1 for i in range(48)}
+
+
+def test_a_replay_of_a_resume_that_skipped_a_failed_call_gets_its_late_result(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    # #1 gives up on a slow charge and fails later; the fix resumes it (#2), which skips the
+    # charge's statement and carries its failed line; the charge then returns on the host.
+    # A fix of #2 must not charge again, and must say that nothing was made live.
+    shop.calls.clear()
+    code = program(
+        "import asyncio, time",
+        "try:",
+        "    receipt = await asyncio.wait_for(tools.charge(order=13, seconds=4), 0.3)",
+        "except asyncio.TimeoutError:",
+        "    receipt = 'pending'",
+        "time.sleep(0.5)",
+        "print(receipt, undefined_a)",
+        "print(undefined_b)",
+    )
+    run(call(backend, raw(code), "call_c1"))
+    fix = (
+        'await ptc_retry.replay("call_c1", "print(receipt, undefined_a)", "print(receipt)",'
+        " resume=True)"
+    )
+    # A short limit: the resume starts before the charge has returned (it waits at most 1 s).
+    run(call(backend, raw(fix), "call_c2", timeout=1))
+    assert shop.calls == {"charge": 1}
+    run(asyncio.sleep(4))  # the charge has returned by now
+
+    fixed = run(
+        call(
+            backend,
+            raw('await ptc_retry.replay("call_c2", "print(undefined_b)", "print(1)")'),
+            "call_c3",
+        )
+    )
+
+    assert backend.last_result is not None and backend.last_result.status == "ok", fixed
+    assert "receipt 13" in fixed and "0 calls made live" in fixed, fixed
+    assert shop.calls == {"charge": 1}
 
 
 def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
@@ -331,6 +406,31 @@ def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
     assert shop.calls == {"note": 1, "pay": 1}
     (line,) = late_lines(backend, "call_k1")
     assert (line["k"], line["tool"], line["statement"]) == (2, "pay", None)
+
+
+def test_a_slow_call_running_when_the_kernel_dies_is_made_once_by_short_resumes(
+    backend: KernelBackend, shop: Shop, run: Run[Any]
+) -> None:
+    """Also kills the kernel. The call's line was never written (the kernel died while it
+    ran), so the resume knows it only by its place after the recorded calls."""
+    shop.calls.clear()
+    pid = run(backend.run_code("import os\nos.getpid()", call_id="call_pid2")).value
+    shop.kernel_pid = int(pid or 0)
+    code = program(
+        "logged = await tools.note(text='order 11')",
+        "paid = await tools.pay(order=11, seconds=8)",
+        "print(logged, paid)",
+    )
+    died = run(call(backend, raw(code), "call_d0"))
+    assert backend.last_result is not None and backend.last_result.status == "died", died
+    shop.kernel_pid = None
+    text = run(call(backend, raw(offered(died)), "call_d1", timeout=1))
+
+    *statuses, text = resumed_until_ok(backend, text, run, "call_d")
+
+    assert "noted order 11 paid 11" in text, (statuses, text)
+    assert statuses[0] == "timeout"  # the first resume started while the payment ran
+    assert shop.calls == {"note": 1, "pay": 1}
 
 
 # -- the kernel's rules ----------------------------------------------------------------------

@@ -25,7 +25,7 @@ log = logging.getLogger(__name__)
 #: ``completed(call, result)``: told of each call whose function returned a JSON result.
 Completed = Callable[[dict[str, Any], Any], None]
 
-#: How many cut-off sync calls are kept for a replay that makes one of them again.
+#: How many cut-off sync calls that returned are kept for a replay that makes one again.
 _CUT_OFF_KEPT = 32
 
 #: JSON schema types, as a signature line shows them (and as the checks name them).
@@ -171,14 +171,21 @@ class HostTools:
 
     async def _answer(self, call: dict[str, Any], completed: Completed | None) -> dict[str, Any]:
         call_id = call.get("id")
+        earlier = self._made_before(call)
         try:
-            result = await self._call(call, completed)
+            if earlier is None:
+                result = await self._call(call, completed)
+            else:
+                result = await self._join(earlier, call, completed)
         except _Refused as refused:
             # A message may quote what the tool said, lone surrogates and all.
             return {"id": call_id, "ok": False, "error": sendable_text(str(refused))}
         if completed is not None:
             completed(call, result)
-        return {"id": call_id, "ok": True, "result": result}
+        answer = {"id": call_id, "ok": True, "result": result}
+        if earlier is not None:  # the kernel counts it as reused, not made live
+            answer["joined"] = True
+        return answer
 
     async def _call(self, call: dict[str, Any], completed: Completed | None) -> Any:
         name, arguments = call.get("tool"), call.get("arguments")
@@ -227,9 +234,35 @@ class HostTools:
         neither the loop nor the other calls of its batch waiting. A thread cannot be
         stopped: when the batch is cancelled the function runs on, and what it returns
         still goes to ``completed`` (the host did make that call)."""
-        running = self._made_before(call)
-        if running is None:
-            running = asyncio.ensure_future(asyncio.to_thread(_in_worker, tool, arguments))
+        running = asyncio.ensure_future(asyncio.to_thread(_in_worker, tool, arguments))
+        return await self._thread(running, call, completed)
+
+    async def _join(
+        self, earlier: asyncio.Future[Any], call: dict[str, Any], completed: Completed | None
+    ) -> Any:
+        """What ``earlier`` returns: the thread of the cut-off call that ``call`` makes again.
+        _Refused with what it raised, as for any call."""
+        log.info(
+            "host tool %r: given the outcome of cut-off call %s",
+            call.get("tool"),
+            call.get("retry_of"),
+        )
+        try:
+            result = await self._thread(earlier, call, completed)
+            if inspect.isawaitable(result):
+                result = await result
+        except (asyncio.CancelledError, _Refused):
+            raise
+        except BaseException as exc:
+            raise _Refused(_raised(exc)) from None
+        _check_result(result)
+        return result
+
+    async def _thread(
+        self, running: asyncio.Future[Any], call: dict[str, Any], completed: Completed | None
+    ) -> Any:
+        """Await ``running``, a sync function's thread, for ``call``; when the batch is
+        cancelled, the thread is kept for a retry and what it returns still completes."""
         try:
             return await asyncio.shield(running)
         except asyncio.CancelledError:
@@ -247,13 +280,16 @@ class HostTools:
         retry_of = call.get("retry_of")
         if not (isinstance(retry_of, list) and len(retry_of) == 2):
             return None
+        name = call.get("tool")
+        tool = self._tools.get(name) if isinstance(name, str) else None
+        if tool is None or tool.is_async:  # an async call is cancelled with its batch
+            return None
         kept = self._cut_off.get((str(retry_of[0]), retry_of[1]))
         if kept is None or kept[:2] != (call.get("tool"), _canonical(call.get("arguments"))):
             return None
         running = kept[2]
         if running.done() and (running.cancelled() or running.exception() is not None):
             return None
-        log.info("host tool %r: given the outcome of cut-off call %s", call.get("tool"), retry_of)
         return running
 
     def _keep_cut_off(self, call: dict[str, Any], running: asyncio.Future[Any]) -> None:
@@ -263,8 +299,10 @@ class HostTools:
         key = (str(program), k)
         self._cut_off[key] = (str(call.get("tool")), _canonical(call.get("arguments")), running)
         self._cut_off.move_to_end(key)
-        while len(self._cut_off) > _CUT_OFF_KEPT:
-            self._cut_off.popitem(last=False)
+        # Every call still running is kept; of those that returned, the latest few.
+        returned = [stale for stale, (_, _, thread) in self._cut_off.items() if thread.done()]
+        for key in returned[: max(0, len(returned) - _CUT_OFF_KEPT)]:
+            del self._cut_off[key]
 
     def _returned_late(
         self, call: dict[str, Any], done: asyncio.Future[Any], completed: Completed | None

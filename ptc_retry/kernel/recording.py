@@ -157,6 +157,14 @@ class RecordedCalls:
             before.append(line)
         return before, [], self.complete
 
+    def next_k(self, start: int) -> int | None:
+        """The ``k`` of the program's first call that has no line, when the lines are known
+        to be all there were up to it (and, for a run from ``start``, which side of it each
+        is on); None otherwise."""
+        if not self.complete or (start > 0 and not self.split(start)[2]):
+            return None
+        return len(self.lines) + 1
+
     def from_statement(self, start: int) -> list[dict[str, Any]]:
         """The calls a run that starts at top-level statement ``start`` may be matched
         against, in order; none when it is unsure which ones those are."""
@@ -215,6 +223,7 @@ class Reuse:
         call_id: str,
         source: str,
         fresh: bool = False,
+        next_k: int | None = None,
     ) -> None:
         self.call_id = call_id
         self.source = source
@@ -222,6 +231,10 @@ class Reuse:
         self._calls = [] if fresh else list(calls)
         self._next = 0
         self._ended = not self._calls
+        #: The ``k`` the replayed program's next call after its recorded ones had, when its
+        #: recording is whole: a call past them may be one whose line was never written
+        #: (its kernel died while it ran), which the host may still be running.
+        self._unrecorded = None if fresh else next_k
         #: The lines of the calls made within the recorded call ``take`` last gave a result.
         self.inner: list[dict[str, Any]] = []
         #: The calls made while this replay ran, whichever replay's recording gave a result.
@@ -234,6 +247,7 @@ class Reuse:
         None: it goes live. Moves this replay's place in its recording either way."""
         self.inner = []
         if self._ended:
+            self._past_recording(record)
             return None
         calls, first = self._calls, self._next
         success = first
@@ -253,12 +267,24 @@ class Reuse:
         failure = next((i for i in range(first, success) if record.matches(calls[i])), None)
         if failure is None:  # when in doubt, go live
             self._ended = True
+            if success < len(calls):  # it differs from a recorded call: no place to follow
+                self._unrecorded = None
+            else:
+                self._past_recording(record)
         else:
             self._next = failure + 1
-            # A line carried from another program names its call there by another k.
-            if record.retry_of is None and "reused_from" not in calls[failure]:
-                record.retry_of = [self.call_id, calls[failure].get("k")]
+            if record.retry_of is None:
+                record.retry_of = origin(calls[failure], self.call_id)
         return None
+
+    def _past_recording(self, record: CallRecord) -> None:
+        """``record`` comes after every recorded call: it may be the call of the replayed
+        program that was running, unrecorded, when its kernel died."""
+        if self._unrecorded is None:
+            return
+        if record.retry_of is None:
+            record.retry_of = [self.call_id, self._unrecorded]
+        self._unrecorded += 1
 
     def count(self, source: str | None) -> None:
         """A call was made while this replay ran: reused from ``source``, or live (None)."""
@@ -281,6 +307,15 @@ class Reuse:
             f"ptc-retry: {self.reused} tool {results} reused from {sources}; "
             f"{self.live} {calls} made live."
         )
+
+
+def origin(line: dict[str, Any], call_id: str) -> list[Any]:
+    """``[call id, k]`` of the call that ``line`` (of ``call_id``'s recording) records where
+    it was made: a line a resume carried from another program says its origin there."""
+    carried = line.get("origin")
+    if isinstance(carried, list) and len(carried) == 2:
+        return carried
+    return [call_id, line.get("k")]
 
 
 def _past_inner(calls: Sequence[dict[str, Any]], index: int) -> int:
@@ -331,3 +366,10 @@ class Reuses:
         for reuse in self._running:
             reuse.count(source)
         return found
+
+    def joined(self, source: str) -> None:
+        """A call counted live was given the outcome of an earlier call of ``source`` by the
+        host instead: it counts as reused from there."""
+        for reuse in self._running:
+            reuse.live -= 1
+            reuse.count(source)

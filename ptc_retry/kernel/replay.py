@@ -230,6 +230,7 @@ class Replay:
             call_id=call_id,
             source=store.reference_of(call_id) or call_id,
             fresh=self.fresh,
+            next_k=recorded.next_k(start),
         )
         namespace = shell.user_ns
         program = run_program(corrected, filename, namespace, transformed=transformed, start=start)

@@ -29,7 +29,7 @@ from ..core.program import statement_spans
 from ..core.protocol import ToolCancel, parse_tool_reply, tool_cancel, tool_request
 from .catalog import NO_BACKEND
 from .host import Host, current_host
-from .recording import CallRecord, RecordedCalls, Reuses
+from .recording import CallRecord, RecordedCalls, Reuses, origin
 from .stdin import EOF, Answer, Request, Route, StdinChannel
 from .tracebacks import cell_text
 
@@ -133,6 +133,7 @@ class ProgramCalls:
             renumbered[line.get("k")] = self._count
             if call is not None:
                 carried = dict(line, k=self._count, reused=True, reused_from=call_id)
+                carried["origin"] = origin(line, call_id)
                 if "within" in line:
                     carried["within"] = renumbered.get(line["within"])
                 self._host.checkpoints.record_tool_call(call, carried)
@@ -282,6 +283,8 @@ class ProgramCalls:
 
     def _settle(self, call: _Call, reply: dict[str, Any] | None) -> None:
         if reply is not None and reply.get("ok") is True and "result" in reply:
+            if reply.get("joined") is True:
+                self._joined(call.record)
             self.finish(call.record, result=reply["result"])
             call.future.set_result(reply["result"])
             return
@@ -289,6 +292,19 @@ class ProgramCalls:
         if not isinstance(error, str):
             error = "the backend's reply holds no result for this call"
         self._fail(call, error)
+
+    def _joined(self, record: CallRecord) -> None:
+        """The host gave ``record`` (a call that a replay makes again) the outcome of the
+        earlier call it names, instead of running the function again: it counts as reused
+        from that call's program, and its line says where its result came from."""
+        program = record.retry_of[0] if record.retry_of else None
+        if not isinstance(program, str):
+            return
+        record.reused_from = program
+        self.live -= 1
+        self.reused += 1
+        store = self._host.checkpoints.store
+        self.reuses.joined((store.reference_of(program) if store else None) or program)
 
     def _fail(self, call: _Call, error: str) -> None:
         self.finish(call.record, error=error)
