@@ -30,17 +30,15 @@ from ..core.notice import (
     prompt_section,
 )
 from ..core.partial import CutArguments, CutPlace, cut_arguments
-from ..core.patch import format_path
 from ..core.store import Call
 from ..core.warn import WarnOnce
 from .definitions import EDIT_TOOL, first_paragraph, signature_schema, tool_definitions
 from .edit import decode_arguments, prepare_edit
 from .journal import Position, ToolJournal, arguments_text
 from .partial import CUT_NO_TARGET, cut_saved_notice, cut_unsaved_notice, partial_notice
+from .results import ToolResult, as_text, describe_failure, likely_field
 
-__all__ = ["NativeTools", "ToolFailure", "ToolResult", "current_call"]
-
-_MAX_DEPTH = 32  # how deep the notice looks for the longest string; deeper is not worth it
+__all__ = ["NativeTools", "current_call"]
 
 ToolFunction = Callable[..., Any]
 Arguments = Union[str, Mapping[str, Any]]  # raw JSON text, or an already decoded object
@@ -58,34 +56,6 @@ def current_call() -> Call | None:
     replay it is the edit call, whose checkpoint holds the patched arguments.
     """
     return _current.get()
-
-
-class ToolFailure(Exception):
-    """Raise it from a tool to fail with exactly ``text`` as the result the model reads.
-
-    Any other exception reads ``<ExceptionName>: <message>``. ``ename`` goes to the
-    history line (default ``"ToolFailure"``).
-    """
-
-    def __init__(self, text: str, *, ename: str | None = None) -> None:
-        super().__init__(text)
-        self.text = text
-        self.ename = ename or type(self).__name__
-
-
-@dataclass
-class ToolResult:
-    """What one direct call, replay or cut-off call produced; ``text`` is what the model reads."""
-
-    text: str
-    status: str  # "ok" or "error"; "partial" for a cut-off call that was saved (nothing ran)
-    tool: str  # the tool that ran or was asked for; for a replay, the original tool
-    call_id: str | None  # the journal id; None when the arguments could not be saved
-    checkpoint: Path | None  # by-id/<call_id>.json
-    notice: str | None = None  # the native notice, already at the end of ``text``
-    ename: str | None = None
-    replay_of: str | None = None  # for a replay: the id of the call it re-ran
-    extend_of: str | None = None  # for a completion: the id of the cut-off call it completed
 
 
 @dataclass
@@ -412,10 +382,10 @@ class NativeTools:
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
-            ename, text = _describe_failure(exc)
+            ename, text = describe_failure(exc)
             notice = None
             if call is not None and call.bytes >= self.notice_min_bytes:
-                notice = native_failure_notice(call.id, field=_likely_field(arguments))
+                notice = native_failure_notice(call.id, field=likely_field(arguments))
                 text = f"{text}\n{notice}"
             self._finish(call, "error", ename)
             return ToolResult(text, "error", name, *_where(call), notice, ename)
@@ -425,7 +395,7 @@ class NativeTools:
         finally:
             _current.reset(token)
         self._finish(call, "ok", None)
-        return ToolResult(_as_text(value), "ok", name, *_where(call))
+        return ToolResult(as_text(value), "ok", name, *_where(call))
 
     async def _edit(
         self, raw: str, call: Call | None, functions: Mapping[str, ToolFunction]
@@ -523,47 +493,6 @@ def _missing(cut: CutArguments, declared: list[str], closed: bool) -> list[str]:
     # A key a closed schema does not declare is not missing; an open one may take it.
     missing = [key] if key is not None and (not closed or key in declared) else []
     return missing + [name for name in declared if name not in cut.values and name != key]
-
-
-def _describe_failure(exc: Exception) -> tuple[str, str]:
-    """``(ename, text)``: the model reads ``ename: message``, or a ToolFailure's own text."""
-    if isinstance(exc, ToolFailure):
-        return exc.ename, exc.text
-    ename = type(exc).__name__
-    message = str(exc)
-    return ename, f"{ename}: {message}" if message else ename
-
-
-def _as_text(value: Any) -> str:
-    """A tool's return value as the model reads it: a str as is, anything else as JSON."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):  # e.g. a circular structure
-        return str(value)
-
-
-def _likely_field(arguments: dict[str, Any]) -> str:
-    """The path of the longest string in ``arguments``: where a small fix most likely goes."""
-    best: tuple[int, tuple[str | int, ...]] = (-1, ())
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(arguments, ())]
-    while stack:
-        value, path = stack.pop()
-        if isinstance(value, str):
-            if path and len(value) > best[0]:
-                best = (len(value), path)
-        elif len(path) < _MAX_DEPTH:
-            if isinstance(value, dict):
-                items: list[tuple[Any, tuple[str | int, ...]]] = [
-                    (v, (*path, str(k))) for k, v in value.items()
-                ]
-            elif isinstance(value, list):
-                items = [(v, (*path, i)) for i, v in enumerate(value)]
-            else:
-                continue
-            stack.extend(reversed(items))  # so ties go to the first in document order
-    return format_path(best[1]) if best[1] else "<field>"
 
 
 def _where(call: Call | None) -> tuple[str | None, Path | None]:
