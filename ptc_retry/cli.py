@@ -26,7 +26,7 @@ from .commands import (
     run_show,
     run_stats,
 )
-from .core.fs import default_root
+from .core.root import default_root
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,10 +18,10 @@ import time
 from pathlib import Path
 
 from .core.errors import BackendError, CheckpointError, StoreError
-from .core.fs import default_root
 from .core.history_table import format_history, format_tool_calls
 from .core.layout import line_text, sanitize
 from .core.notice import prompt_section
+from .core.root import default_root
 from .core.session_files import session_in_use
 from .sessions import (
     SessionReader,
