@@ -178,6 +178,17 @@ def _add_mcp_command(commands: argparse._SubParsersAction) -> None:
         "after the server ends: `ptc-retry history` lists them. Needs the mcp extra: "
         "pip install 'ptc-retry[mcp]'. Manual: docs/mcp.md.",
     )
+    _add_http_options(mcp)
+    _add_kernel_options(mcp)
+    _add_program_options(mcp)
+    from .mcp.upstream import add_upstream_arguments
+
+    add_upstream_arguments(mcp)
+    mcp.set_defaults(run=run_mcp)
+
+
+def _add_http_options(mcp: argparse.ArgumentParser) -> None:
+    """``--http`` and the limits of the sessions it serves."""
     mcp.add_argument(
         "--http",
         metavar="HOST:PORT",
@@ -200,6 +211,10 @@ def _add_mcp_command(commands: argparse._SubParsersAction) -> None:
         help="HTTP: sessions (kernels) open at once; a new one beyond is refused with "
         "HTTP 503 (default 16)",
     )
+
+
+def _add_kernel_options(mcp: argparse.ArgumentParser) -> None:
+    """Which kernel each session starts, where, and where its programs are saved."""
     mcp.add_argument(
         "--gateway-url",
         metavar="URL",
@@ -219,6 +234,10 @@ def _add_mcp_command(commands: argparse._SubParsersAction) -> None:
         type=Path,
         help="where programs are saved (default: $PTC_RETRY_ROOT, else <tempdir>/ptc-retry-<uid>)",
     )
+
+
+def _add_program_options(mcp: argparse.ArgumentParser) -> None:
+    """How long a program may run, and how often the host hears of one that runs."""
     mcp.add_argument(
         "--timeout",
         metavar="SECONDS",
@@ -233,10 +252,6 @@ def _add_mcp_command(commands: argparse._SubParsersAction) -> None:
         help="while a program runs, send the host a progress notification with the end of "
         "what it printed this often, when the host asked for progress (default 5)",
     )
-    from .mcp.upstream import add_upstream_arguments
-
-    add_upstream_arguments(mcp)
-    mcp.set_defaults(run=run_mcp)
 
 
 # -- reading and cleaning sessions -------------------------------------------------------------
