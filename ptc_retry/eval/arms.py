@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -196,10 +197,7 @@ class Arm:
         the fix messages: each holds the next try for every program not yet fixed."""
         backend = self.backend
         backend.new_turn()  # each scenario is a new instruction from the user
-        for relative, text in scenario.files.items():
-            path = self.cwd / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(text, encoding="utf-8")
+        self._write_files(scenario)
         outcome = ArmOutcome(self.name, "re-send")
         numbers = iter(range(1, 100))
 
@@ -235,25 +233,16 @@ class Arm:
         if scenario.restart:
             await backend.restart()
             outcome.restarted = True
-        last: dict[int, ModelCall] = {}  # each program's latest fix
-        pending = list(range(len(programs)))
-        tries = 0
-        while pending:
-            step = backend.next_step()  # one model message: a try for each program not fixed
-            for index in pending:
-                role, code = plans[index][tries]
-                last[index] = await send(code, role, step)
-            tries += 1
-            pending = [i for i in pending if last[i].status != "ok" and tries < len(plans[i])]
-        for index, program in enumerate(programs):
-            call = last[index]
-            if call.status != "ok":
-                outcome.problem = f"the fix ended with {call.status} ({call.ename})"
-            elif not same_value(call.value, program.expected):
-                outcome.problem = f"the fix returned {call.value!r}, expected {program.expected!r}"
-            if outcome.problem is not None:
-                break
+        last = await _send_fixes(plans, send, backend)
+        outcome.problem = _fix_problem(programs, last)
         return outcome
+
+    def _write_files(self, scenario: Scenario) -> None:
+        """The files the scenario's programs read, in this arm's working directory."""
+        for relative, text in scenario.files.items():
+            path = self.cwd / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
 
     async def play_cut(self, cut: CutOff) -> ArmOutcome:
         """The call cut off at ``cut.at`` of its arguments, then the model's next call: the
@@ -312,6 +301,37 @@ class Arm:
             lines.append(("replay", replay_line(target, program.first_try, resume=resume)))
         lines.append(("replay", replay_line(target, program.edits, resume=resume)))
         return lines
+
+
+async def _send_fixes(
+    plans: list[list[tuple[str, str]]],
+    send: Callable[[str, str, int], Awaitable[ModelCall]],
+    backend: KernelBackend,
+) -> dict[int, ModelCall]:
+    """Send the fix messages: each holds the next try of every program not fixed yet (by
+    its plan, ``(role, code)`` a try). Each program's latest fix, by the program's index."""
+    last: dict[int, ModelCall] = {}
+    pending = list(range(len(plans)))
+    tries = 0
+    while pending:
+        step = backend.next_step()  # one model message: a try for each program not fixed
+        for index in pending:
+            role, code = plans[index][tries]
+            last[index] = await send(code, role, step)
+        tries += 1
+        pending = [i for i in pending if last[i].status != "ok" and tries < len(plans[i])]
+    return last
+
+
+def _fix_problem(programs: list[_Program], last: dict[int, ModelCall]) -> str | None:
+    """Why the fixes did not reach every program's expected value; None when they did."""
+    for index, program in enumerate(programs):
+        call = last[index]
+        if call.status != "ok":
+            return f"the fix ended with {call.status} ({call.ename})"
+        if not same_value(call.value, program.expected):
+            return f"the fix returned {call.value!r}, expected {program.expected!r}"
+    return None
 
 
 def _action(plans: list[list[tuple[str, str]]], scenario: Scenario) -> str:
