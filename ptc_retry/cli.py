@@ -1,49 +1,32 @@
-"""The ``ptc-retry`` command: the demo, the prompt section, the kernelspec, the evaluation,
-the MCP server (``mcp``), and reading and cleaning sessions (``history``, ``show``,
-``stats``, ``gc``).
-
-``history``, ``show`` and ``stats`` only read: they never create, change or delete a file, so
-they are safe to run while a kernel writes to the session. ``gc`` deletes whole session
-directories and nothing else.
+"""The ``ptc-retry`` command line: the demo, the prompt section, the kernelspec, the
+evaluation, the MCP server (``mcp``), and reading and cleaning sessions (``history``, ``show``,
+``stats``, ``gc``). Here: what each command accepts, and its help; what each does (and which
+only read) is :mod:`ptc_retry.commands`'.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import re
-import shutil
 import sys
-import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from . import __version__
-from .core.errors import BackendError, CheckpointError, StoreError
-from .core.fs import default_root
-from .core.history_table import format_history, format_tool_calls
-from .core.layout import line_text, sanitize
-from .core.notice import prompt_section
-from .core.session_files import session_in_use
-from .sessions import (
-    SessionReader,
-    check_root,
-    format_stats,
-    list_sessions,
-    session_problem,
-    session_stats,
-    tree_stats,
+from .commands import (
+    AGE_UNITS,
+    CommandFailed,
+    run_demo,
+    run_eval,
+    run_gc,
+    run_history,
+    run_install_kernel,
+    run_mcp,
+    run_prompt,
+    run_show,
+    run_stats,
 )
-
-EXIT_OK, EXIT_NOT_FOUND, EXIT_USAGE = 0, 1, 2
-
-
-class CommandFailed(Exception):
-    """Ends a command with ``message`` on stderr and exit code ``code``."""
-
-    def __init__(self, message: str, code: int = EXIT_NOT_FOUND) -> None:
-        super().__init__(message)
-        self.code = code
+from .core.root import default_root
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -70,13 +53,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """Every command's arguments and help; a parsed command's ``run(args)`` runs it."""
     parser = argparse.ArgumentParser(
         prog="ptc-retry",
         description="Keep every program a Jupyter kernel runs; replay a failed one with a fix.",
     )
     parser.add_argument("--version", action="version", version=f"ptc-retry {__version__}")
     commands = parser.add_subparsers(title="commands", metavar="COMMAND")
+    _add_demo_command(commands)
+    _add_prompt_command(commands)
+    _add_install_kernel_command(commands)
+    _add_eval_command(commands)
+    _add_mcp_command(commands)
+    _add_session_commands(commands)
+    for name, subparser in commands.choices.items():
+        subparser.set_defaults(command=name)
+    return parser
 
+
+def _add_demo_command(commands: argparse._SubParsersAction) -> None:
     demo = commands.add_parser(
         "demo", help="run a scripted agent on a real kernel: a failure, the notice, the replay"
     )
@@ -87,6 +82,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.set_defaults(run=run_demo)
 
+
+def _add_prompt_command(commands: argparse._SubParsersAction) -> None:
     prompt = commands.add_parser("prompt", help="print the system-prompt section for a session")
     prompt.add_argument(
         "--mode",
@@ -101,6 +98,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     prompt.set_defaults(run=run_prompt)
 
+
+def _add_install_kernel_command(commands: argparse._SubParsersAction) -> None:
     install = commands.add_parser("install-kernel", help="install the ptc-retry kernelspec")
     where = install.add_mutually_exclusive_group()
     where.add_argument("--user", action="store_true", help="into your own Jupyter data directory")
@@ -114,6 +113,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     install.set_defaults(run=run_install_kernel)
 
+
+def _add_eval_command(commands: argparse._SubParsersAction) -> None:
     evaluate = commands.add_parser(
         "eval",
         help="measure what replay saves: a scripted A/B run on real kernels, with a report",
@@ -135,47 +136,6 @@ def build_parser() -> argparse.ArgumentParser:
         "(for tests)",
     )
     evaluate.set_defaults(run=run_eval)
-    _add_mcp_command(commands)
-    _add_session_commands(commands)
-    for name, subparser in commands.choices.items():
-        subparser.set_defaults(command=name)
-    return parser
-
-
-def run_prompt(args: argparse.Namespace) -> int:
-    print(prompt_section(args.mode, session_dir=args.session_dir), end="")
-    return 0
-
-
-def run_install_kernel(args: argparse.Namespace) -> int:
-    from .kernelspec import install
-
-    prefix = sys.prefix if args.sys_prefix else args.prefix
-    try:
-        path = install(
-            user=args.user, prefix=prefix, name=args.name, display_name=args.display_name
-        )
-    except PermissionError as exc:
-        print(
-            f"ptc-retry: cannot write the kernelspec ({exc}); "
-            "use --user, --sys-prefix or --prefix P",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"Installed kernelspec {args.name} in {path}")
-    return 0
-
-
-def run_demo(args: argparse.Namespace) -> int:
-    from .demo import run
-
-    return run(root=default_root(), save=args.save)
-
-
-def run_eval(args: argparse.Namespace) -> int:
-    from .eval.runner import main
-
-    return main(out=args.out, quick=args.quick)
 
 
 # -- the MCP server ----------------------------------------------------------------------------
@@ -218,6 +178,17 @@ def _add_mcp_command(commands: argparse._SubParsersAction) -> None:
         "after the server ends: `ptc-retry history` lists them. Needs the mcp extra: "
         "pip install 'ptc-retry[mcp]'. Manual: docs/mcp.md.",
     )
+    _add_http_options(mcp)
+    _add_kernel_options(mcp)
+    _add_program_options(mcp)
+    from .mcp.upstream import add_upstream_arguments
+
+    add_upstream_arguments(mcp)
+    mcp.set_defaults(run=run_mcp)
+
+
+def _add_http_options(mcp: argparse.ArgumentParser) -> None:
+    """``--http`` and the limits of the sessions it serves."""
     mcp.add_argument(
         "--http",
         metavar="HOST:PORT",
@@ -240,6 +211,10 @@ def _add_mcp_command(commands: argparse._SubParsersAction) -> None:
         help="HTTP: sessions (kernels) open at once; a new one beyond is refused with "
         "HTTP 503 (default 16)",
     )
+
+
+def _add_kernel_options(mcp: argparse.ArgumentParser) -> None:
+    """Which kernel each session starts, where, and where its programs are saved."""
     mcp.add_argument(
         "--gateway-url",
         metavar="URL",
@@ -259,6 +234,10 @@ def _add_mcp_command(commands: argparse._SubParsersAction) -> None:
         type=Path,
         help="where programs are saved (default: $PTC_RETRY_ROOT, else <tempdir>/ptc-retry-<uid>)",
     )
+
+
+def _add_program_options(mcp: argparse.ArgumentParser) -> None:
+    """How long a program may run, and how often the host hears of one that runs."""
     mcp.add_argument(
         "--timeout",
         metavar="SECONDS",
@@ -273,68 +252,11 @@ def _add_mcp_command(commands: argparse._SubParsersAction) -> None:
         help="while a program runs, send the host a progress notification with the end of "
         "what it printed this often, when the host asked for progress (default 5)",
     )
-    from .mcp.upstream import add_upstream_arguments
-
-    add_upstream_arguments(mcp)
-    mcp.set_defaults(run=run_mcp)
-
-
-def run_mcp(args: argparse.Namespace) -> int:
-    import asyncio
-    import logging
-    import os
-
-    from .mcp import sdk_missing, serve
-
-    missing = sdk_missing()
-    if missing is not None:
-        raise CommandFailed(missing)
-    from .mcp.http import HttpOptions
-    from .mcp.server import ServerOptions
-    from .mcp.upstream import UpstreamConfigError, upstream_configs
-
-    try:
-        upstreams = tuple(upstream_configs(args))  # before anything starts
-    except UpstreamConfigError as exc:
-        raise CommandFailed(str(exc), EXIT_USAGE) from None
-
-    # stderr only: on stdio, stdout is the protocol's.
-    logging.basicConfig(
-        stream=sys.stderr, level=logging.WARNING, format="ptc-retry mcp: %(message)s"
-    )
-    logging.getLogger("ptc_retry").setLevel(logging.INFO)
-    options = ServerOptions(
-        kernel_name=args.kernel_name,
-        gateway_url=args.gateway_url,
-        token=args.token or os.environ.get("PTC_RETRY_GATEWAY_TOKEN") or None,
-        root=args.root,
-        timeout=args.timeout,
-        progress_every=args.progress_every,
-        upstreams=upstreams,
-    )
-    try:
-        options.check()
-    except ValueError as exc:
-        raise CommandFailed(str(exc), EXIT_USAGE) from None
-    http = None
-    if args.http is not None:
-        host, port = args.http
-        http = HttpOptions(host, port, args.idle_timeout, args.max_sessions)
-    try:
-        asyncio.run(serve(options, http))
-    except KeyboardInterrupt:
-        pass
-    except (BackendError, OSError) as exc:  # the kernel did not start; the port is taken
-        raise CommandFailed(str(exc)) from None
-    except UpstreamConfigError as exc:  # on stdio: two upstream tools would get one name
-        raise CommandFailed(str(exc), EXIT_USAGE) from None
-    return EXIT_OK
 
 
 # -- reading and cleaning sessions -------------------------------------------------------------
 
 _AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
-_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SESSION_HELP = "the session directory's name (default: the most recently modified session)"
 _HISTORY_EPILOG = """\
 columns:
@@ -374,7 +296,7 @@ def parse_age(text: str) -> float:
             f"{text!r} is not an age: write a number and a unit, e.g. 30m, 12h or 7d "
             "(units: s, m, h, d, w)"
         )
-    return float(match.group(1)) * _SECONDS[match.group(2)]
+    return float(match.group(1)) * AGE_UNITS[match.group(2)]
 
 
 def _count(text: str) -> int:
@@ -384,6 +306,17 @@ def _count(text: str) -> int:
 
 
 def _add_session_commands(commands: argparse._SubParsersAction) -> None:
+    """``history``, ``show``, ``stats`` and ``gc``: each takes ``--root``; ``history`` and
+    ``show`` also ``--session``, which ``stats`` offers beside ``--all``."""
+    root, pick = _root_option(), _session_option()
+    _add_history_command(commands, root, pick)
+    _add_show_command(commands, root, pick)
+    _add_stats_command(commands, root)
+    _add_gc_command(commands, root)
+
+
+def _root_option() -> argparse.ArgumentParser:
+    """A parent parser with ``--root DIR``; its help names the default root of this machine."""
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument(
         "--root",
@@ -392,16 +325,28 @@ def _add_session_commands(commands: argparse._SubParsersAction) -> None:
         help="where the sessions are (default: $PTC_RETRY_ROOT if set, else "
         f"<tempdir>/ptc-retry-<uid>; here {default_root()})",
     )
+    return common
+
+
+def _session_option() -> argparse.ArgumentParser:
+    """A parent parser with ``--session S``."""
     pick = argparse.ArgumentParser(add_help=False)
     pick.add_argument(
         "--session",
         metavar="S",
         help=_SESSION_HELP,
     )
+    return pick
 
+
+def _add_history_command(
+    commands: argparse._SubParsersAction,
+    root: argparse.ArgumentParser,
+    pick: argparse.ArgumentParser,
+) -> None:
     history = commands.add_parser(
         "history",
-        parents=[common, pick],
+        parents=[root, pick],
         help="list the calls of a session: reference, id, status, sizes, replays, restarts",
         description="List the calls of one session, oldest first, from its history.jsonl.\n"
         "A program saved without a history line is shown as unfinished: it is still\n"
@@ -419,9 +364,15 @@ def _add_session_commands(commands: argparse._SubParsersAction) -> None:
     )
     history.set_defaults(run=run_history)
 
+
+def _add_show_command(
+    commands: argparse._SubParsersAction,
+    root: argparse.ArgumentParser,
+    pick: argparse.ArgumentParser,
+) -> None:
     show = commands.add_parser(
         "show",
-        parents=[common, pick],
+        parents=[root, pick],
         help="print the program a call saved",
         description='Print the program a call saved (the "code" of by-id/<ID>.json), ready '
         'to pipe into a file. A checkpoint without "code" (a tool call\'s arguments) is '
@@ -439,9 +390,11 @@ def _add_session_commands(commands: argparse._SubParsersAction) -> None:
     )
     show.set_defaults(run=run_show)
 
+
+def _add_stats_command(commands: argparse._SubParsersAction, root: argparse.ArgumentParser) -> None:
     stats = commands.add_parser(
         "stats",
-        parents=[common],
+        parents=[root],
         help="count calls, failures, replays and the bytes replays did not re-send",
         description="Count one session's calls, failures, replays and bytes, or every\n"
         "session's with --all. Reads only; changes nothing.",
@@ -459,9 +412,11 @@ def _add_session_commands(commands: argparse._SubParsersAction) -> None:
     )
     stats.set_defaults(run=run_stats)
 
+
+def _add_gc_command(commands: argparse._SubParsersAction, root: argparse.ArgumentParser) -> None:
     gc = commands.add_parser(
         "gc",
-        parents=[common],
+        parents=[root],
         help="delete session directories nothing was written to for a while",
         description="Delete the session directories under the root whose newest file is "
         "older than AGE. A kernel that is still running but idle for that long loses its "
@@ -480,151 +435,3 @@ def _add_session_commands(commands: argparse._SubParsersAction) -> None:
         "--dry-run", action="store_true", help="only say what would be deleted and freed"
     )
     gc.set_defaults(run=run_gc)
-
-
-def _root(args: argparse.Namespace) -> tuple[Path, bool]:
-    """The root to use and whether it exists; CommandFailed (exit 2) when it is unsafe."""
-    root = (args.root.expanduser() if args.root is not None else default_root()).absolute()
-    try:
-        return root, check_root(root)
-    except StoreError as exc:
-        raise CommandFailed(f"{exc} (or pass --root DIR)", EXIT_USAGE) from None
-    except OSError as exc:
-        raise CommandFailed(f"cannot read {root} ({exc.strerror}).", EXIT_USAGE) from None
-
-
-def _sessions(args: argparse.Namespace) -> tuple[Path, list[Path]]:
-    """The root and its sessions, newest first; CommandFailed when there is none."""
-    root, exists = _root(args)
-    sessions = list_sessions(root) if exists else []
-    if not sessions:
-        raise CommandFailed(
-            f"no sessions under {root}. A kernel with ptc-retry loaded saves its programs "
-            "there; if yours are elsewhere, pass --root DIR or set PTC_RETRY_ROOT."
-        )
-    return root, sessions
-
-
-def _pick_session(args: argparse.Namespace) -> SessionReader:
-    """The session named by --session, else the most recently modified one (and say so)."""
-    root, sessions = _sessions(args)
-    names = ", ".join(path.name for path in sessions[:8]) + (", ..." if len(sessions) > 8 else "")
-    if args.session is None:
-        if len(sessions) > 1:
-            print(
-                f"showing session {sessions[0].name}, the most recently modified of "
-                f"{len(sessions)} (newest first: {names}); pick another with --session NAME",
-                file=sys.stderr,
-            )
-        return SessionReader(sessions[0])
-    path = root / sanitize(args.session)  # sanitized as the store names it: stays in root
-    problem = session_problem(path) if path.exists() or path.is_symlink() else "does not exist"
-    if problem is not None:
-        raise CommandFailed(
-            f"session {args.session!r} in {root}: {problem}. Sessions there, newest first: {names}."
-        )
-    return SessionReader(path)
-
-
-def run_history(args: argparse.Namespace) -> int:
-    reader = _pick_session(args)
-    lines = reader.history()
-    shown = lines[-args.last :] if args.last else lines
-    if args.json:
-        for line in shown:
-            print(line_text(line))
-        return EXIT_OK
-    print(format_history(shown, session_dir=reader.path))
-    if len(shown) < len(lines):
-        print(f"(the last {len(shown)} of {len(lines)} calls; --last 0 shows all)")
-    if any(line.get("status") == "unfinished" for line in shown):
-        print(
-            "unfinished: saved but never finished (still running, or its kernel died); "
-            f"`ptc-retry show '#N' --session {reader.name}` prints its program."
-        )
-    return EXIT_OK
-
-
-def run_show(args: argparse.Namespace) -> int:
-    reader = _pick_session(args)
-    target: str | int = int(args.target) if re.fullmatch(r"[0-9]+", args.target) else args.target
-    try:
-        call_id, path, data = reader.read(target)
-    except CheckpointError as exc:
-        raise CommandFailed(str(exc)) from None
-    ref = reader.reference_of(call_id)
-    print(f"# {call_id}{f' ({ref})' if ref else ''}: {path}", file=sys.stderr)
-    text = data.decode("utf-8", "replace")
-    try:
-        decoded = json.loads(text)
-    except (ValueError, RecursionError):
-        decoded = None
-    if isinstance(decoded, dict) and isinstance(decoded.get("code"), str):
-        text = decoded["code"]
-    elif isinstance(decoded, (dict, list)):
-        text = json.dumps(decoded, indent=2, ensure_ascii=False)
-    else:
-        print(f"# {path.name} is not a JSON object; shown as saved", file=sys.stderr)
-    print(text, end="" if text.endswith("\n") else "\n")
-    records = reader.tool_calls(call_id)
-    if records:  # on stderr, like the header: stdout stays the program, ready to pipe
-        print(format_tool_calls(records, call_id), file=sys.stderr)
-    return EXIT_OK
-
-
-def run_stats(args: argparse.Namespace) -> int:
-    if args.all:
-        _, sessions = _sessions(args)
-        readers = [SessionReader(path) for path in sessions]
-    else:
-        readers = [_pick_session(args)]
-    rows = [session_stats(reader) for reader in readers]
-    print(format_stats(rows, total=len(rows) > 1))
-    return EXIT_OK
-
-
-def run_gc(args: argparse.Namespace) -> int:
-    root, exists = _root(args)
-    if not exists:
-        print(f"nothing to remove: {root} does not exist")
-        return EXIT_OK
-    now = time.time()
-    verb = "would remove" if args.dry_run else "removed"
-    removed = kept = freed = 0
-    failed = False
-    for name in sorted(p.name for p in root.iterdir()):
-        path = root / name
-        problem = session_problem(path)
-        if problem is not None:
-            print(f"skipped {name}: {problem}")
-            continue
-        if session_in_use(path):
-            print(f"skipped {name}: in use by a live kernel")
-            continue
-        newest, size = tree_stats(path)
-        if now - newest <= args.older_than:
-            kept += 1
-            continue
-        if not args.dry_run:
-            try:
-                shutil.rmtree(path)  # removes symlinks inside, never what they point to
-            except OSError as exc:
-                print(f"ptc-retry gc: could not remove {path} ({exc})", file=sys.stderr)
-                failed = True
-                continue
-        removed += 1
-        freed += size
-        print(f"{verb} {name}: {size} bytes, last written {_age(now - newest)} ago")
-    print(
-        f"{verb} {removed} session(s) under {root}, "
-        f"{'would free' if args.dry_run else 'freed'} {freed} bytes; "
-        f"kept {kept} written to in the last {_age(args.older_than)}"
-    )
-    return EXIT_NOT_FOUND if failed else EXIT_OK
-
-
-def _age(seconds: float) -> str:
-    for unit in ("d", "h", "m"):  # days, not weeks: --older-than 7d reads back as 7d
-        if seconds >= _SECONDS[unit]:
-            return f"{seconds / _SECONDS[unit]:.3g}{unit}"
-    return f"{seconds:.0f}s"

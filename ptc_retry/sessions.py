@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from .core.errors import AmbiguousReferenceError, CheckpointError
-from .core.fs import Dir, check_ancestors, check_dir, uid
+from .core.fs import Dir
 from .core.history_table import FAILED
 from .core.layout import (
     BY_ID,
@@ -27,6 +27,7 @@ from .core.layout import (
     is_reference,
     sanitize,
 )
+from .core.root import check_ancestors, check_dir, uid
 from .core.session_files import (
     checkpoint_files,
     checkpoint_names,

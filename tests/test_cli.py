@@ -14,7 +14,7 @@ import nbformat
 import pytest
 
 from ptc_retry.cli import main
-from ptc_retry.core import fs
+from ptc_retry.core import root as store_root
 from ptc_retry.core.store import CheckpointStore
 
 DAY = 86400
@@ -470,7 +470,7 @@ def test_a_root_owned_by_another_user_is_refused(
     root: Path, cli: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_session(root, "s", ["x = 1"])
-    monkeypatch.setattr(fs, "uid", lambda: os.getuid() + 1)
+    monkeypatch.setattr(store_root, "uid", lambda: os.getuid() + 1)
     code, _, err = cli("history", "--root", root)
     assert code == 2 and "belongs to uid" in err
 

@@ -694,7 +694,7 @@ def test_every_quick_cut_off_call_is_extended_and_prints_what_the_whole_program_
 def test_an_extended_program_that_prints_something_else_fails_the_check(
     jupyter_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from ptc_retry.eval import runner
+    from ptc_retry.eval import arms, runner
 
     printed = 'print(f"{len(orders)} orders kept'
 
@@ -702,7 +702,7 @@ def test_an_extended_program_that_prints_something_else_fails_the_check(
         assert printed in rest
         return extend_line(target, rest.replace(printed, printed.removeprefix("print")))
 
-    monkeypatch.setattr(runner, "extend_line", without_a_print)
+    monkeypatch.setattr(arms, "extend_line", without_a_print)
     (cut,) = [c for c in CUT_OFFS if c.name == "5k-cut-at-50"]
     runs, _ = runner.run_eval([], cut_offs=[cut], shapes=ID_SHAPES[:1])
     (outcome,) = runs[0].cut_outcomes

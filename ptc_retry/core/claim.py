@@ -13,19 +13,17 @@ from typing import NamedTuple
 from .errors import StoreError
 from .fs import (
     FILE_MODE,
-    ROOT_HINT,
     Dir,
-    check_ancestors,
     fcntl,
     fix_mode,
     open_dir,
     open_for_append,
     open_regular,
     try_lock,
-    uid,
     write_atomic,
 )
 from .layout import HISTORY, OWNER, numbered
+from .root import ROOT_HINT, check_ancestors, uid
 
 _MAX_SESSIONS = 100  # <session>, <session>.2, ... <session>.100
 

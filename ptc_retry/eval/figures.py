@@ -119,75 +119,99 @@ def analyse(runs: Sequence[ShapeRun], tokens: Tokenizer) -> dict[str, Any]:
 def _analyse_shape(run: ShapeRun, size_of: Any, unit: str) -> dict[str, Any]:
     """The figures of one id shape's run."""
     outcomes = run.outcomes
-
-    def fix(arm: ArmOutcome) -> int:
-        return arm.fix_tokens if unit == "tokens" and arm.fix_tokens is not None else arm.fix_bytes
-
-    def notices(arm: ArmOutcome) -> int:
-        return sum(size_of(c.notice) for c in arm.calls if c.notice)
-
-    rows = []
-    for o in outcomes:
-        off_fix, on_fix, on_notice = fix(o.off), fix(o.on), notices(o.on)
-        rows.append(
-            {
-                "name": o.scenario.name,
-                "size": o.scenario.size,
-                "shape": o.scenario.shape,
-                "programs": len(o.off.failed),
-                "program_bytes": o.program_bytes,
-                "program_tokens": o.program_tokens,
-                "off_fix": off_fix,
-                "on_fix": on_fix,
-                "on_notice": on_notice,
-                "off_fix_bytes": o.off.fix_bytes,
-                "on_fix_bytes": o.on.fix_bytes,
-                "saved_output": _percent(off_fix - on_fix, off_fix),
-                "saved_with_notice": _percent(off_fix - on_fix - on_notice, off_fix),
-                "off_executions": o.off.executions,
-                "on_executions": o.on.executions,
-                "off_fix_seconds": round(o.off.fix_seconds, 3),
-                "on_fix_seconds": round(o.on.fix_seconds, 3),
-                "off_action": o.off.action,
-                "on_action": o.on.action,
-                "resume": o.scenario.resume,
-                "tools": o.scenario.tools,
-                "failed_tool_calls": o.off.failed_tool_calls,
-                "off_tool_calls": o.off.fix_tool_calls,
-                "on_tool_calls": o.on.fix_tool_calls,
-                "on_tools_reused": o.on.fix_tools_reused,
-                "agree": o.agree,
-                "problems": [p for p in (o.off.problem, o.on.problem) if p],
-                "expected": o.scenario.expected,
-            }
-        )
-
-    def total(chosen: list[dict[str, Any]]) -> dict[str, Any]:
-        off = sum(r["off_fix"] for r in chosen)
-        on = sum(r["on_fix"] for r in chosen)
-        notice = sum(r["on_notice"] for r in chosen)
-        return {
-            "scenarios": len(chosen),
-            "off_fix": off,
-            "on_fix": on,
-            "on_notice": notice,
-            "off_fix_bytes": sum(r["off_fix_bytes"] for r in chosen),
-            "on_fix_bytes": sum(r["on_fix_bytes"] for r in chosen),
-            "saved_output": _percent(off - on, off),
-            "saved_with_notice": _percent(off - on - notice, off),
-            "off_executions": sum(r["off_executions"] for r in chosen),
-            "on_executions": sum(r["on_executions"] for r in chosen),
-            "off_fix_seconds": round(sum(r["off_fix_seconds"] for r in chosen), 3),
-            "on_fix_seconds": round(sum(r["on_fix_seconds"] for r in chosen), 3),
-        }
-
+    rows = [_scenario_row(o, size_of, unit) for o in outcomes]
     by_size = {
-        size: total([r for r in rows if r["size"] == size])
+        size: _total([r for r in rows if r["size"] == size])
         for size in SIZES
         if any(r["size"] == size for r in rows)
     }
     resumed = [r for r in rows if r["resume"]]
     tooled = [r for r in rows if r["tools"]]
+    return {
+        "label": run.shape.label,
+        "example_id": run.shape.example,
+        "scenarios": rows,
+        "total": _total(rows),
+        "long": _total([r for r in rows if r["size"] in _LONG]),
+        "by_size": by_size,
+        "resume": _total(resumed) if resumed else None,
+        "tools": _tools(tooled, run.tools_prompt, size_of, unit) if tooled else None,
+        "prompt_section": {"bytes": len(run.prompt.encode()), unit: size_of(run.prompt)},
+        "notice": _notices(outcomes, size_of),
+        "replay_fixed_part": _fixed_part(outcomes, size_of, unit),
+        "break_even": _break_even(outcomes, run.prompt, size_of, unit),
+        "reference": _reference(outcomes, rows, run, size_of, unit),
+        "cut_off": _cut_offs(run.cut_outcomes, size_of, unit) if run.cut_outcomes else None,
+        "all_agree": all(r["agree"] for r in rows) and all(c.agree for c in run.cut_outcomes),
+    }
+
+
+def _fix(arm: ArmOutcome, unit: str) -> int:
+    """What an arm's model sent after the failure (or the cut), in the unit."""
+    return arm.fix_tokens if unit == "tokens" and arm.fix_tokens is not None else arm.fix_bytes
+
+
+def _scenario_row(o: Outcome, size_of: Any, unit: str) -> dict[str, Any]:
+    """One scenario's figures: both arms' fixes, the notices the ON model read, the
+    saving, the runs, the time, the tool calls and whether both arms reached the value."""
+    off_fix, on_fix = _fix(o.off, unit), _fix(o.on, unit)
+    on_notice = sum(size_of(c.notice) for c in o.on.calls if c.notice)
+    return {
+        "name": o.scenario.name,
+        "size": o.scenario.size,
+        "shape": o.scenario.shape,
+        "programs": len(o.off.failed),
+        "program_bytes": o.program_bytes,
+        "program_tokens": o.program_tokens,
+        "off_fix": off_fix,
+        "on_fix": on_fix,
+        "on_notice": on_notice,
+        "off_fix_bytes": o.off.fix_bytes,
+        "on_fix_bytes": o.on.fix_bytes,
+        "saved_output": _percent(off_fix - on_fix, off_fix),
+        "saved_with_notice": _percent(off_fix - on_fix - on_notice, off_fix),
+        "off_executions": o.off.executions,
+        "on_executions": o.on.executions,
+        "off_fix_seconds": round(o.off.fix_seconds, 3),
+        "on_fix_seconds": round(o.on.fix_seconds, 3),
+        "off_action": o.off.action,
+        "on_action": o.on.action,
+        "resume": o.scenario.resume,
+        "tools": o.scenario.tools,
+        "failed_tool_calls": o.off.failed_tool_calls,
+        "off_tool_calls": o.off.fix_tool_calls,
+        "on_tool_calls": o.on.fix_tool_calls,
+        "on_tools_reused": o.on.fix_tools_reused,
+        "agree": o.agree,
+        "problems": [p for p in (o.off.problem, o.on.problem) if p],
+        "expected": o.scenario.expected,
+    }
+
+
+def _total(chosen: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sums of scenario rows, and their savings."""
+    off = sum(r["off_fix"] for r in chosen)
+    on = sum(r["on_fix"] for r in chosen)
+    notice = sum(r["on_notice"] for r in chosen)
+    return {
+        "scenarios": len(chosen),
+        "off_fix": off,
+        "on_fix": on,
+        "on_notice": notice,
+        "off_fix_bytes": sum(r["off_fix_bytes"] for r in chosen),
+        "on_fix_bytes": sum(r["on_fix_bytes"] for r in chosen),
+        "saved_output": _percent(off - on, off),
+        "saved_with_notice": _percent(off - on - notice, off),
+        "off_executions": sum(r["off_executions"] for r in chosen),
+        "on_executions": sum(r["on_executions"] for r in chosen),
+        "off_fix_seconds": round(sum(r["off_fix_seconds"] for r in chosen), 3),
+        "on_fix_seconds": round(sum(r["on_fix_seconds"] for r in chosen), 3),
+    }
+
+
+def _notices(outcomes: Sequence[Outcome], size_of: Any) -> dict[str, Any]:
+    """The notices the ON model read: how many, their sizes, and by what they offer the
+    count and the longest."""
     texts = [c.notice for o in outcomes for c in o.on.calls if c.notice]
     read = [size_of(text) for text in texts]
     kinds: dict[str, dict[str, Any]] = {}
@@ -197,27 +221,11 @@ def _analyse_shape(run: ShapeRun, size_of: Any, unit: str) -> dict[str, Any]:
         if size > kind["max"]:
             kind["max"], kind["example"] = size, text
     return {
-        "label": run.shape.label,
-        "example_id": run.shape.example,
-        "scenarios": rows,
-        "total": total(rows),
-        "long": total([r for r in rows if r["size"] in _LONG]),
-        "by_size": by_size,
-        "resume": total(resumed) if resumed else None,
-        "tools": _tools(tooled, total, run.tools_prompt, size_of, unit) if tooled else None,
-        "prompt_section": {"bytes": len(run.prompt.encode()), unit: size_of(run.prompt)},
-        "notice": {
-            "count": len(read),
-            "median": _median(read),
-            "min": min(read, default=None),
-            "max": max(read, default=None),
-            "kinds": kinds,
-        },
-        "replay_fixed_part": _fixed_part(outcomes, size_of, unit),
-        "break_even": _break_even(outcomes, run.prompt, size_of, unit),
-        "reference": _reference(outcomes, rows, run, size_of, unit),
-        "cut_off": _cut_offs(run.cut_outcomes, size_of, unit) if run.cut_outcomes else None,
-        "all_agree": all(r["agree"] for r in rows) and all(c.agree for c in run.cut_outcomes),
+        "count": len(read),
+        "median": _median(read),
+        "min": min(read, default=None),
+        "max": max(read, default=None),
+        "kinds": kinds,
     }
 
 
@@ -226,9 +234,6 @@ def _cut_offs(outcomes: Sequence[CutOutcome], size_of: Any, unit: str) -> dict[s
     (regenerate) against the extend line, with the notice the extend arm reads. Saved:
     ``(R - E - N) / R``; priced, with an output token at ``OUTPUT_WEIGHT`` input tokens:
     ``(w * R - w * E - N) / (w * R)``."""
-
-    def written(arm: ArmOutcome) -> int:
-        return arm.fix_tokens if unit == "tokens" and arm.fix_tokens is not None else arm.fix_bytes
 
     def saving(regenerate: int, extend: int, notice: int) -> dict[str, Any]:
         weight = OUTPUT_WEIGHT
@@ -253,8 +258,8 @@ def _cut_offs(outcomes: Sequence[CutOutcome], size_of: Any, unit: str) -> dict[s
                 "arrived_bytes": arrived.bytes if arrived else None,
                 "arrived": None if arrived is None else _sent(arrived, unit),
                 **saving(
-                    written(o.regenerate),
-                    written(o.extend),
+                    _fix(o.regenerate, unit),
+                    _fix(o.extend, unit),
                     sum(size_of(text) for text in notices),
                 ),
                 "extend_bytes": o.extend.fix_bytes,
@@ -279,7 +284,7 @@ def _cut_offs(outcomes: Sequence[CutOutcome], size_of: Any, unit: str) -> dict[s
 
 
 def _tools(
-    rows: list[dict[str, Any]], total: Any, prompt: str | None, size_of: Any, unit: str
+    rows: list[dict[str, Any]], prompt: str | None, size_of: Any, unit: str
 ) -> dict[str, Any]:
     """The tool scenarios' totals: the calls of the failed messages, the calls each arm's
     fixes made again, the results the replays reused, and the prompt section that lists
@@ -287,7 +292,7 @@ def _tools(
     counts = ("failed_tool_calls", "off_tool_calls", "on_tool_calls", "on_tools_reused")
     listed = {"bytes": len(prompt.encode()), unit: size_of(prompt)} if prompt else None
     return {
-        **total(rows),
+        **_total(rows),
         **{key: sum(r[key] for r in rows) for key in counts},
         "prompt_section": listed,
     }

@@ -33,11 +33,9 @@ of builtin scalars, read whole with :mod:`marshal`), and code that calls ``globa
 """
 
 from __future__ import annotations
-import __future__
 
 import builtins
 import collections
-import dis
 import functools
 import hashlib
 import inspect
@@ -47,6 +45,8 @@ import types
 import weakref
 from collections.abc import Callable, Iterator
 from typing import Any
+
+from .bytecode import IMPORTED, SCALARS, code_token, global_reads, scalar_token
 
 #: At most this many values are walked one by one for a call (plain data read whole does
 #: not count); beyond, the call goes live.
@@ -60,37 +60,7 @@ WRAPPED: weakref.WeakKeyDictionary[Callable[..., Any], Callable[..., Any]] = (
 
 # Builtins that read names no instruction shows: code that calls them cannot be followed.
 _DYNAMIC = frozenset({"globals", "eval", "exec"})
-_LOADS = frozenset({"LOAD_GLOBAL", "LOAD_NAME", "LOAD_FROM_DICT_OR_GLOBALS"})
-_ATTRIBUTES = frozenset({"LOAD_ATTR", "LOAD_METHOD"})
-_LOCAL_LOADS = frozenset({"LOAD_FAST", "LOAD_FAST_CHECK", "LOAD_FAST_LOAD_FAST", "LOAD_DEREF"})
-_STORES = frozenset({"STORE_FAST", "STORE_NAME", "STORE_GLOBAL", "STORE_DEREF"})
-#: The first name of a read that starts at a module the code imports, not at a global.
-IMPORTED = ""
-# Flags that say how the code was compiled (a replay's block is nested in a function, a
-# cell may have seen a __future__ import), not what it does.
-_COMPILE_FLAGS = functools.reduce(
-    lambda flags, name: flags | getattr(__future__, name).compiler_flag,
-    __future__.all_feature_names,
-    0,
-)
-# Instructions that say how a name or a call was compiled rather than what the code does:
-# in a replay's program, compiled whole inside a function, a global may be read as a free
-# variable and a module's attribute call is no method call. The shape of the code leaves
-# them out (and unifies the loads), so that it is the same in a cell and in a replay.
-_HOW_COMPILED = frozenset(
-    {
-        "CACHE", "NOP", "RESUME", "PUSH_NULL", "PRECALL", "COPY_FREE_VARS", "MAKE_CELL",
-        "KW_NAMES", "EXTENDED_ARG",
-    }
-)  # fmt: skip
-_JUMPS = frozenset(dis.hasjrel) | frozenset(dis.hasjabs)
-_SHAPES = {
-    **dict.fromkeys(_LOADS | _LOCAL_LOADS | {"LOAD_CLOSURE", "LOAD_CLASSDEREF"}, "LOAD"),
-    **dict.fromkeys(_ATTRIBUTES, "LOAD_ATTR"),
-    **dict.fromkeys(("CALL", "CALL_FUNCTION", "CALL_METHOD", "CALL_KW"), "CALL"),
-}
 _CONTAINERS = (list, tuple, dict, set, frozenset)
-_SCALARS = (type(None), bool, int, float, complex, str, bytes, type(Ellipsis), type(NotImplemented))
 # A class's entries that say where it was written or how instances store attributes.
 _CLASS_LAYOUT = frozenset({"__dict__", "__weakref__", "__firstlineno__", "__static_attributes__"})
 # A namedtuple's field getter (C's _tuplegetter; where it is a property, it is code to follow).
@@ -103,11 +73,6 @@ _HEAP_TYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: made by a class statement (or a C ex
 
 _MISSING = object()
 
-_CODES: weakref.WeakKeyDictionary[types.CodeType, str] = weakref.WeakKeyDictionary()
-_READS: weakref.WeakKeyDictionary[types.CodeType, tuple[tuple[str, ...], ...]] = (
-    weakref.WeakKeyDictionary()
-)
-
 
 def code_digest(function: Callable[..., Any]) -> str | None:
     """A short digest of a function's (or a bound method's) code; None for a callable that
@@ -115,7 +80,7 @@ def code_digest(function: Callable[..., Any]) -> str | None:
     code = getattr(getattr(function, "__func__", function), "__code__", None)
     if not isinstance(code, types.CodeType):
         return None
-    return _code_token(code)[:16]
+    return code_token(code)[:16]
 
 
 def reads_digest(function: Callable[..., Any]) -> str | None:
@@ -160,8 +125,8 @@ class _Walk:
         self._left -= 1
         if self._left < 0:
             raise _CannotTell("too many values")
-        if type(value) in _SCALARS:
-            return _scalar(value)
+        if type(value) in SCALARS:
+            return scalar_token(value)
         key = id(value)
         if key in self._open:  # which enclosing value it refers back to
             return f"cycle{self._open[key]}"
@@ -195,7 +160,7 @@ class _Walk:
         if kind is types.ModuleType:
             return f"module:{value.__name__}"
         if kind is types.CodeType:
-            return _code_token(value)
+            return code_token(value)
         if kind is types.FunctionType:
             return self._function(value)
         if kind is types.MethodType:
@@ -233,7 +198,7 @@ class _Walk:
             path = _import_path(function, self.module)
             if path is not None:
                 return f"def:{path}"
-        parts = [_code_token(function.__code__), self.value(function.__defaults__)]
+        parts = [code_token(function.__code__), self.value(function.__defaults__)]
         parts.append(self.value(function.__kwdefaults__))
         # What another module's function reads from its own module is trusted (see above).
         parts.append(self._reads(function) if own else self._closure(function))
@@ -243,7 +208,7 @@ class _Walk:
         """The globals ``function``'s code reads and its closure cells."""
         names, builtins_ = function.__globals__, getattr(function, "__builtins__", None)
         parts = [self._closure(function)]
-        for chain in _global_reads(function.__code__):
+        for chain in global_reads(function.__code__):
             parts.append(f"{'.'.join(chain)}={self._read(names, builtins_, chain)}")
         return f"reads({';'.join(parts)})"
 
@@ -325,13 +290,6 @@ class _Walk:
         return str(getattr(module, "__file__", None) or "").endswith(".py")
 
 
-def _scalar(value: Any) -> str:
-    if type(value) in (str, bytes) and len(value) > 64:  # long texts: their hash
-        data = value.encode("utf-8", "surrogatepass") if isinstance(value, str) else value
-        return f"{type(value).__name__}#{hashlib.sha256(data).hexdigest()}"
-    return f"{type(value).__name__}:{value!r}"
-
-
 def _import_path(value: Any, own_module: str | None) -> str | None:
     """``module:qualname`` when ``value`` is what that module defines under that name (an
     imported module's function, class or callable), else None."""
@@ -380,129 +338,3 @@ def _slot_values(cls: type, value: Any) -> Iterator[tuple[str, Any]]:
                 yield name, descriptor.__get__(value, cls)
             except AttributeError:  # a slot never set
                 yield name, "unset"
-
-
-def _code_token(code: types.CodeType) -> str:
-    """A digest of what ``code`` does, cached per code object: its source text when it can
-    be read, else its bytecode, and either way its names, constants and nested code.
-
-    The source first: the same text compiles to other bytecode in a cell (each top-level
-    statement compiled alone) than in a replay's program (compiled whole: a call of a module
-    imported in it is compiled as a plain attribute call, not a method call). Code made with
-    ``exec`` has no source, and compiles to the same bytecode wherever ``exec`` runs.
-    """
-    found = _CODES.get(code)
-    if found is None:
-        try:
-            text = "source:" + inspect.getsource(code)
-        except Exception:  # OSError (no source, as with exec), TypeError; tokenize's errors
-            text = f"bytecode:{code.co_code.hex()}:{getattr(code, 'co_exceptiontable', b'').hex()}"
-        parts = [
-            text,
-            # The source comes from linecache by file name, and a name may hold another
-            # source than the one this code was compiled from (every exec's "<string>", a
-            # replay's file compiled again): the shape of the code itself goes in too.
-            _shape(code),
-            code.co_name,
-            f"{code.co_argcount},{code.co_posonlyargcount},{code.co_kwonlyargcount}",
-            str(code.co_flags & ~_COMPILE_FLAGS),
-            ",".join(code.co_names),
-            ",".join(code.co_varnames),
-            ",".join(code.co_freevars),
-            ",".join(code.co_cellvars),
-            *map(_constant, code.co_consts),
-        ]
-        found = hashlib.sha256("\x1f".join(parts).encode("utf-8", "surrogatepass")).hexdigest()
-        _CODES[code] = found
-    return found
-
-
-def _shape(code: types.CodeType) -> str:
-    """The instructions of ``code`` without what only says how it was compiled."""
-    shape = []
-    for instruction in dis.get_instructions(code):
-        name = instruction.opname
-        if name in _HOW_COMPILED:
-            continue
-        name = _SHAPES.get(name, name)
-        if name in ("LOAD", "LOAD_ATTR", "CALL") or instruction.opname in _STORES:
-            shape.append(name)  # their arguments are indexes the compile decides
-        elif instruction.opcode in _JUMPS:
-            shape.append(name)  # an offset, which the instructions left out move
-        elif isinstance(instruction.argval, (int, str)):
-            shape.append(f"{name}:{instruction.argval}")
-        else:
-            shape.append(name)
-    return " ".join(shape)
-
-
-def _constant(value: Any) -> str:
-    if isinstance(value, types.CodeType):
-        return _code_token(value)
-    if type(value) is tuple:
-        return f"tuple({','.join(map(_constant, value))})"
-    if type(value) is frozenset:
-        return f"frozenset({','.join(sorted(map(_constant, value)))})"
-    return _scalar(value) if type(value) in _SCALARS else repr(value)
-
-
-def _global_reads(code: types.CodeType) -> tuple[tuple[str, ...], ...]:
-    """The globals and imported modules that ``code`` and the code nested in it read, each
-    with the attributes read right after it (``config.RATE`` is ``("config", "RATE")``),
-    cached per code object."""
-    found = _READS.get(code)
-    if found is None:
-        chains: dict[tuple[str, ...], None] = {}
-        for inner in _nested(code):
-            chains.update(dict.fromkeys(_reads_of(inner)))
-        found = _READS[code] = tuple(chains)
-    return found
-
-
-def _reads_of(code: types.CodeType) -> Iterator[tuple[str, ...]]:
-    """The reads of one code object's own instructions: a global, or a module it imports
-    (``from config import RATE`` is ``(IMPORTED, "config", "RATE")``, and so is a later
-    ``config.RATE`` after ``import config``), followed by the attributes read from it."""
-    aliases: dict[str, tuple[str, ...]] = {}  # the local names an import bound
-    imported: tuple[str, ...] = ()  # the module the last import instruction left
-    binding: tuple[str, ...] | None = None  # what the next store binds to a name
-    chain: list[str] | None = None
-    previous: Any = None
-    for instruction in dis.get_instructions(code):
-        opname, argval = instruction.opname, instruction.argval
-        if chain is not None and opname in _ATTRIBUTES:
-            chain.append(argval)
-            continue
-        if chain is not None:
-            yield tuple(chain)
-            chain = None
-        if opname in _LOADS:
-            chain = [argval]
-        elif opname in _LOCAL_LOADS:
-            local = argval[-1] if isinstance(argval, tuple) else argval  # LOAD_FAST_LOAD_FAST
-            chain = list(aliases[local]) if local in aliases else None
-        elif opname == "IMPORT_NAME":
-            # ``import a.b`` leaves the package ``a`` (``as c`` then takes ``b`` from it);
-            # ``from a.b import c`` leaves ``a.b``.
-            whole = previous.opname == "LOAD_CONST" and isinstance(previous.argval, tuple)
-            imported = binding = (IMPORTED, argval if whole else argval.partition(".")[0])
-            plain = not whole
-        elif opname == "IMPORT_FROM" and imported:
-            binding = (*(binding if plain and binding else imported), argval)
-            yield binding
-        elif opname in _STORES:
-            if binding is not None:
-                aliases[argval] = binding
-            else:
-                aliases.pop(argval, None)
-            binding = None
-        previous = instruction
-    if chain is not None:
-        yield tuple(chain)
-
-
-def _nested(code: types.CodeType) -> Iterator[types.CodeType]:
-    yield code
-    for constant in code.co_consts:
-        if isinstance(constant, types.CodeType):
-            yield from _nested(constant)

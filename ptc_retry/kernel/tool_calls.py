@@ -15,9 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import signal
 import sys
-import threading
 import time
 import types
 from collections.abc import Iterator
@@ -29,6 +27,7 @@ from ..core.program import statement_spans
 from ..core.protocol import ToolCancel, parse_tool_reply, tool_cancel, tool_request
 from .catalog import NO_BACKEND
 from .host import Host, current_host
+from .interrupts import Interrupts
 from .recording import CallRecord, RecordedCalls, Reuses, origin
 from .stdin import EOF, Answer, Request, Route, StdinChannel
 from .tracebacks import cell_text
@@ -64,7 +63,7 @@ class ProgramCalls:
         self._cancels: list[_Call] = []
         #: Calls whose future is not done yet, and what notes interrupts meanwhile.
         self._pending = 0
-        self._interrupts: _Interrupts | None = None
+        self._interrupts: Interrupts | None = None
         self._closed = False
         self._spans: tuple[str, list[tuple[int, int]]] | None = None
         self._run_code = type(host.shell).run_code.__code__
@@ -209,12 +208,12 @@ class ProgramCalls:
                 raise KeyboardInterrupt("interrupted while waiting for the agent's tools") from None
             raise
 
-    def _watch_interrupts(self) -> tuple[_Interrupts, int] | None:
+    def _watch_interrupts(self) -> tuple[Interrupts, int] | None:
         """While calls wait, interrupts are watched for (in the main thread): the handler
         and the count of interrupts so far, for a new call."""
         self._pending += 1
         if self._interrupts is None:
-            self._interrupts = _Interrupts.install(self.running.task)
+            self._interrupts = Interrupts.install(self.running.task)
         if self._interrupts is None:
             return None
         return self._interrupts, self._interrupts.count
@@ -425,7 +424,7 @@ class _Call:
     record: CallRecord
     future: asyncio.Future[Any]
     #: What watched for interrupts when the call was made, and how many it had seen then.
-    watched: tuple[_Interrupts, int] | None
+    watched: tuple[Interrupts, int] | None
     #: The batch it went out in, once sent, and its ``id`` there.
     sent: _Sent | None = None
     index: int = 0
@@ -465,60 +464,6 @@ def _soon(loop: asyncio.AbstractEventLoop, callback: Callable[..., None], *args:
     """Run ``callback(*args)`` in ``loop``, from any thread; not at all once it is closed."""
     with contextlib.suppress(RuntimeError):  # the loop is closed: nobody waits any more
         loop.call_soon_threadsafe(callback, *args)
-
-
-class _Interrupts:
-    """While a program's calls wait, in the main thread: each SIGINT is counted, then handed
-    to the handler that was in place, which stops an awaiting program from the event loop
-    (the time limit's cancels its task, ipykernel's the cell's); a call the program's own
-    code awaits turns that cancel into a KeyboardInterrupt. Where a handler raises (Python's
-    default, or the time limit's in the program's own code), the interrupt is raised where
-    the program's code runs, and anywhere else (the loop itself) the task is cancelled."""
-
-    def __init__(self, task: asyncio.Task[Any]) -> None:
-        self.count = 0
-        self._task = task
-        self._previous: Any = None
-
-    @classmethod
-    def install(cls, task: asyncio.Task[Any] | None) -> _Interrupts | None:
-        """Watch from now on; None off the main thread (only it gets signals) or without a task."""
-        if task is None or threading.current_thread() is not threading.main_thread():
-            return None
-        interrupts = cls(task)
-        interrupts._previous = signal.signal(signal.SIGINT, interrupts._on_sigint)
-        return interrupts
-
-    def uninstall(self) -> None:
-        """Give SIGINT back to the handler before, unless another replaced this one since."""
-        if signal.getsignal(signal.SIGINT) == self._on_sigint:
-            signal.signal(signal.SIGINT, self._previous or signal.default_int_handler)
-
-    def _on_sigint(self, signum: int, frame: types.FrameType | None) -> None:
-        previous = self._previous
-        if previous == signal.SIG_IGN:
-            return
-        self.count += 1
-        loop = self._task.get_loop()
-        if callable(previous):
-            try:
-                previous(signum, frame)
-            except KeyboardInterrupt:
-                if asyncio.current_task(loop) is self._task:
-                    raise  # in the program's own code, as in any cell
-            else:
-                # Wake the loop: ipykernel's handler schedules its cancel with tornado's
-                # add_callback, which from a signal handler is a plain call_soon that waits
-                # for the loop's next wake-up, none while the program only awaits calls.
-                loop.call_soon_threadsafe(_nothing)
-                return
-        elif asyncio.current_task(loop) is self._task:
-            raise KeyboardInterrupt
-        loop.call_soon_threadsafe(self._task.cancel)
-
-
-def _nothing() -> None:
-    """A callback that only wakes the loop it is scheduled in."""
 
 
 # -- the calls programs make -------------------------------------------------------------------

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from .definitions import EDIT_TOOL, EDIT_TOOL_DESCRIPTION, EDIT_TOOL_PARAMETERS, tool_definitions
 from .journal import Position, ToolJournal
-from .tools import NativeTools, ToolFailure, ToolResult, current_call
+from .results import ToolFailure, ToolResult
+from .tools import NativeTools, current_call
 
 __all__ = [
     "EDIT_TOOL",

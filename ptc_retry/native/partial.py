@@ -17,8 +17,10 @@ from .definitions import EDIT_TOOL
 
 __all__ = [
     "CUT_NO_TARGET",
+    "completion_lacking",
     "cut_saved_notice",
     "cut_unsaved_notice",
+    "missing_arguments",
     "partial_arguments",
     "partial_notice",
     "where_cut",
@@ -97,3 +99,29 @@ def _where(key: str, prefix: str) -> str:
     """``in "text" after 'the end of its last line'``, or ``at the start of "text"``."""
     last = last_line(prefix)
     return f"in {key} after {quoted_end(last)}" if last else f"at the start of {key}"
+
+
+def completion_lacking(target: str, tool: str, lacking: list[str], appended: bool) -> str:
+    """What a completion that would run ``tool`` without arguments it takes is told: the
+    edit to send instead, with the rest again (``appended``) and a value for each."""
+    names = ", ".join(json.dumps(name, ensure_ascii=False) for name in lacking)
+    edit: dict[str, Any] = {"call_id": target}
+    if appended:
+        edit["append"] = "<rest>"
+    edit["patch"] = [{"path": name, "value": "<value>"} for name in lacking]
+    example = json.dumps(edit, ensure_ascii=False)
+    return (
+        f"{EDIT_TOOL} failed, nothing ran, {target} ({tool}) is unchanged: completed so, it "
+        f"would run without {names}. Send {'the rest and ' if appended else ''}"
+        f"{'its value' if len(lacking) == 1 else 'their values'} in one call: "
+        f"{EDIT_TOOL}({example})"
+    )
+
+
+def missing_arguments(cut: CutArguments, declared: list[str], closed: bool) -> list[str]:
+    """The arguments a cut-off call still needs, as far as they are known: the one the cut
+    fell in, then the others its tool declares that did not arrive whole."""
+    key = cut.cut_key
+    # A key a closed schema does not declare is not missing; an open one may take it.
+    missing = [key] if key is not None and (not closed or key in declared) else []
+    return missing + [name for name in declared if name not in cut.values and name != key]

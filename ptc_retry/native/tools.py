@@ -30,17 +30,22 @@ from ..core.notice import (
     prompt_section,
 )
 from ..core.partial import CutArguments, CutPlace, cut_arguments
-from ..core.patch import format_path
 from ..core.store import Call
 from ..core.warn import WarnOnce
 from .definitions import EDIT_TOOL, first_paragraph, signature_schema, tool_definitions
 from .edit import decode_arguments, prepare_edit
 from .journal import Position, ToolJournal, arguments_text
-from .partial import CUT_NO_TARGET, cut_saved_notice, cut_unsaved_notice, partial_notice
+from .partial import (
+    CUT_NO_TARGET,
+    completion_lacking,
+    cut_saved_notice,
+    cut_unsaved_notice,
+    missing_arguments,
+    partial_notice,
+)
+from .results import ToolResult, as_text, describe_failure, likely_field
 
-__all__ = ["NativeTools", "ToolFailure", "ToolResult", "current_call"]
-
-_MAX_DEPTH = 32  # how deep the notice looks for the longest string; deeper is not worth it
+__all__ = ["NativeTools", "current_call"]
 
 ToolFunction = Callable[..., Any]
 Arguments = Union[str, Mapping[str, Any]]  # raw JSON text, or an already decoded object
@@ -58,34 +63,6 @@ def current_call() -> Call | None:
     replay it is the edit call, whose checkpoint holds the patched arguments.
     """
     return _current.get()
-
-
-class ToolFailure(Exception):
-    """Raise it from a tool to fail with exactly ``text`` as the result the model reads.
-
-    Any other exception reads ``<ExceptionName>: <message>``. ``ename`` goes to the
-    history line (default ``"ToolFailure"``).
-    """
-
-    def __init__(self, text: str, *, ename: str | None = None) -> None:
-        super().__init__(text)
-        self.text = text
-        self.ename = ename or type(self).__name__
-
-
-@dataclass
-class ToolResult:
-    """What one direct call, replay or cut-off call produced; ``text`` is what the model reads."""
-
-    text: str
-    status: str  # "ok" or "error"; "partial" for a cut-off call that was saved (nothing ran)
-    tool: str  # the tool that ran or was asked for; for a replay, the original tool
-    call_id: str | None  # the journal id; None when the arguments could not be saved
-    checkpoint: Path | None  # by-id/<call_id>.json
-    notice: str | None = None  # the native notice, already at the end of ``text``
-    ename: str | None = None
-    replay_of: str | None = None  # for a replay: the id of the call it re-ran
-    extend_of: str | None = None  # for a completion: the id of the cut-off call it completed
 
 
 @dataclass
@@ -309,6 +286,21 @@ class NativeTools:
             line = cut_after_arguments(name, declared, cut_key=cut.cut_key)
             result.text = f"{line}\n{result.text}"
             return result
+        return self._keep_cut(name, partial_raw_arguments, cut, call_id, position, declared, closed)
+
+    def _keep_cut(
+        self,
+        name: str,
+        raw: str,
+        cut: CutArguments,
+        call_id: str | None,
+        position: Position | None,
+        declared: list[str],
+        closed: bool,
+    ) -> ToolResult:
+        """A cut-off call that cannot run: saved as ``partial`` with the notice that says
+        how to go on, or refused unsaved when nothing can go on from it. ``declared`` and
+        ``closed``: what :meth:`_declared` says of its tool."""
         if closed and cut.open_key not in (None, *declared):
             # Cut in a string the tool does not take: going on with it would not help.
             cut = dataclasses.replace(cut, open_key=None, open_prefix="")
@@ -316,15 +308,14 @@ class NativeTools:
             if name == EDIT_TOOL or not cut.values:
                 notice = cut_unsaved_notice(cut)
                 return self._with_notes(ToolResult(notice, "error", name, None, None))
-            return self._save_cut(
-                name, partial_raw_arguments, cut, call_id, position, _missing(cut, declared, closed)
-            )
+            missing = missing_arguments(cut, declared, closed)
+            return self._save_cut(name, raw, cut, call_id, position, missing)
         if name == EDIT_TOOL and not {"call_id", "previous_ordinal"} & set(cut.values):
             # The edit's target did not arrive whole: a completion could not say which call.
             return self._with_notes(ToolResult(CUT_NO_TARGET, "error", name, None, None))
         # The arguments after the one the cut fell in never came: the completion adds them.
-        later = [key for key in _missing(cut, declared, closed) if key != cut.open_key]
-        return self._save_cut(name, partial_raw_arguments, cut, call_id, position, later)
+        later = [key for key in missing_arguments(cut, declared, closed) if key != cut.open_key]
+        return self._save_cut(name, raw, cut, call_id, position, later)
 
     def _declared(self, name: str) -> tuple[list[str], bool]:
         """The arguments a registered tool's schema declares, and whether it allows no
@@ -412,10 +403,10 @@ class NativeTools:
             if inspect.isawaitable(value):
                 value = await value
         except Exception as exc:
-            ename, text = _describe_failure(exc)
+            ename, text = describe_failure(exc)
             notice = None
             if call is not None and call.bytes >= self.notice_min_bytes:
-                notice = native_failure_notice(call.id, field=_likely_field(arguments))
+                notice = native_failure_notice(call.id, field=likely_field(arguments))
                 text = f"{text}\n{notice}"
             self._finish(call, "error", ename)
             return ToolResult(text, "error", name, *_where(call), notice, ename)
@@ -425,7 +416,7 @@ class NativeTools:
         finally:
             _current.reset(token)
         self._finish(call, "ok", None)
-        return ToolResult(_as_text(value), "ok", name, *_where(call))
+        return ToolResult(as_text(value), "ok", name, *_where(call))
 
     async def _edit(
         self, raw: str, call: Call | None, functions: Mapping[str, ToolFunction]
@@ -446,7 +437,7 @@ class NativeTools:
             lacking = [key for key in declared if closed and key not in edit.arguments]
             if lacking:  # a tool never runs without an argument it takes
                 appended = json.loads(raw).get("append") is not None  # prepare_edit read it
-                text = _still_lacking(edit.target, edit.tool, lacking, appended)
+                text = completion_lacking(edit.target, edit.tool, lacking, appended)
                 return self._refused(call, EDIT_TOOL, text, "ReplayError")
         # A completion names the cut-off call it completed (extend_of), a replay the call it
         # re-ran (replay_of), as the kernel's ptc_retry.extend and ptc_retry.replay do.
@@ -497,73 +488,6 @@ class NativeTools:
         """A call that could not run at all: journaled as an error, no notice."""
         self._finish(call, "error", ename)
         return ToolResult(text, "error", tool, *_where(call), None, ename)
-
-
-def _still_lacking(target: str, tool: str, lacking: list[str], appended: bool) -> str:
-    """What a completion that would run ``tool`` without arguments it takes is told: the
-    edit to send instead, with the rest again (``appended``) and a value for each."""
-    names = ", ".join(json.dumps(name, ensure_ascii=False) for name in lacking)
-    edit: dict[str, Any] = {"call_id": target}
-    if appended:
-        edit["append"] = "<rest>"
-    edit["patch"] = [{"path": name, "value": "<value>"} for name in lacking]
-    example = json.dumps(edit, ensure_ascii=False)
-    return (
-        f"{EDIT_TOOL} failed, nothing ran, {target} ({tool}) is unchanged: completed so, it "
-        f"would run without {names}. Send {'the rest and ' if appended else ''}"
-        f"{'its value' if len(lacking) == 1 else 'their values'} in one call: "
-        f"{EDIT_TOOL}({example})"
-    )
-
-
-def _missing(cut: CutArguments, declared: list[str], closed: bool) -> list[str]:
-    """The arguments a cut-off call still needs, as far as they are known: the one the cut
-    fell in, then the others its tool declares that did not arrive whole."""
-    key = cut.cut_key
-    # A key a closed schema does not declare is not missing; an open one may take it.
-    missing = [key] if key is not None and (not closed or key in declared) else []
-    return missing + [name for name in declared if name not in cut.values and name != key]
-
-
-def _describe_failure(exc: Exception) -> tuple[str, str]:
-    """``(ename, text)``: the model reads ``ename: message``, or a ToolFailure's own text."""
-    if isinstance(exc, ToolFailure):
-        return exc.ename, exc.text
-    ename = type(exc).__name__
-    message = str(exc)
-    return ename, f"{ename}: {message}" if message else ename
-
-
-def _as_text(value: Any) -> str:
-    """A tool's return value as the model reads it: a str as is, anything else as JSON."""
-    if isinstance(value, str):
-        return value
-    try:
-        return json.dumps(value, ensure_ascii=False, default=str)
-    except (TypeError, ValueError):  # e.g. a circular structure
-        return str(value)
-
-
-def _likely_field(arguments: dict[str, Any]) -> str:
-    """The path of the longest string in ``arguments``: where a small fix most likely goes."""
-    best: tuple[int, tuple[str | int, ...]] = (-1, ())
-    stack: list[tuple[Any, tuple[str | int, ...]]] = [(arguments, ())]
-    while stack:
-        value, path = stack.pop()
-        if isinstance(value, str):
-            if path and len(value) > best[0]:
-                best = (len(value), path)
-        elif len(path) < _MAX_DEPTH:
-            if isinstance(value, dict):
-                items: list[tuple[Any, tuple[str | int, ...]]] = [
-                    (v, (*path, str(k))) for k, v in value.items()
-                ]
-            elif isinstance(value, list):
-                items = [(v, (*path, i)) for i, v in enumerate(value)]
-            else:
-                continue
-            stack.extend(reversed(items))  # so ties go to the first in document order
-    return format_path(best[1]) if best[1] else "<field>"
 
 
 def _where(call: Call | None) -> tuple[str | None, Path | None]:
