@@ -26,7 +26,7 @@ myst_heading_anchors = 4
 
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_default_options = {"show-inheritance": True}
 
 html_theme = "furo"
 html_title = f"ptc-retry {release}"
