@@ -5,7 +5,7 @@
 1. Overhead: ``KernelBackend.run_code`` of a trivial program against a bare
    ``AsyncKernelClient.execute_interactive`` of the same program on the same kernel
    (the ``ptc-retry`` kernel, so both are checkpointed). Batches alternate so drift
-   hits both alike; the figure is the median of the per-round ratios (target <= 1.10).
+   hits both alike; the figure is the per-round ratio's spread (target <= 1.10).
 2. Scaling: calls per second of one backend running calls back to back, against four
    backends (four kernels) doing the same at once in one event loop: first with one
    IPYTHONDIR for all (the default: every kernel commits each cell to the same IPython
@@ -20,13 +20,13 @@ import argparse
 import asyncio
 import os
 import platform
-import statistics
 import sys
 import tempfile
 import time
 from typing import Any
 
 import jupyter_client
+from spread import spread
 
 from ptc_retry.backend import KernelBackend
 
@@ -37,7 +37,8 @@ def _quiet(msg: dict[str, Any]) -> None:
     """execute_interactive's output hook: drop outputs (the default prints them)."""
 
 
-async def overhead(kb: KernelBackend, rounds: int, batch: int) -> dict[str, float]:
+async def overhead(kb: KernelBackend, rounds: int, batch: int) -> dict[str, list[float]]:
+    """Seconds per call of each round's batch, ``run_code`` and bare, and their ratios."""
     client = kb.kernel_client
 
     async def backend_batch() -> float:
@@ -66,13 +67,7 @@ async def overhead(kb: KernelBackend, rounds: int, batch: int) -> dict[str, floa
         ours.append(o)
         bare.append(b)
         ratios.append(o / b)
-    return {
-        "backend_ms": statistics.median(ours) * 1000,
-        "bare_ms": statistics.median(bare) * 1000,
-        "ratio": statistics.median(ratios),
-        "ratio_min": min(ratios),
-        "ratio_max": max(ratios),
-    }
+    return {"backend": ours, "bare": bare, "ratio": ratios}
 
 
 async def throughput(backends: list[KernelBackend], calls: int) -> float:
@@ -112,12 +107,9 @@ async def main(args: argparse.Namespace) -> None:
             f"\nrun_code vs execute_interactive, {PROGRAM!r}, {args.rounds} rounds x "
             f"{args.batch} calls each:"
         )
-        print(f"  run_code             {o['backend_ms']:.2f} ms/call (median of batch means)")
-        print(f"  execute_interactive  {o['bare_ms']:.2f} ms/call")
-        print(
-            f"  ratio                {o['ratio']:.3f} (median; range {o['ratio_min']:.3f}"
-            f"-{o['ratio_max']:.3f}; target <= 1.10)"
-        )
+        print(f"  run_code             {spread(o['backend'], 'ms/call', 1e3)}")
+        print(f"  execute_interactive  {spread(o['bare'], 'ms/call', 1e3)}")
+        print(f"  ratio                {spread(o['ratio'], digits=3)}; target <= 1.10")
         one = await throughput(backends[:1], args.calls)
         four = await throughput(backends, args.calls)
     finally:

@@ -1,7 +1,7 @@
 """A load test through one gateway: concurrent KernelBackends on one Jupyter Kernel Gateway,
 then on one Jupyter Enterprise Gateway, and a check that nothing crossed.
 
-    python benchmarks/gateway_load.py [--backends 8] [--calls 120]
+    python benchmarks/gateway_load.py [--backends 8] [--calls 120] [--runs 3]
 
 Each gateway runs on a free loopback port with a token and starts ptc-retry kernels on this
 machine (Enterprise Gateway: its local process proxy). ``--backends`` backends start at once,
@@ -14,7 +14,8 @@ time, in a cycle of three:
 3. a program that succeeds.
 
 Figures: calls per second over all backends, and the 50th, 95th and 99th percentile of a
-call's latency (from ``run_code`` to its result). Checks, before the sessions are removed:
+call's latency (from ``run_code`` to its result), each as its spread over ``--runs`` runs.
+Checks, before the sessions are removed:
 
 - every call got one result, for its own call id, with the text it expects: no call was lost
   or answered twice, and no answer went to another call;
@@ -52,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import jupyter_client
+from spread import spread
 
 from ptc_retry import kernelspec
 from ptc_retry.backend import KernelBackend, RunResult
@@ -302,7 +304,7 @@ async def main(args: argparse.Namespace) -> None:
     print(machine())
     print(
         f"{args.backends} backends at once on one gateway, {args.calls} calls each "
-        "(fail, replay, succeed, ...)"
+        f"(fail, replay, succeed, ...), {args.runs} runs on each"
     )
     prefix = tempfile.mkdtemp(prefix="ptc-bench-kernelspec-")
     kernelspec.install(prefix=prefix)
@@ -314,23 +316,14 @@ async def main(args: argparse.Namespace) -> None:
                 print(f"\n({kind} gateway not installed: no figures for it)")
                 continue
             options, version = found
-            figures = await load(options, args.backends, args.calls)
-        kinds = figures["kinds"]
+            runs = [await load(options, args.backends, args.calls) for _ in range(args.runs)]
         print(f"\n{version}:")
-        print(f"  {args.backends} kernels started in {figures['start']:.1f} s")
-        print(f"  {figures['calls']} calls, {figures['rate']:.0f} calls/s")
-        print(
-            f"  latency of a call: p50 {figures['p50'] * 1000:.0f} ms, "
-            f"p95 {figures['p95'] * 1000:.0f} ms, p99 {figures['p99'] * 1000:.0f} ms"
-        )
-        print(
-            f"  median by kind: failing {kinds['fail'] * 1000:.0f} ms, replay "
-            f"{kinds['replay'] * 1000:.0f} ms, succeeding {kinds['ok'] * 1000:.0f} ms"
-        )
-        if figures["problems"]:
+        report(runs, args.backends)
+        crossed = [problem for figures in runs for problem in figures["problems"]]
+        if crossed:
             failed = True
-            print(f"  CROSSED OR LOST ({len(figures['problems'])}):")
-            for problem in figures["problems"][:20]:
+            print(f"  CROSSED OR LOST ({len(crossed)}):")
+            for problem in crossed[:20]:
                 print(f"    {problem}")
         else:
             print(
@@ -341,8 +334,26 @@ async def main(args: argparse.Namespace) -> None:
         sys.exit(1)
 
 
+def report(runs: list[dict[str, Any]], backends: int) -> None:
+    """Each figure of one gateway's runs, as its spread over them."""
+
+    def over(key: str, scale: float = 1.0, digits: int = 0) -> str:
+        return spread([figures[key] * scale for figures in runs], digits=digits)
+
+    def by_kind(kind: str) -> str:
+        return spread([figures["kinds"][kind] * 1000 for figures in runs], "ms", digits=0)
+
+    print(f"  {backends} kernels started in {over('start', digits=1)} s")
+    print(f"  {runs[0]['calls']} calls a run, calls/s {over('rate')}")
+    for percentile in ("p50", "p95", "p99"):
+        print(f"  latency of a call, {percentile}: {over(percentile, 1000)} ms")
+    for kind, label in (("fail", "failing"), ("replay", "replay"), ("ok", "succeeding")):
+        print(f"  median {label} call: {by_kind(kind)}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--backends", type=int, default=8, help="backends (kernels) at once")
     parser.add_argument("--calls", type=int, default=120, help="calls per backend")
+    parser.add_argument("--runs", type=int, default=3, help="runs on each gateway")
     asyncio.run(main(parser.parse_args()))

@@ -3,7 +3,7 @@
     python benchmarks/host_tools.py [--rounds 5] [--calls 200]
 
 A program calls a host tool that returns its argument (``echo``), ``--calls`` times in a
-row, timed inside the kernel; the figure is the median over ``--rounds``. Two ways of
+row, timed inside the kernel; each figure is printed as its spread over ``--rounds``. Two ways of
 calling, where both exist:
 
 - ``wire``: ``kernel.raw_input(tool_request(...))``, the protocol itself: what the
@@ -30,7 +30,6 @@ import asyncio
 import os
 import platform
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -38,10 +37,12 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from statistics import median
 from typing import Any
 
 import ipykernel
 import jupyter_client
+from spread import spread
 
 from ptc_retry import kernelspec
 from ptc_retry.backend import KernelBackend
@@ -78,15 +79,15 @@ def program(way: str, batch: int, calls: int) -> str:
     return f"{start}{body}_time.perf_counter() - _started"
 
 
-async def measure(kb: KernelBackend, way: str, batch: int, calls: int, rounds: int) -> float:
-    """Seconds per call: the median over ``rounds``."""
+async def measure(kb: KernelBackend, way: str, batch: int, calls: int, rounds: int) -> list[float]:
+    """Seconds per call, one figure a round."""
     await kb.run_code(program(way, batch, batch * 5))  # warm up
     per_call = []
     for _ in range(rounds):
         result = await kb.run_code(program(way, batch, calls))
         assert result.status == "ok" and result.value is not None, result.text
         per_call.append(float(result.value) / (calls // batch * batch))
-    return statistics.median(per_call)
+    return per_call
 
 
 RECORDING = """\
@@ -105,10 +106,12 @@ def _per_call(function):
 """
 
 
-async def recording_cost(kb: KernelBackend, calls: int, rounds: int) -> tuple[float, float]:
+async def recording_cost(
+    kb: KernelBackend, calls: int, rounds: int
+) -> tuple[list[float], list[float]]:
     """Seconds per call of a plain function and of the same function under
     ``@ptc_retry.recorded`` in one program (each recorded call appends one line to the
-    program's ``tool-calls/`` file): the medians over ``rounds``."""
+    program's ``tool-calls/`` file), one figure a round each."""
     plain, kept = [], []
     for _ in range(rounds + 1):  # the first warms up
         result = await kb.run_code(RECORDING.format(calls=calls))
@@ -116,10 +119,10 @@ async def recording_cost(kb: KernelBackend, calls: int, rounds: int) -> tuple[fl
         a, b = (float(x) for x in result.value.strip("()").split(","))
         plain.append(a)
         kept.append(b)
-    return statistics.median(plain[1:]), statistics.median(kept[1:])
+    return plain[1:], kept[1:]
 
 
-async def bare_input(kb: KernelBackend, calls: int, rounds: int) -> float:
+async def bare_input(kb: KernelBackend, calls: int, rounds: int) -> list[float]:
     """Seconds per ``input()`` round trip of a program answered by a bare jupyter_client loop
     (``execute_interactive`` with a ``stdin_hook``) on the same kernel: the floor."""
     client = kb.kernel_client
@@ -141,10 +144,13 @@ async def bare_input(kb: KernelBackend, calls: int, rounds: int) -> float:
         await client.execute_interactive(
             code, allow_stdin=True, stdin_hook=answer, output_hook=output, timeout=120
         )
-    return statistics.median(float(text) for text in printed[1:])
+    return [float(text) for text in printed[1:]]
 
 
-async def figures(kb: KernelBackend, args: argparse.Namespace) -> dict[tuple[str, int], float]:
+Figures = dict[tuple[str, int], list[float]]
+
+
+async def figures(kb: KernelBackend, args: argparse.Namespace) -> Figures:
     found = await kb.run_code("'tools' in globals()")
     ways = ["wire", "tools"] if found.value == "True" else ["wire"]
     return {
@@ -193,41 +199,40 @@ def gateway(prefix: str) -> Iterator[str | None]:
         process.wait(10)
 
 
-def report(name: str, found: dict[tuple[str, int], float]) -> None:
+def report(name: str, found: Figures) -> None:
     print(f"\n{name}:")
     for (way, batch), seconds in found.items():
-        print(
-            f"  {way:5}  batch {batch:2}  {seconds * 1000:7.3f} ms/call  {1 / seconds:8.0f} calls/s"
-        )
+        print(f"  {way:5}  batch {batch:2}  {spread(seconds, 'ms/call', 1e3, 3)}")
     for way in dict.fromkeys(way for way, _ in found):
-        ratio = found[(way, 1)] / found[(way, 10)]
-        print(f"  {way:5}  batch of 10 vs 1: {ratio:.1f}x the calls per second")
+        ratio = median(found[(way, 1)]) / median(found[(way, 10)])
+        print(f"  {way:5}  batch of 10 vs 1: {ratio:.1f}x the calls per second (medians)")
 
 
 async def main(args: argparse.Namespace) -> None:
     print(
         f"python {platform.python_version()}, ipykernel {ipykernel.__version__}, "
         f"jupyter_client {jupyter_client.__version__}, {os.cpu_count()} CPUs; "
-        f"{args.calls} calls a round, median of {args.rounds} rounds"
+        f"{args.calls} calls a round, {args.rounds} rounds"
     )
     root = tempfile.mkdtemp(prefix="ptc-bench-")
     prefix = tempfile.mkdtemp(prefix="ptc-bench-kernelspec-")
     kernelspec.install(prefix=prefix)
     env = {"PYDEVD_DISABLE_FILE_VALIDATION": "1"}
-    results: dict[str, dict[tuple[str, int], float]] = {}
+    results: dict[str, Figures] = {}
     async with KernelBackend(root=root, env=env, tools=[echo]) as kb:
         results["local kernel"] = await figures(kb, args)
         floor = await bare_input(kb, args.calls, args.rounds)
         plain, kept = await recording_cost(kb, args.calls, args.rounds)
     report("local kernel", results["local kernel"])
+    wire = median(results["local kernel"][("wire", 1)])
     print(
-        f"  bare jupyter_client input() round trip: {floor * 1000:.3f} ms; one tool call "
-        f"(wire, batch 1) costs {results['local kernel'][('wire', 1)] / floor:.2f}x that"
+        f"  bare jupyter_client input() round trip: {spread(floor, 'ms', 1e3, 3)}; one tool "
+        f"call (wire, batch 1) costs {wire / median(floor):.2f}x that (medians)"
     )
-    print(
-        f"  recording a call: a plain function {plain * 1e6:.1f} us a call, the same under "
-        f"@ptc_retry.recorded {kept * 1e6:.1f} us (+{(kept - plain) * 1e6:.1f} us a call)"
-    )
+    print(f"  recording a call: a plain function {spread(plain, 'us a call', 1e6, 1)}")
+    print(f"    the same under @ptc_retry.recorded {spread(kept, 'us a call', 1e6, 1)}")
+    added = [k - p for k, p in zip(kept, plain, strict=True)]
+    print(f"    recording adds {spread(added, 'us a call', 1e6, 1)}")
     with gateway(prefix) as url:
         if url is None:
             print("\n(jupyter-kernel-gateway is not installed: no gateway figures)")
@@ -238,7 +243,7 @@ async def main(args: argparse.Namespace) -> None:
     local, remote = results["local kernel"], results["gateway"]
     print("\ngateway vs local, the round trip of one call (batch 1):")
     for way in dict.fromkeys(way for way, _ in remote):
-        print(f"  {way:5}  {remote[(way, 1)] / local[(way, 1)]:.2f}x")
+        print(f"  {way:5}  {median(remote[(way, 1)]) / median(local[(way, 1)]):.2f}x (medians)")
 
 
 if __name__ == "__main__":

@@ -11,19 +11,22 @@ Prints three figures, each measured in this one run with batches interleaved
 2. round-trip wall time per cell through jupyter_client;
 3. growth: the ptc-retry kernel's CPU per cell over cells 3,000-4,000 of one
    session against its first 1,000 (the history must not make cells slower).
+
+Each is the ratio of one round's pair of batches, printed as its spread over the rounds
+(``spread.py``), with each kernel's milliseconds.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 from jupyter_client.manager import KernelManager
+from spread import ratios, spread
 
 from kernel_ext.kernelspec import kernel_spec_manager
 
@@ -88,12 +91,10 @@ def main() -> None:
 
         print(f"{args.rounds} interleaved batches of {args.cells} cells ({CELL!r}) per kernel")
         for label, data in (("kernel CPU per cell", cpu), ("round trip per cell", wall)):
-            stock = statistics.median(data["python3"])
-            ours = statistics.median(data["ptc-retry"])
-            print(
-                f"  {label:22} stock {stock * 1e3:7.3f} ms   ptc-retry {ours * 1e3:7.3f} ms   "
-                f"ratio {ours / stock:.3f}"
-            )
+            ratio = ratios(data["ptc-retry"], data["python3"])
+            print(f"  {label}, ptc-retry / stock: {spread(ratio, digits=3)}")
+            print(f"    stock      {spread(data['python3'], 'ms', 1e3, 3)}")
+            print(f"    ptc-retry  {spread(data['ptc-retry'], 'ms', 1e3, 3)}")
 
         # Growth: both kernels go on to cell 4,000 in lock-step batches of 250. The
         # ratio to the stock kernel in the same batches cancels out the machine's load.
@@ -105,17 +106,13 @@ def main() -> None:
         early = slice(0, 1000 // step)
         late = slice(3000 // step, args.long // step)
 
-        def relative(part: slice) -> float:
-            ours, stock = per_batch["ptc-retry"][part], per_batch["python3"][part]
-            return statistics.median(ours) / statistics.median(stock)
+        def relative(part: slice) -> list[float]:
+            return ratios(per_batch["ptc-retry"][part], per_batch["python3"][part])
 
-        ours_early = statistics.median(per_batch["ptc-retry"][early])
-        ours_late = statistics.median(per_batch["ptc-retry"][late])
         print(
-            f"  growth: ptc-retry CPU per cell, cells 3,000-{args.long:,} of a session "
-            f"{ours_late * 1e3:.3f} ms against {ours_early * 1e3:.3f} ms for its first 1,000 "
-            f"(ratio {ours_late / ours_early:.3f}; against the stock kernel in the same batches "
-            f"{relative(late):.3f} late vs {relative(early):.3f} early)"
+            f"  growth, ptc-retry / stock CPU per cell in the same batches of {step}:\n"
+            f"    cells 3,000-{args.long:,}  {spread(relative(late), digits=3)}\n"
+            f"    cells 0-1,000      {spread(relative(early), digits=3)}"
         )
         for name, km in kernels.items():
             clients[name].stop_channels()

@@ -5,11 +5,12 @@
 1. Overhead: a trivial ``run_code`` through ``ptc-retry mcp`` on stdio (the official MCP
    client, as a host drives it) against the same call on ``KernelBackend.handle_tool_call``
    in this process, in one run. Each has a ptc-retry kernel of its own; batches alternate so
-   drift hits both alike; the figure is the median of the per-round ratios (target <= 1.15),
-   with the median milliseconds of each.
+   drift hits both alike; the figure is the per-round ratio's spread (target <= 1.15),
+   with the milliseconds of each.
 2. Sessions: ``ptc-retry mcp --http`` with ``--sessions`` MCP sessions (one kernel each)
    making ``--calls`` calls each at once: calls per second, the p50 and p99 latency of a
-   call, and how many results named another session's value (crossed; must be 0).
+   call, and how many results named another session's value (crossed; must be 0), each over
+   ``--runs`` servers.
 
 A script that prints figures, not a test: the numbers depend on the machine.
 """
@@ -21,7 +22,6 @@ import asyncio
 import os
 import platform
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -32,6 +32,7 @@ from pathlib import Path
 
 from mcp.client.client import Client
 from mcp.client.stdio import StdioServerParameters
+from spread import spread
 
 from ptc_retry.backend import KernelBackend
 
@@ -39,7 +40,11 @@ PROGRAM = {"code": "x = 1 + 1"}
 PTC_RETRY = str(Path(sys.executable).with_name("ptc-retry"))
 
 
-async def overhead(kb: KernelBackend, host: Client, rounds: int, batch: int) -> dict[str, float]:
+async def overhead(
+    kb: KernelBackend, host: Client, rounds: int, batch: int
+) -> dict[str, list[float]]:
+    """Seconds per call of each round's batch, through MCP and direct, and their ratios."""
+
     async def backend_batch() -> float:
         started = time.perf_counter()
         for _ in range(batch):
@@ -63,11 +68,7 @@ async def overhead(kb: KernelBackend, host: Client, rounds: int, batch: int) -> 
         direct.append(b)
         ours.append(m)
         ratios.append(m / b)
-    return {
-        "backend_ms": statistics.median(direct) * 1000,
-        "mcp_ms": statistics.median(ours) * 1000,
-        "ratio": statistics.median(ratios),
-    }
+    return {"backend": direct, "mcp": ours, "ratio": ratios}
 
 
 def free_port() -> int:
@@ -139,23 +140,30 @@ async def main(args: argparse.Namespace) -> None:
 
             async with KernelBackend() as kb, Client(stdio_client(stdio, errlog=quiet)) as host:
                 figures = await overhead(kb, host, args.rounds, args.batch)
-        print(
-            f"trivial run_code: MCP stdio {figures['mcp_ms']:.2f} ms, KernelBackend "
-            f"{figures['backend_ms']:.2f} ms, ratio {figures['ratio']:.3f} (target <= 1.15; "
-            f"median of {args.rounds} rounds of {args.batch} calls)"
-        )
-        process, url = start_http(root, args.sessions)
-        try:
-            load = await many_sessions(url, args.sessions, args.calls)
-        finally:
-            process.terminate()
-            process.wait(60)
+        print(f"trivial run_code, {args.rounds} rounds of {args.batch} calls:")
+        print(f"  MCP stdio      {spread(figures['mcp'], 'ms', 1e3)}")
+        print(f"  KernelBackend  {spread(figures['backend'], 'ms', 1e3)}")
+        print(f"  ratio          {spread(figures['ratio'], digits=3)}; target <= 1.15")
+        runs = []
+        for _ in range(args.runs):
+            process, url = start_http(root, args.sessions)
+            try:
+                runs.append(await many_sessions(url, args.sessions, args.calls))
+            finally:
+                process.terminate()
+                process.wait(60)
     print(
-        f"{args.sessions} HTTP sessions at once ({load['startup_s']:.1f} s to open them all, "
-        f"one kernel each): {load['calls']:.0f} calls, {load['calls_per_s']:.1f} calls/s, "
-        f"p50 {load['p50_ms']:.1f} ms, p99 {load['p99_ms']:.1f} ms, "
-        f"crossed {load['crossed']:.0f}"
+        f"{args.sessions} HTTP sessions at once, one kernel each, {args.calls} calls each, "
+        f"{args.runs} runs (a server each):"
     )
+    for key, label in [
+        ("startup_s", "s to open them all"),
+        ("calls_per_s", "calls/s"),
+        ("p50_ms", "ms, p50 of a call"),
+        ("p99_ms", "ms, p99 of a call"),
+    ]:
+        print(f"  {spread([run[key] for run in runs], label, digits=1)}")
+    print(f"  results crossed into another session: {sum(run['crossed'] for run in runs):.0f}")
 
 
 if __name__ == "__main__":
@@ -164,4 +172,5 @@ if __name__ == "__main__":
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--calls", type=int, default=10)
+    parser.add_argument("--runs", type=int, default=3, help="servers started for the sessions")
     asyncio.run(main(parser.parse_args()))

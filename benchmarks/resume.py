@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from jupyter_client.manager import KernelManager
+from spread import spread
 
 from kernel_ext.kernelspec import kernel_spec_manager
 
@@ -104,15 +105,14 @@ def main() -> None:
 
     print(
         f"A program that spends {args.seconds:g} s, then fails in its last statement "
-        f"(failing run: median {statistics.median(failing):.2f} s). "
-        f"Median wall time of the fix over {args.rounds} rounds:"
+        f"(failing run: {spread(failing, 's')}). Wall time of the fix:"
     )
     slowest = statistics.median(times["re-send the program"])
     for name, values in times.items():
         median = statistics.median(values)
         print(
-            f"  {name:22} {median:6.3f} s   {slowest / median:6.1f}x faster than re-sending"
-            f"   sends {sent[name]:4d} bytes"
+            f"  {name:22} {spread(values, 's', digits=3)}   median {slowest / median:6.1f}x "
+            f"faster than re-sending   sends {sent[name]:4d} bytes"
         )
 
 

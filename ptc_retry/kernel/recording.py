@@ -1,7 +1,7 @@
 """The recording of a program's tool calls, and what a replay reuses from it.
 
 Each call a program makes (a host tool's, or a ``@ptc_retry.recorded`` function's) is one
-JSON line of ``tool-calls/<id>.jsonl`` in the session (the README's Storage section shows
+JSON line of ``tool-calls/<id>.jsonl`` in the session (docs/storage.md, "Tool calls", shows
 the format). A recording holds every call of its program's whole run, in order: a resume
 starts its own with the lines of the calls made by the statements it skips. A replay
 matches each call by its place in the recording of the program it replays (:class:`Reuse`):
