@@ -9,9 +9,9 @@ import codecs
 import logging
 import os
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 from jupyter_core.utils import run_sync
 
@@ -25,11 +25,14 @@ from .code_mode import CodeSession
 from .execution import Execution, ExecutionSettings
 from .host_tools import HostTool
 from .input_requests import stdin_connected
-from .kernels import kernel_transport
+from .kernels import KernelKeywords, check_kernel_keywords, kernel_transport
 from .local import NATIVE_KERNEL_DIR, check_checkpoints
 from .native_mode import KERNEL_OPTIONS, NativeSession, native_definitions
 from .results import RUN_CODE, CallOptions, RunResult, check_timeout, require_utf8
 from .transport import KernelSetup, Transport
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["MODES", "KernelBackend"]
 
@@ -49,9 +52,9 @@ class KernelBackend:
     ``ptc_retry.replay``) or ``"native"`` (it calls ``run_code`` as a plain tool and fixes a
     failed call with ``editPreviousToolCalling``, through ``kb.native``). ``transport``: how
     the kernel is started and reached (``LocalKernel``, ``GatewayKernel``); without one, the
-    kernel keywords ``kernel_name`` (default ``"ptc-retry"``), ``cwd``, ``env``,
-    ``extra_arguments``, ``startup_timeout``, ``extension`` and ``gateway_url`` with
-    ``token`` describe it (see those classes). ``root``: the checkpoint root (default
+    kernel keywords (``KernelKeywords``: ``kernel_name``, default ``"ptc-retry"``, ``cwd``,
+    ``env``, ``extra_arguments``, ``startup_timeout``, ``extension`` and ``gateway_url``
+    with ``token``) describe it. ``root``: the checkpoint root (default
     ``$PTC_RETRY_ROOT``, else ``<tempdir>/ptc-retry-<uid>``; behind a gateway, a path on the
     kernel's host). ``session_id``: the session directory's name (default a fresh short
     id); ``shutdown()`` removes the session directory unless ``keep=True``.
@@ -80,30 +83,14 @@ class KernelBackend:
         default_timeout: float | None = None,
         interrupt_grace: float = 5.0,
         time_limit_margin: float = 1.0,
-        kernel_name: str | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        extra_arguments: Sequence[str] | None = None,
-        startup_timeout: float | None = None,
-        extension: bool | None = None,
-        gateway_url: str | None = None,
-        token: str | None = None,
         tools: Iterable[Callable[..., Any]] = (),
+        **kernel: Unpack[KernelKeywords],
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use mode='code' or mode='native'")
-        transport = kernel_transport(
-            transport,
-            kernel_name=kernel_name,
-            cwd=cwd,
-            env=env,
-            extra_arguments=extra_arguments,
-            startup_timeout=startup_timeout,
-            extension=extension,
-            gateway_url=gateway_url,
-            token=token,
-        )
-        if mode == "native" and transport.url is not None:
+        check_kernel_keywords(kernel, "KernelBackend.__init__()")
+        transport = kernel_transport(transport, **kernel)
+        if mode == "native" and not transport.checkpoints_here:
             raise ValueError(
                 "mode='native' does not work through a gateway: its journal would live here "
                 "and the kernel's checkpoints on the gateway's host, and the kernelspec there, "
@@ -119,7 +106,7 @@ class KernelBackend:
         self.root: Path | None
         #: This session's checkpoint directory, as the kernel sees it.
         self.session_dir: Path | None
-        if transport.url is None:
+        if transport.checkpoints_here:
             # Absolute, because the kernel resolves a relative root against its own cwd.
             self.root = Path(root if root is not None else default_root()).expanduser().absolute()
             self.session_dir = self.root / self.session_id
@@ -153,7 +140,7 @@ class KernelBackend:
         self._closing = False
         self._closed = False
         # Whether start() made the session directory: shutdown() removes only what it made.
-        self._made_session_dir = transport.url is not None  # a remote kernel removes its own
+        self._made_session_dir = not transport.checkpoints_here  # the kernel removes its own
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._running else "not started"
