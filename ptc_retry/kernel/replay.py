@@ -155,7 +155,7 @@ class Replay:
         return f"ptc_retry.{call} did not run: it must be awaited. Write: await ptc_retry.{call}"
 
     def call_text(self) -> str:
-        """The helper call as the model would write it, its arguments but the target elided."""
+        """The helper call as the model would write it, the arguments after the target elided."""
         return f"{self.action}({self.target!r}, ...)"
 
     async def _run(self) -> Any:
