@@ -200,8 +200,8 @@ import json
 import random
 import string
 
+from ptc_retry import parse_notice
 from ptc_retry.backend import KernelBackend
-from ptc_retry.notice import parse_notice
 
 id_source = random.Random(2024)  # seeded, so the ids are the same on every run
 
@@ -622,8 +622,8 @@ import asyncio
 import json
 from collections import Counter
 
+from ptc_retry import parse_notice
 from ptc_retry.backend import KernelBackend
-from ptc_retry.notice import parse_notice
 
 calls = Counter()  # how often the host ran each tool
 sent_emails = []  # the side effect a retry must not repeat

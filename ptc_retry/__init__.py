@@ -4,7 +4,21 @@ In a kernel with the extension loaded (``%load_ext ptc_retry``, or the
 ``ptc-retry`` kernel), a failed program's traceback ends with a notice naming
 its checkpoint, and the model fixes it with one line::
 
-    await ptc_retry.replay("c3", "retries=3", "retries=5")
+    await ptc_retry.replay("#3", "retries=3", "retries=5")
+
+This module has three audiences, each with its own list (``__all__`` is their union):
+
+* ``PROGRAM_API``, what a program sees as ``ptc_retry`` (the extension puts this module in
+  the kernel's namespace, so programs need no import): ``replay``, ``resume``, ``extend``,
+  ``recorded``, ``tools`` (the agent's tools, when the program's own ``tools`` hides them),
+  and the errors a program may catch: ``ReplayError``, ``ToolError`` and their base
+  ``PtcRetryError``.
+* ``LIBRARY_API``, for the host that runs programs: ``prompt_section`` (the system-prompt
+  text), ``parse_notice`` (the reference a notice names, from a traceback) and
+  ``__version__``. The agent side has its own package, ``ptc_retry.backend``
+  (``KernelBackend``), and so do ``ptc_retry.integrations`` and ``ptc_retry.mcp``.
+* ``EXTENSION_API``, IPython's entry points: ``load_ipython_extension`` and
+  ``unload_ipython_extension`` (``%load_ext ptc_retry``, ``%unload_ext ptc_retry``).
 
 Importing this package needs no running kernel: the store, the replay text
 logic and the prompt text are plain Python. The IPython parts load with the
@@ -16,31 +30,43 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .core.errors import CheckpointError, PtcRetryError, ReplayError, StoreError, ToolError
-from .core.notice import failure_notice, prompt_section
-from .core.store import CheckpointStore
+from .core.errors import PtcRetryError, ReplayError, ToolError
+from .core.notice import parse_notice, prompt_section
 from .core.version import __version__
 from .kernel.recorded import recorded
 from .kernel.replay import extend, replay, resume
 from .kernel.tools import TOOLS as tools
 
-__all__ = [
-    "CheckpointError",
-    "CheckpointStore",
+#: What programs call: the helpers, the tools and the errors they raise.
+PROGRAM_API = (
     "PtcRetryError",
     "ReplayError",
-    "StoreError",
     "ToolError",
     "extend",
-    "failure_notice",
+    "recorded",
+    "replay",
+    "resume",
+    "tools",
+)
+#: What a host uses without a kernel.
+LIBRARY_API = ("__version__", "parse_notice", "prompt_section")
+#: What IPython calls.
+EXTENSION_API = ("load_ipython_extension", "unload_ipython_extension")
+
+__all__ = [
+    "PtcRetryError",
+    "ReplayError",
+    "ToolError",
+    "__version__",
+    "extend",
     "load_ipython_extension",
+    "parse_notice",
     "prompt_section",
     "recorded",
     "replay",
     "resume",
     "tools",
     "unload_ipython_extension",
-    "__version__",
 ]
 
 

@@ -21,13 +21,13 @@ from typing import Any
 import pytest
 
 from ptc_retry.backend import (
-    MAX_RAW_OUTPUT_CHARS,
     BackendError,
     GatewayKernel,
     KernelBackend,
     KernelStartError,
     LocalKernel,
 )
+from ptc_retry.backend.capture import MAX_RAW_OUTPUT_CHARS
 from ptc_retry.core.notice import parse_notice
 
 from .helpers import ORDERS, Run, history, line_of, raw
@@ -381,6 +381,20 @@ def test_a_transport_and_kernel_keywords_are_not_given_together() -> None:
     with pytest.raises(ValueError, match="always loads ptc-retry.*extension=False"):
         KernelBackend(extension=False)
     assert KernelBackend(kernel_name="python3", extension=False).extension is False
+
+
+def test_a_misspelt_kernel_keyword_is_a_type_error_not_a_default() -> None:
+    with pytest.raises(TypeError, match="unexpected keyword argument 'kernal_name'"):
+        KernelBackend(kernal_name="python3")  # type: ignore[call-arg]
+    assert KernelBackend(kernel_name="python3").kernel_name == "python3"
+
+
+def test_where_checkpoints_are_read_is_the_transport_s_to_say() -> None:
+    assert LocalKernel().checkpoints_here and not GatewayKernel("http://h:1").checkpoints_here
+    local = KernelBackend(root="/tmp/ptc-checkpoints", session_id="s1")
+    assert local.session_dir == Path("/tmp/ptc-checkpoints/s1")
+    remote = KernelBackend(gateway_url="http://127.0.0.1:1", root="/srv/ptc")
+    assert remote.session_dir is None and remote.root == Path("/srv/ptc")
 
 
 def test_unknown_kernel_name_is_a_clear_error(run: Run[Any], options: dict[str, Any]) -> None:

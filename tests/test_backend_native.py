@@ -16,12 +16,8 @@ from typing import Any
 
 import pytest
 
-from ptc_retry.backend import (
-    NATIVE_RUN_CODE_DESCRIPTION,
-    BackendError,
-    KernelBackend,
-    KernelSetup,
-)
+from ptc_retry.backend import BackendError, KernelBackend, KernelSetup
+from ptc_retry.backend.results import NATIVE_RUN_CODE_DESCRIPTION
 from ptc_retry.core.notice import native_failure_notice, prompt_section
 from ptc_retry.native import EDIT_TOOL
 
@@ -360,6 +356,7 @@ class DeadKernel:
     kernel_name = "ptc-retry"
     extension = True
     url = None
+    checkpoints_here = True
 
     async def start(self, setup: KernelSetup) -> Path:
         assert setup.root is not None

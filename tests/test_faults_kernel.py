@@ -195,14 +195,16 @@ def test_an_interrupted_program_shows_its_own_line_last_not_ptc_retrys(kernel: K
 def test_an_interrupt_while_the_program_is_saved_stops_it_and_records_it(
     kernel: Kernel, checkpoint_root: Path
 ) -> None:
-    # Fault injection in the real kernel: saving a program takes two seconds.
+    # Fault injection in the real kernel, through the store's seam: saving takes two seconds.
     kernel.execute(
-        "import time, ptc_retry.core.store as _store\n"
-        "_slow_write = _store._write_atomic\n"
-        "def _write_atomic(path, data):\n"
+        "import time\n"
+        "from ptc_retry.kernel.extension import active_extension\n"
+        "_store = active_extension().checkpoints.store\n"
+        "_write = _store.write_file\n"
+        "def _slow_write(entry, data):\n"
         "    time.sleep(2)\n"
-        "    _slow_write(path, data)\n"
-        "_store._write_atomic = _write_atomic"
+        "    _write(entry, data)\n"
+        "_store.write_file = _slow_write"
     )
     stopped, _ = interrupted_after(kernel, "ran = True\nprint('ran')", 0.7)
 
@@ -213,7 +215,7 @@ def test_an_interrupt_while_the_program_is_saved_stops_it_and_records_it(
     ]
     assert stopped.ptc["status"] == "interrupted" and stopped.ptc["notice"] is None
     assert kernel.execute("'ran' in globals()").result == "False"
-    kernel.execute("_store._write_atomic = _slow_write")
+    kernel.execute("_store.write_file = _write")
     assert kernel.execute("print('next')").stdout == "next\n"
     assert [line["status"] for line in history(checkpoint_root)][-2:] == ["ok", "ok"]
 

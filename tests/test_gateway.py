@@ -38,7 +38,7 @@ from ptc_retry.backend import (
     MessageTooLarge,
     RunResult,
 )
-from ptc_retry.backend.gateway import MAX_SAID_CHARS, gateway_said
+from ptc_retry.backend.gateway_errors import MAX_SAID_CHARS, gateway_said
 from ptc_retry.backend.remote import REMOTE_API, remote_session_dir
 from ptc_retry.core.notice import parse_notice
 from ptc_retry.core.version import __version__

@@ -106,3 +106,46 @@ def test_there_is_no_import_cycle() -> None:
         if node not in state:
             visit(node)
     assert cycles == []
+
+
+def declared_all(path: Path) -> set[str] | None:
+    """The names ``path`` lists in ``__all__``, or None when it lists none."""
+    for node in ast.parse(path.read_text("utf-8")).body:
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if any(isinstance(target, ast.Name) and target.id == "__all__" for target in targets):
+            assert isinstance(node, ast.Assign)
+            return set(ast.literal_eval(node.value))
+    return None
+
+
+def test_no_module_imports_another_rooms_private_names() -> None:
+    # A room's private names are its ``_names``, the names a module leaves out of its
+    # ``__all__``, and, in a room whose package lists ``__all__`` (its public surface), every
+    # name of its inner modules: another room imports from ``ptc_retry.backend`` itself.
+    paths = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    surfaces = {
+        room(name)
+        for name, path in paths.items()
+        if name.count(".") == 1 and path.name == "__init__.py" and declared_all(path) is not None
+    }
+    wrong = []
+    for importer, path in paths.items():
+        for imported in imports(path):
+            module, _, name = imported.rpartition(".")
+            # "from .x import y" is listed as x and as x.y: keep the names, not the modules
+            if imported in paths or module not in paths or room(module) == room(importer):
+                continue
+            exported = declared_all(paths[module])
+            inner = room(module) in surfaces and module.count(".") > 1
+            private = name.startswith("_") and not name.startswith("__")
+            if private or inner or (exported is not None and name not in exported):
+                wrong.append(f"{importer} imports {name} from {module}")
+    assert wrong == []
+
+
+def test_the_package_lists_each_audience_s_names_and_exports_their_union() -> None:
+    audiences = (ptc_retry.PROGRAM_API, ptc_retry.LIBRARY_API, ptc_retry.EXTENSION_API)
+    names = [name for audience in audiences for name in audience]
+    assert sorted(names) == sorted(ptc_retry.__all__) and len(set(names)) == len(names)
+    assert all(hasattr(ptc_retry, name) for name in names)
+    assert all(f"``{name}``" in (ptc_retry.__doc__ or "") for name in names)

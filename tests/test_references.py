@@ -150,6 +150,15 @@ def test_our_errors_show_their_message_and_no_frames_of_ptc_retry(kernel: Kernel
     assert "ptc_retry/" not in text and "Traceback" not in text
 
 
+def test_a_replayed_program_that_fails_again_shows_its_own_frames_only(kernel: Kernel) -> None:
+    fail(kernel, "g1")
+    again = call(kernel, replay("#1", ('prices["mango"]', 'prices["grape"]')), "g2")
+
+    text = model_text(again)
+    assert again.error["ename"] == "KeyError" and 'prices["grape"]' in text
+    assert "ptc_retry/" not in text and "replay.py" not in text
+
+
 def test_a_replay_not_awaited_says_so_once_without_frames(kernel: Kernel) -> None:
     fail(kernel, "n1")
     forgot = call(kernel, "ptc_retry.replay('#1', 'a', 'b')", "n2")
@@ -160,6 +169,22 @@ def test_a_replay_not_awaited_says_so_once_without_frames(kernel: Kernel) -> Non
         "Write: await ptc_retry.replay('#1', ...)\n"
     )
     assert forgot.result == "<ptc_retry replay of '#1', not awaited>"
+
+
+def test_each_helper_not_awaited_names_itself_in_the_line_to_write(kernel: Kernel) -> None:
+    fail(kernel, "w1")
+    helpers = {
+        "ptc_retry.resume('#1')": ("resume('#1')", "replay"),
+        "ptc_retry.replay('#1', 'a', 'b', resume=True)": ("replay('#1', ...)", "replay"),
+        "ptc_retry.extend('#1', 'rest')": ("extend('#1', ...)", "extend"),
+    }
+    for n, (line, (written, action)) in enumerate(helpers.items(), 2):
+        forgot = call(kernel, line, f"w{n}")
+        assert forgot.stderr == (
+            f"ptc_retry.{written} did not run: it must be awaited. "
+            f"Write: await ptc_retry.{written}\n"
+        )
+        assert forgot.result == f"<ptc_retry {action} of '#1', not awaited>"
 
 
 def test_cells_of_our_magics_are_not_calls(kernel: Kernel, checkpoint_root: Path) -> None:

@@ -1,43 +1,37 @@
-"""The agent side's kernel backend: ``KernelBackend`` runs each program in a ptc-retry
-kernel it owns, reached through a transport: ``LocalKernel`` (started here through
-jupyter_client) or ``GatewayKernel`` (behind a Jupyter Kernel Gateway).
+"""The agent side's kernel backend, for the loop that calls a model and runs its tool calls.
+
+``KernelBackend`` runs each program in a ptc-retry kernel it owns and returns a
+``RunResult``, or the text the model reads next; ``RUN_CODE`` is the name of the tool it
+offers, and ``HostTool`` a tool for programs described by a JSON schema
+(``KernelBackend.add_tool``). The kernel is reached through a
+transport: ``LocalKernel`` (started here through jupyter_client) or ``GatewayKernel``
+(behind a Jupyter Kernel Gateway or Enterprise Gateway); a new way to reach a kernel
+implements ``Transport``, started with a ``KernelSetup``. Its errors are ``BackendError``
+and the kinds a loop may tell apart: ``KernelStartError``, ``GatewayError`` and
+``MessageTooLarge``. Everything else in this package is its inside.
 """
 
 from __future__ import annotations
 
 from ..core.errors import BackendError, GatewayError, KernelStartError, MessageTooLarge
-from .capture import MAX_RAW_OUTPUT_CHARS
-from .facade import MODES, KernelBackend
+from .facade import KernelBackend
 from .gateway import GatewayKernel
+from .host_tools import HostTool
 from .local import LocalKernel
-from .results import (
-    NATIVE_RUN_CODE_DESCRIPTION,
-    RESULT_STATUSES,
-    RUN_CODE,
-    RUN_CODE_DESCRIPTION,
-    RUN_CODE_PARAMETERS,
-    RunResult,
-    Tool,
-)
+from .results import RUN_CODE, RunResult
 from .transport import KernelSetup, Transport
 
 __all__ = [
-    "MAX_RAW_OUTPUT_CHARS",
-    "MODES",
-    "NATIVE_RUN_CODE_DESCRIPTION",
-    "RESULT_STATUSES",
     "RUN_CODE",
-    "RUN_CODE_DESCRIPTION",
-    "RUN_CODE_PARAMETERS",
     "BackendError",
     "GatewayError",
     "GatewayKernel",
+    "HostTool",
     "KernelBackend",
     "KernelSetup",
     "KernelStartError",
     "LocalKernel",
     "MessageTooLarge",
     "RunResult",
-    "Tool",
     "Transport",
 ]

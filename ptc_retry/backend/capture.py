@@ -4,9 +4,10 @@ much the program prints. Pure code: it sees message contents, never a kernel."""
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from typing import Any
+
+from ..core.protocol import strip_ansi
 
 __all__ = ["MAX_RAW_OUTPUTS", "MAX_RAW_OUTPUT_CHARS", "Capture", "strip_ansi"]
 
@@ -14,13 +15,7 @@ __all__ = ["MAX_RAW_OUTPUTS", "MAX_RAW_OUTPUT_CHARS", "Capture", "strip_ansi"]
 MAX_RAW_OUTPUT_CHARS = 1_000_000
 MAX_RAW_OUTPUTS = 1_000
 
-_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
 _BINARY_TYPES = ("image/", "audio/", "video/", "application/pdf", "application/octet-stream")
-
-
-def strip_ansi(text: str) -> str:
-    """``text`` without terminal escape codes (colours, cursor moves, titles)."""
-    return _ANSI.sub("", text) if "\x1b" in text else text
 
 
 class Capture:

@@ -1,35 +1,38 @@
 """``KernelBackend``: one Jupyter kernel for an agent loop, and the text a model reads after
 each tool call. The README's "In an agent loop" section is its manual; the kernel is reached
-through a transport (``transport.py``), each program runs as one ``Execution``."""
+through a transport (``transport.py``), each program runs as one ``Execution``, and what
+the model's tool calls go through (prompt, tool definitions, tool calls) is its
+``ModelSide`` (``model_side.py``)."""
 
 from __future__ import annotations
 
 import asyncio
-import codecs
 import logging
 import os
 import secrets
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable
 
 from jupyter_core.utils import run_sync
 
 from ..core.errors import BackendError, GatewayError, KernelStartError
 from ..core.fs import default_root
 from ..core.layout import sanitize
-from ..core.notice import prompt_section
 from ..core.time_limit import read_delay
-from ..native import NativeTools, ToolResult
+from ..native import ToolResult
 from .code_mode import CodeSession
 from .execution import Execution, ExecutionSettings
-from .host_tools import HostTool
 from .input_requests import stdin_connected
-from .kernels import kernel_transport
+from .kernels import KernelKeywords, check_kernel_keywords, kernel_transport
 from .local import NATIVE_KERNEL_DIR, check_checkpoints
-from .native_mode import KERNEL_OPTIONS, NativeSession, native_definitions
-from .results import RUN_CODE, CallOptions, RunResult, check_timeout, require_utf8
+from .model_side import NOT_RUNNING, ModelSide
+from .native_mode import KERNEL_OPTIONS, NativeSession
+from .results import RUN_CODE, RunResult, check_timeout, require_utf8
 from .transport import KernelSetup, Transport
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 __all__ = ["MODES", "KernelBackend"]
 
@@ -37,21 +40,18 @@ log = logging.getLogger(__name__)
 
 #: What ``KernelBackend(mode=...)`` accepts: the model writes programs, or calls tools.
 MODES = ("code", "native")
-_NOT_RUNNING = "the kernel is not running; call start() or use `async with`"
-_SEND_AGAIN = "Nothing was saved or run; send the whole call again."
-F = TypeVar("F", bound=Callable[..., Any])
 
 
-class KernelBackend:
+class KernelBackend(ModelSide):
     """One kernel that runs a model's programs, with checkpoints and replay.
 
     ``mode``: ``"code"`` (the model writes programs and replays a failed one with
     ``ptc_retry.replay``) or ``"native"`` (it calls ``run_code`` as a plain tool and fixes a
     failed call with ``editPreviousToolCalling``, through ``kb.native``). ``transport``: how
     the kernel is started and reached (``LocalKernel``, ``GatewayKernel``); without one, the
-    kernel keywords ``kernel_name`` (default ``"ptc-retry"``), ``cwd``, ``env``,
-    ``extra_arguments``, ``startup_timeout``, ``extension`` and ``gateway_url`` with
-    ``token`` describe it (see those classes). ``root``: the checkpoint root (default
+    kernel keywords (``KernelKeywords``: ``kernel_name``, default ``"ptc-retry"``, ``cwd``,
+    ``env``, ``extra_arguments``, ``startup_timeout``, ``extension`` and ``gateway_url``
+    with ``token``) describe it. ``root``: the checkpoint root (default
     ``$PTC_RETRY_ROOT``, else ``<tempdir>/ptc-retry-<uid>``; behind a gateway, a path on the
     kernel's host). ``session_id``: the session directory's name (default a fresh short
     id); ``shutdown()`` removes the session directory unless ``keep=True``.
@@ -80,30 +80,14 @@ class KernelBackend:
         default_timeout: float | None = None,
         interrupt_grace: float = 5.0,
         time_limit_margin: float = 1.0,
-        kernel_name: str | None = None,
-        cwd: str | os.PathLike[str] | None = None,
-        env: Mapping[str, str] | None = None,
-        extra_arguments: Sequence[str] | None = None,
-        startup_timeout: float | None = None,
-        extension: bool | None = None,
-        gateway_url: str | None = None,
-        token: str | None = None,
         tools: Iterable[Callable[..., Any]] = (),
+        **kernel: Unpack[KernelKeywords],
     ) -> None:
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use mode='code' or mode='native'")
-        transport = kernel_transport(
-            transport,
-            kernel_name=kernel_name,
-            cwd=cwd,
-            env=env,
-            extra_arguments=extra_arguments,
-            startup_timeout=startup_timeout,
-            extension=extension,
-            gateway_url=gateway_url,
-            token=token,
-        )
-        if mode == "native" and transport.url is not None:
+        check_kernel_keywords(kernel, "KernelBackend.__init__()")
+        transport = kernel_transport(transport, **kernel)
+        if mode == "native" and not transport.checkpoints_here:
             raise ValueError(
                 "mode='native' does not work through a gateway: its journal would live here "
                 "and the kernel's checkpoints on the gateway's host, and the kernelspec there, "
@@ -116,16 +100,12 @@ class KernelBackend:
         #: How the backend starts and reaches its kernel.
         self.transport = transport
         self.session_id = sanitize(session_id) if session_id else f"s{secrets.token_hex(4)}"
-        self.root: Path | None
-        #: This session's checkpoint directory, as the kernel sees it.
-        self.session_dir: Path | None
-        if transport.url is None:
-            # Absolute, because the kernel resolves a relative root against its own cwd.
-            self.root = Path(root if root is not None else default_root()).expanduser().absolute()
+        self.root: Path | None = _checkpoint_root(transport, root)
+        #: This session's checkpoint directory, as the kernel sees it (behind a gateway, the
+        #: kernel says where, in start()).
+        self.session_dir: Path | None = None
+        if transport.checkpoints_here and self.root is not None:
             self.session_dir = self.root / self.session_id
-        else:
-            self.root = Path(root) if root is not None else None  # on the kernel's host
-            self.session_dir = None  # the kernel says where, in start()
         self.max_output_chars = max_output_chars
         self.default_timeout = check_timeout(default_timeout)
         self.interrupt_grace = read_delay(interrupt_grace, "interrupt_grace")
@@ -153,7 +133,7 @@ class KernelBackend:
         self._closing = False
         self._closed = False
         # Whether start() made the session directory: shutdown() removes only what it made.
-        self._made_session_dir = transport.url is not None  # a remote kernel removes its own
+        self._made_session_dir = not transport.checkpoints_here  # the kernel removes its own
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "running" if self._running else "not started"
@@ -195,190 +175,12 @@ class KernelBackend:
         return self._closed
 
     @property
-    def native(self) -> NativeTools | None:
-        """Native mode: the tool registry and journal, made by ``start()`` (None before, and
-        always None in code mode). Add the loop's own tools with ``kb.native.register``."""
-        return self._native.tools if self._native is not None else None
-
-    @property
     def kernel_session_dir(self) -> Path | None:
         """Where the kernel keeps its checkpoints: ``session_dir`` itself in code mode; in
         native mode ``<session_dir>/kernel/<session_id>``, apart from the tool-call journal."""
         if self.session_dir is None or self.mode != "native":
             return self.session_dir
         return self.session_dir / NATIVE_KERNEL_DIR / self.session_id
-
-    # -- the model's side: prompt, tools, tool calls ------------------------------------------
-
-    def system_prompt(self) -> str:
-        """The static prompt section for this session; byte-identical for its whole life."""
-        if self.session_dir is None:
-            raise BackendError(
-                "the session directory is on the kernel's host behind the gateway: call "
-                "start() (or use `async with`) before system_prompt()"
-            )
-        return prompt_section(self.mode, self.session_dir, tools=self._code.host_tools.catalog())
-
-    def register_tool(
-        self, function: F, name: str | None = None, description: str | None = None
-    ) -> F:
-        """Let programs call ``function`` as ``await tools.<name>(...)``; returns it unchanged.
-
-        Before or after ``start()``: every later program can call it. A sync function runs
-        in a worker thread, an async one on the backend's loop; both take JSON keyword
-        arguments and return JSON. ``name`` defaults to its ``__name__``, ``description``
-        to its docstring's first paragraph; the schema comes from its type hints. The
-        prompt section and ``run_code``'s description name the tools registered so far.
-        TypeError or ValueError when it cannot be a tool (see ``HostTools.register``).
-        """
-        self._check_code_mode()
-        self._code.register(function, name, description)
-        return function
-
-    def add_tool(self, tool: HostTool) -> None:
-        """Let programs call ``tool`` as ``await tools.<tool.name>(...)``: a tool described by
-        a JSON schema instead of a Python signature (``ptc_retry.mcp.upstream`` makes one
-        for each tool of an upstream MCP server). Otherwise as ``register_tool``.
-        """
-        self._check_code_mode()
-        self._code.add(tool)
-
-    def _check_code_mode(self) -> None:
-        if self.mode == "native":
-            raise ValueError(
-                "tools in programs need mode='code'; in native mode the model calls a "
-                "function directly: register it on kb.native"
-            )
-
-    def tool_schemas(self, format: str = "openai") -> list[dict[str, Any]]:
-        """Every tool's definition, to pass as the model's ``tools``.
-
-        ``format``: ``"openai"`` (``{"type": "function", "function": {...}}``) or
-        ``"anthropic"`` (``{"name", "description", "input_schema"}``). In native mode:
-        ``run_code``, any tool registered on ``kb.native``, then ``editPreviousToolCalling``.
-        """
-        if self.native is not None:
-            return self.native.definitions(format)
-        if self.mode == "native":  # before start(): no journal yet, the same definitions
-            return native_definitions(format)
-        return self._code.schemas(format)
-
-    def tool_schema(self, format: str = "openai", name: str = RUN_CODE) -> dict[str, Any]:
-        """One tool's definition (default ``run_code``), in the given ``format``."""
-        schemas = self.tool_schemas(format)
-        names = [schema.get("name", schema.get("function", {}).get("name")) for schema in schemas]
-        if name not in names:
-            raise ValueError(f"no tool {name!r}; this backend offers {', '.join(names)}")
-        return schemas[names.index(name)]
-
-    async def handle_tool_call(
-        self,
-        name: str,
-        raw_arguments: str | Mapping[str, Any],
-        call_id: str | None = None,
-        *,
-        turn: int | None = None,
-        step: int | None = None,
-        timeout: float | None = None,
-    ) -> str:
-        """Run one tool call of the model and return the text the model reads next.
-
-        ``raw_arguments`` is the arguments string exactly as the model sent it (it becomes
-        the checkpoint byte for byte); an already decoded mapping (Anthropic's ``input``) is
-        accepted and saved as its JSON. An unknown tool or malformed arguments give an error
-        text that says what to send instead, and never reach the kernel. Raises BackendError
-        only when the kernel is not running or cannot be restarted, or its gateway cannot be
-        reached (GatewayError): nothing the model can fix.
-
-        Native mode: every call, also a malformed one or one of an unknown tool, goes to
-        ``kb.native`` and is journaled (its refusal text is the journal's); ``name`` may be
-        ``editPreviousToolCalling``. Calls with the same ``step`` are one model message (see
-        ``next_step``); ``turn``, ``step`` and ``timeout`` also apply to the program an edit
-        re-runs.
-        """
-        self.last_result = None  # a call refused below ran nothing: no result of its own
-        options = CallOptions(turn, step, timeout)
-        if isinstance(raw_arguments, (bytes, bytearray)):
-            try:
-                raw_arguments = bytes(raw_arguments).decode("utf-8")
-            except UnicodeDecodeError as exc:
-                return f"Error: the arguments of {name} are not UTF-8 ({exc}). Nothing ran."
-        if self.mode == "native":
-            if not isinstance(raw_arguments, (str, Mapping)):
-                return (
-                    f"Error: the arguments of {name} must be a JSON object, not "
-                    f"{type(raw_arguments).__name__}. Nothing ran."
-                )
-            if self._native is None or not self._running:
-                raise BackendError(_NOT_RUNNING)
-            check_timeout(timeout)
-            result, error = await self._native.invoke(
-                name,
-                raw_arguments,
-                call_id,
-                turn=self.turn if turn is None else turn,
-                options=options,
-            )
-            self.last_tool_result = result
-            if error is not None:  # the kernel is gone and cannot restart: raise it
-                raise error
-            return result.text
-        return await self._code.invoke(name, raw_arguments, call_id, options)
-
-    async def handle_partial_tool_call(
-        self,
-        name: str,
-        partial_raw_arguments: str,
-        call_id: str | None = None,
-        *,
-        turn: int | None = None,
-        step: int | None = None,
-    ) -> str:
-        """Save a tool call whose arguments stopped part-way and return the text the model
-        reads: where the saved part ends, and the call that sends only the rest.
-
-        ``partial_raw_arguments`` is the arguments string exactly as far as it arrived (an
-        output-token limit, a dropped stream); the cut may fall anywhere. Code mode saves
-        the longest decodable start of its ``"code"`` (and the arguments as they arrived,
-        beside it) and runs nothing; ``await ptc_retry.extend("#n", "<rest>")`` then runs
-        the whole program. When ``"code"`` arrived whole (the cut fell in a later key, or
-        before the final ``}``), the program runs as an ordinary call and the text starts
-        with one line naming what was cut. When not even the start of ``"code"`` arrived,
-        nothing is saved and the text says to send the call again. Native mode: see
-        ``NativeTools.call_partial``.
-
-        Bytes are taken as UTF-8 up to a character the cut split (it is left out, so the
-        saved arguments are the bytes that arrived without it); bytes that are not UTF-8
-        before that, or a str holding a lone surrogate, get a text asking for the whole call.
-        """
-        self.last_result = None
-        if isinstance(partial_raw_arguments, (bytes, bytearray)):
-            try:
-                decoder = codecs.getincrementaldecoder("utf-8")()
-                partial_raw_arguments = decoder.decode(bytes(partial_raw_arguments), final=False)
-            except UnicodeDecodeError as exc:
-                return f"Error: the arguments of {name} are not UTF-8 ({exc}). {_SEND_AGAIN}"
-        if not isinstance(partial_raw_arguments, str):
-            raise TypeError(
-                "partial_raw_arguments must be the str that arrived, not "
-                f"{type(partial_raw_arguments).__name__}"
-            )
-        try:
-            require_utf8(partial_raw_arguments, f"the arguments of {name}")
-        except ValueError as exc:
-            return f"Error: {exc}. {_SEND_AGAIN}"
-        options = CallOptions(self.turn if turn is None else turn, step, None)
-        if self.mode == "native":
-            if self._native is None or not self._running:
-                raise BackendError(_NOT_RUNNING)
-            result, error = await self._native.invoke_partial(
-                name, partial_raw_arguments, call_id, options
-            )
-            self.last_tool_result = result
-            if error is not None:  # the kernel is gone and cannot restart: raise it
-                raise error
-            return result.text
-        return await self._code.invoke_partial(name, partial_raw_arguments, call_id, options)
 
     # -- turns and steps ----------------------------------------------------------------------
 
@@ -510,7 +312,7 @@ class KernelBackend:
         if arguments is not None:
             require_utf8(arguments, "arguments")
         if self._lock is None or not self._running:
-            raise BackendError(_NOT_RUNNING)
+            raise BackendError(NOT_RUNNING)
         timeout = check_timeout(timeout if timeout is not None else self.default_timeout)
         sent_id = call_id if call_id is not None else self._fresh_id()
         self._sent_ids.add(sent_id)
@@ -570,13 +372,13 @@ class KernelBackend:
         replay a program that failed before the restart. Waits for a running call to end.
         """
         if self._lock is None or not self._running:
-            raise BackendError(_NOT_RUNNING)
+            raise BackendError(NOT_RUNNING)
         async with self._lock:
             await self._restart()
 
     async def _restart(self) -> None:
         if not self._running:
-            raise BackendError(_NOT_RUNNING)
+            raise BackendError(NOT_RUNNING)
         try:
             await self.transport.restart()
             await self._stdin_connected()
@@ -608,8 +410,8 @@ class KernelBackend:
 
     start_sync = run_sync(start)
     run_code_sync = run_sync(run_code)
-    handle_tool_call_sync = run_sync(handle_tool_call)
-    handle_partial_tool_call_sync = run_sync(handle_partial_tool_call)
+    handle_tool_call_sync = run_sync(ModelSide.handle_tool_call)
+    handle_partial_tool_call_sync = run_sync(ModelSide.handle_partial_tool_call)
     restart_sync = run_sync(restart)
     shutdown_sync = run_sync(shutdown)
 
@@ -619,3 +421,11 @@ class KernelBackend:
 
     def __exit__(self, *exc_info: object) -> None:
         self.shutdown_sync()
+
+
+def _checkpoint_root(transport: Transport, root: str | os.PathLike[str] | None) -> Path | None:
+    """The checkpoint root as the kernel sees it: here, absolute (the kernel resolves a
+    relative one against its own cwd); on another host, as given (None: its default)."""
+    if transport.checkpoints_here:
+        return Path(root if root is not None else default_root()).expanduser().absolute()
+    return Path(root) if root is not None else None

@@ -13,30 +13,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import logging
-import re
-import socket
 import time
 import uuid
 from collections.abc import Mapping
-from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote, urlsplit
 
-from ..core.errors import BackendError, GatewayError, KernelStartError, MessageTooLarge
+from ..core.errors import BackendError, GatewayError, KernelStartError
 from ..core.protocol import execute_request
 from ..kernelspec import KERNEL_NAME
+from .gateway_errors import http_error, logged, start_error, start_failure, too_large
+from .gateway_rest import REQUEST_TIMEOUT, GatewayRest
+from .gateway_wire import CLOSED, acknowledge_now, encode_message, read_frame
 from .remote import connect_expression, remote_session_dir
 from .transport import KernelSetup
 
-__all__ = ["GatewayKernel", "gateway_base_url", "gateway_said"]
+__all__ = ["GatewayKernel", "gateway_base_url"]
 
-log = logging.getLogger(__name__)
-
-#: Seconds a REST call other than a (re)start may take before the gateway counts as gone.
-REQUEST_TIMEOUT = 10.0
 #: How often, at most, a waiting call asks the gateway whether the kernel still exists.
 ALIVE_CHECK_INTERVAL = 3.0
 #: How often a (re)start that waits for the kernel's websocket asks whether the kernel is gone.
@@ -47,23 +41,6 @@ MAX_MESSAGE_BYTES = 512 * 1024 * 1024
 #: ``websocket_max_message_size`` (10 MiB), which Kernel Gateway 3 and Enterprise Gateway 3
 #: keep, with no option to change it. A larger message makes the gateway close the websocket.
 GATEWAY_MAX_MESSAGE_BYTES = 10 * 1024 * 1024
-#: What a message of each type is, in an error that says it is too large to send.
-_MESSAGE_NAMES = {
-    "execute_request": "the program's execute_request",
-    "input_reply": "the reply to the kernel's tool request",
-}
-
-_CLOSED = object()  # queued when the websocket closes
-_QUICKACK = getattr(socket, "TCP_QUICKACK", None)  # Linux only
-_Error = TypeVar("_Error", bound=BackendError)
-#: How the gateway refuses the user a kernel would run as: Enterprise Gateway's words for a
-#: KERNEL_USERNAME in its unauthorized_users, or missing from its authorized_users.
-_USER_REFUSED = re.compile(r"not authorized to start|users authorized|KERNEL_USERNAME")
-#: How the gateway says it runs as many kernels as it allows (max_kernels and, on Enterprise
-#: Gateway, max_kernels_per_user).
-_LIMIT_REACHED = re.compile(r"Resource Limit|max kernels", re.IGNORECASE)
-#: The longest part of a gateway's answer that goes into an error message.
-MAX_SAID_CHARS = 500
 
 
 def gateway_base_url(url: str) -> str:
@@ -72,28 +49,6 @@ def gateway_base_url(url: str) -> str:
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ValueError(f"gateway_url must be an http:// or https:// URL, not {url!r}")
     return url.rstrip("/")
-
-
-def gateway_said(exc: Any) -> str:
-    """What a gateway's error answer (tornado's HTTPClientError ``exc``) says: the JSON
-    ``message`` of its body, else its ``reason``; for an internal error, the last line of the
-    traceback it sent. The HTTP reason phrase when the body says nothing."""
-    body: Any = None
-    if exc.response is not None and exc.response.body:
-        with contextlib.suppress(ValueError):
-            body = json.loads(exc.response.body)
-    if not isinstance(body, dict):
-        body = {}
-    message, reason, trace = (body.get(key) for key in ("message", "reason", "traceback"))
-    if message == "Unknown server error" and isinstance(trace, str) and trace.strip():
-        message = trace.strip().splitlines()[-1]
-    for said in (message, reason, exc.message):
-        if isinstance(said, str) and said.strip():
-            said = " ".join(said.split())
-            if len(said) > MAX_SAID_CHARS:
-                said = said[: MAX_SAID_CHARS - 3] + "..."
-            return said
-    return "no reason given"
 
 
 class GatewayKernel:
@@ -111,6 +66,8 @@ class GatewayKernel:
 
     #: A kernel behind a gateway always runs ptc-retry: the entry point loads it.
     extension = True
+    #: Its checkpoints are on the gateway's host: the kernel says where, and removes them.
+    checkpoints_here = False
 
     def __init__(
         self,
@@ -133,7 +90,7 @@ class GatewayKernel:
         self.session_dir: str | None = None
         self._setup: KernelSetup | None = None
         self._client_session = uuid.uuid4().hex  # the websocket's session, for its buffer
-        self._http: Any = None
+        self._api: GatewayRest | None = None
         self._ws: Any = None
         self._queue: asyncio.Queue[Any] | None = None  # made on the loop, by _connect
         self._lifecycle: str | None = None  # "restarting" or "dead", as the gateway said
@@ -146,15 +103,13 @@ class GatewayKernel:
     # -- lifecycle ------------------------------------------------------------------------------
 
     async def start(self, setup: KernelSetup) -> Path:
-        from tornado.httpclient import AsyncHTTPClient
-
         if setup.options:
             raise ValueError(
                 "a kernel behind a gateway takes its command line from the kernelspec there; "
                 f"set {' '.join(setup.options)} in that kernelspec instead"
             )
         self._setup = setup
-        self._http = AsyncHTTPClient(force_instance=True)
+        self._api = GatewayRest(self.url, self.token)
         try:
             await self._new_kernel()
             if not await self._connect():
@@ -176,8 +131,19 @@ class GatewayKernel:
                 "POST", "/api/kernels", body, timeout=self.startup_timeout, translate=False
             )
         except HTTPClientError as exc:
-            raise _logged(await self._start_error(exc)) from None
+            raise logged(await self._start_error(exc)) from None
         self.kernel_id = model["id"]
+
+    async def _start_error(self, exc: Any) -> BackendError:
+        """The error to raise when the gateway answers a kernel start request with ``exc``."""
+        refused = start_error(self.url, self.token, self.env, exc)
+        if refused is not None:
+            return refused
+        names: list[str] = []
+        with contextlib.suppress(BackendError):
+            specs = await self._rest("GET", "/api/kernelspecs", timeout=REQUEST_TIMEOUT)
+            names = sorted((specs or {}).get("kernelspecs") or {})
+        return start_failure(self.url, self.kernel_name, exc, names)
 
     async def restart(self) -> None:
         """Restart the kernel (or wait for the gateway's own restart) and set it up again."""
@@ -205,13 +171,13 @@ class GatewayKernel:
             with contextlib.suppress(BackendError, asyncio.TimeoutError):
                 await self._silent(code, timeout=5)
         self._close_ws()
-        if self.kernel_id is not None and self._http is not None:
+        if self.kernel_id is not None and self._api is not None:
             with contextlib.suppress(BackendError):
                 await self._rest("DELETE", self._path(""), timeout=REQUEST_TIMEOUT, missing=None)
         self.kernel_id = None
-        if self._http is not None:
-            self._http.close()
-            self._http = None
+        if self._api is not None:
+            self._api.close()
+            self._api = None
 
     async def interrupt(self) -> None:
         await self._rest("POST", self._path("/interrupt"), {}, timeout=REQUEST_TIMEOUT)
@@ -272,7 +238,7 @@ class GatewayKernel:
                     message = await asyncio.wait_for(queue.get(), left)
                 except asyncio.TimeoutError:
                     return None
-            if message is _CLOSED:
+            if message is CLOSED:
                 self._ws = None
                 return None
             parent = message.get("parent_header") or {}
@@ -291,141 +257,14 @@ class GatewayKernel:
     def _path(self, suffix: str) -> str:
         return f"/api/kernels/{quote(self.kernel_id or '', safe='')}{suffix}"
 
-    def _headers(self) -> dict[str, str]:
-        headers = {"Content-Type": "application/json"}
-        if self.token:
-            headers["Authorization"] = f"token {self.token}"
-        return headers
-
-    async def _rest(
-        self,
-        method: str,
-        path: str,
-        body: Any = None,
-        *,
-        timeout: float,
-        missing: Any = ...,
-        translate: bool = True,
-    ) -> Any:
-        """The JSON the gateway answered; ``missing`` instead of a 404 when it is given.
-
-        An error answer raises GatewayError (or KernelStartError), or with ``translate=False``
-        tornado's HTTPClientError for the caller to read.
-        """
-        from tornado.httpclient import HTTPClientError, HTTPRequest
-
-        if self._http is None:
+    async def _rest(self, method: str, path: str, body: Any = None, **options: Any) -> Any:
+        """``GatewayRest.call`` while the kernel is started; BackendError after ``shutdown``."""
+        if self._api is None:
             raise BackendError("the gateway connection is closed")
-        request = HTTPRequest(
-            self.url + path,
-            method=method,
-            headers=self._headers(),
-            body=json.dumps(body) if body is not None else None,
-            connect_timeout=min(timeout, REQUEST_TIMEOUT),
-            request_timeout=timeout,
-        )
-        try:
-            response = await self._http.fetch(request)
-        except HTTPClientError as exc:
-            if exc.code == 404 and missing is not ...:
-                return missing
-            if not translate and exc.code != 599:
-                raise
-            raise _logged(self._http_error(method, path, exc)) from None
-        except OSError as exc:
-            raise _logged(
-                GatewayError(
-                    f"cannot reach the gateway at {self.url} ({exc}); is it running, and is the "
-                    "URL right?"
-                )
-            ) from None
-        return json.loads(response.body) if response.body else None
+        return await self._api.call(method, path, body, **options)
 
     def _lost(self) -> GatewayError:
-        return _logged(GatewayError(f"lost the websocket to the kernel at {self.url}"))
-
-    def _http_error(self, method: str, path: str, exc: Any) -> BackendError:
-        """The error to raise for the gateway's error answer ``exc`` to ``method path``."""
-        code = exc.code
-        said = gateway_said(exc)
-        if code == 401:
-            return self._token_error(said)
-        if code == 599:  # tornado's own: no answer in time, or the connection broke
-            return GatewayError(
-                f"the gateway at {self.url} did not answer {method} {path} ({exc.message}); "
-                "is it running?"
-            )
-        if code == 403:
-            return GatewayError(
-                f"the gateway at {self.url} refused {method} {path} (HTTP 403: {said}); check "
-                "that token= is the gateway's and that the gateway allows this request"
-            )
-        return GatewayError(
-            f"{method} {path} failed at the gateway at {self.url} (HTTP {code}: {said})"
-        )
-
-    def _token_error(self, said: str) -> GatewayError:
-        hint = (
-            "pass its auth token (KG_AUTH_TOKEN of Kernel Gateway, EG_AUTH_TOKEN of Enterprise "
-            "Gateway) as token=..."
-        )
-        if not self.token:
-            return GatewayError(
-                f"the gateway at {self.url} asks for a token (HTTP 401: {said}); {hint}"
-            )
-        return GatewayError(
-            f"the gateway at {self.url} refused the token (HTTP 401: {said}); {hint}"
-        )
-
-    async def _start_error(self, exc: Any) -> BackendError:
-        """The error to raise when the gateway answers a kernel start request with ``exc``."""
-        code = exc.code
-        said = gateway_said(exc)
-        where = f"the gateway at {self.url}"
-        if code == 401:
-            return self._token_error(said)
-        if code == 403 and _USER_REFUSED.search(said):
-            user = self.env.get("KERNEL_USERNAME")
-            if user is None:
-                return KernelStartError(
-                    f"{where} refused to start a kernel for the user it runs as (HTTP 403: "
-                    f"{said}); name the user the kernel is for: "
-                    "env={'KERNEL_USERNAME': '<user>'} (Enterprise Gateway refuses the users in "
-                    "its unauthorized_users, root unless its operator changes that)"
-                )
-            return KernelStartError(
-                f"{where} refused to start a kernel for KERNEL_USERNAME {user!r} (HTTP 403: "
-                f"{said}); pass a user it allows, or have its operator change its "
-                "unauthorized_users or authorized_users"
-            )
-        if code == 403 and _LIMIT_REACHED.search(said):
-            return KernelStartError(
-                f"{where} runs as many kernels as it allows (HTTP 403: {said}); shut down the "
-                "backends you no longer use, or have its operator raise max_kernels "
-                "(--KernelGatewayApp.max_kernels, --EnterpriseGatewayApp.max_kernels or "
-                "max_kernels_per_user)"
-            )
-        if code == 403:
-            return self._http_error("POST", "/api/kernels", exc)
-        if code == 404 and "kernel" not in said.lower():
-            return GatewayError(
-                f"{where} has no /api/kernels (HTTP 404: {said}); is the URL right, with the "
-                "gateway's base path?"
-            )
-        names: list[str] = []
-        with contextlib.suppress(BackendError):
-            specs = await self._rest("GET", "/api/kernelspecs", timeout=REQUEST_TIMEOUT)
-            names = sorted((specs or {}).get("kernelspecs") or {})
-        if names and self.kernel_name not in names:
-            return KernelStartError(
-                f"{where} has no kernel named {self.kernel_name!r} (HTTP {code}: {said}); its "
-                f"kernels are: {', '.join(names)}; pass one as kernel_name=..., or install the "
-                "ptc-retry kernelspec there (ptc-retry install-kernel)"
-            )
-        return KernelStartError(
-            f"{where} could not start the {self.kernel_name!r} kernel (HTTP {code}: {said}); "
-            "the gateway's log says more"
-        )
+        return logged(GatewayError(f"lost the websocket to the kernel at {self.url}"))
 
     async def _model(self) -> dict[str, Any] | None:
         """The gateway's model of the kernel, or None when it no longer has it."""
@@ -437,6 +276,8 @@ class GatewayKernel:
         from tornado.simple_httpclient import HTTPTimeoutError
         from tornado.websocket import websocket_connect
 
+        if self._api is None:
+            raise BackendError("the gateway connection is closed")
         scheme = "wss" if self.url.startswith("https") else "ws"
         url = (
             f"{scheme}{self.url[self.url.index(':') :]}{self._path('/channels')}"
@@ -445,7 +286,7 @@ class GatewayKernel:
         # The gateway answers the handshake once the kernel answers it: allow a (re)start.
         request = HTTPRequest(
             url,
-            headers=self._headers(),
+            headers=self._api.headers(),
             connect_timeout=min(self.startup_timeout, REQUEST_TIMEOUT),
             request_timeout=self.startup_timeout,
         )
@@ -455,9 +296,11 @@ class GatewayKernel:
         def on_message(raw: str | bytes | None) -> None:
             if raw is None and self._queue is queue:
                 self._ws = None  # the gateway closed it: is_alive() asks the gateway why
-            self._on_message(queue, raw)
+            message = read_frame(raw)
+            if message is not None:
+                queue.put_nowait(message)
             if self._queue is queue:
-                _acknowledge_now(self._ws)
+                acknowledge_now(self._ws)
 
         connecting = websocket_connect(
             request,
@@ -470,17 +313,19 @@ class GatewayKernel:
             return self._ws is not None
         except HTTPClientError as exc:
             if isinstance(exc, HTTPTimeoutError):  # the gateway answered all along: the kernel
-                raise _logged(
+                raise logged(
                     KernelStartError(
                         f"the {self.kernel_name!r} kernel behind the gateway at {self.url} did "
                         f"not answer within {self.startup_timeout:g} s ({exc.message})"
                     )
                 ) from None
-            raise _logged(self._http_error("GET", self._path("/channels"), exc)) from None
+            raise logged(
+                http_error(self.url, self.token, "GET", self._path("/channels"), exc)
+            ) from None
         except OSError as exc:
-            raise _logged(GatewayError(f"cannot reach the gateway at {self.url} ({exc})")) from None
+            raise logged(GatewayError(f"cannot reach the gateway at {self.url} ({exc})")) from None
         except Exception as exc:  # e.g. tornado's WebSocketError: not a websocket answer
-            raise _logged(
+            raise logged(
                 GatewayError(f"could not open the kernel's websocket at {self.url} ({exc})")
             ) from None
 
@@ -504,7 +349,7 @@ class GatewayKernel:
                 connecting.cancel()
 
     def _exited(self) -> KernelStartError:
-        return _logged(
+        return logged(
             KernelStartError(
                 f"the {self.kernel_name!r} kernel behind the gateway at {self.url} exited "
                 "before it answered, and the gateway gave up restarting it; run the command of "
@@ -512,21 +357,6 @@ class GatewayKernel:
                 "gateway's log)"
             )
         )
-
-    @staticmethod
-    def _on_message(queue: asyncio.Queue[Any], raw: str | bytes | None) -> None:
-        if raw is None:
-            queue.put_nowait(_CLOSED)
-            return
-        if isinstance(raw, bytes):  # binary frames belong to the v1 protocol we never ask for
-            return
-        try:
-            message = json.loads(raw)
-        except ValueError:
-            return
-        if isinstance(message, dict):
-            message.setdefault("msg_type", (message.get("header") or {}).get("msg_type"))
-            queue.put_nowait(message)
 
     def _close_ws(self) -> None:
         if self._ws is not None:
@@ -548,45 +378,15 @@ class GatewayKernel:
 
         if self._ws is None:
             raise self._lost()
-        msg_id = uuid.uuid4().hex
-        header = {
-            "msg_id": msg_id,
-            "msg_type": msg_type,
-            "username": "ptc-retry",
-            "session": self._client_session,
-            "date": datetime.now(timezone.utc).isoformat(),
-            "version": "5.3",
-        }
-        message: dict[str, Any] = {
-            "header": header,
-            "msg_id": msg_id,
-            "msg_type": msg_type,
-            "parent_header": (parent or {}).get("header") or {},
-            "metadata": metadata or {},
-            "content": content,
-            "channel": "shell" if parent is None else "stdin",
-            "buffers": [],
-        }
-        frame = json.dumps(message)  # ASCII: as many bytes as characters
+        msg_id, frame = encode_message(msg_type, self._client_session, content, metadata, parent)
         if len(frame) > self.max_send_bytes:
-            raise self._too_large(msg_type, len(frame))
+            raise too_large(self.url, self.max_send_bytes, msg_type, len(frame))
         try:
             await self._ws.write_message(frame)
         except WebSocketClosedError:
             self._ws = None
             raise self._lost() from None
         return msg_id
-
-    def _too_large(self, msg_type: str, size: int) -> MessageTooLarge:
-        limit = self.max_send_bytes
-        what = _MESSAGE_NAMES.get(msg_type, f"the {msg_type}")
-        return MessageTooLarge(
-            f"{what} would be {size:,} bytes on the websocket, over the {limit:,} "
-            f"({limit / 2**20:.3g} MiB) that the gateway at {self.url} takes in one message, "
-            "so it was not sent",
-            size=size,
-            limit=limit,
-        )
 
     async def _reply(self, msg_id: str, timeout: float) -> tuple[dict[str, Any], str]:
         """The shell reply to ``msg_id`` and the stream text printed before it."""
@@ -664,24 +464,3 @@ class GatewayKernel:
                 "finish setting up its checkpoints in time"
             ) from None
         self.session_dir = remote_session_dir(reply["content"], printed, self.kernel_name)
-
-
-def _acknowledge_now(ws: Any) -> None:
-    """Have the system acknowledge at once what came on the websocket ``ws`` (Linux).
-
-    A gateway answers an execute_request with several small frames (status, outputs, reply)
-    and does not turn off Nagle's algorithm on its side (neither Kernel Gateway nor Enterprise
-    Gateway does): each frame after the first waits for the acknowledgement of the one
-    before, which Linux delays by up to 40 ms. Acknowledging at once takes a trivial call
-    through a gateway on loopback from about 50 ms to about 10.
-    """
-    if _QUICKACK is None or ws is None:
-        return
-    with contextlib.suppress(AttributeError, OSError):
-        ws.stream.socket.setsockopt(socket.IPPROTO_TCP, _QUICKACK, 1)
-
-
-def _logged(error: _Error) -> _Error:
-    """``error``, logged for an operator as it is raised."""
-    log.warning("%s", error)
-    return error

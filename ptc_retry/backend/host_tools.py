@@ -14,8 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from ..core.protocol import TOO_DEEP, lone_surrogate, sendable_text
-from ..core.schema import signature_text
-from ..native.definitions import first_paragraph, signature_schema
+from ..core.schema import first_paragraph, signature_schema, signature_text
 from .results import json_kind
 
 __all__ = ["Completed", "HostTool", "HostTools"]

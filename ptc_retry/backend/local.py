@@ -39,6 +39,8 @@ class LocalKernel:
     """
 
     url: str | None = None
+    #: The kernel runs here: the backend reads its checkpoints and removes what it made.
+    checkpoints_here = True
 
     def __init__(
         self,

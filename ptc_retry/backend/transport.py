@@ -42,7 +42,14 @@ class Transport(Protocol):
     @property
     def url(self) -> str | None:
         """The gateway the kernel is reached through; None for a kernel started on this
-        machine, whose checkpoints the backend can read."""
+        machine."""
+
+    @property
+    def checkpoints_here(self) -> bool:
+        """Whether the kernel keeps its checkpoints on this machine, where the backend reads
+        them and removes the session directory it made; False for a kernel on another host,
+        which says where its session directory is when it starts (``start`` returns it)
+        and removes it itself."""
 
     async def start(self, setup: KernelSetup) -> Path:
         """Start the kernel and wait until it answers; return its session directory as the

@@ -153,6 +153,17 @@ def _surrogate_at(text: str, index: int, path: str, key: bool) -> str:
     )
 
 
+#: Terminal escape codes: CSI sequences (colours, cursor moves), OSC ones (titles), and
+#: two-character escapes, as IPython's coloured tracebacks hold them.
+_ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+def strip_ansi(text: str) -> str:
+    """``text`` without terminal escape codes (colours, cursor moves, titles): a traceback
+    as a person or a model reads it."""
+    return _ANSI.sub("", text) if "\x1b" in text else text
+
+
 def sendable_text(text: str) -> str:
     """``text`` with each lone surrogate written as its escape (``\\ud83d``), so that the
     wire carries it: for messages (an exception's text), never for a tool's data."""

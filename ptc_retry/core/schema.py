@@ -5,7 +5,8 @@ from __future__ import annotations
 import copy
 import inspect
 import keyword
-from collections.abc import Mapping
+import typing
+from collections.abc import Callable, Mapping
 from typing import Any
 
 #: ``"openai"``: Chat Completions ``tools`` entries; ``"anthropic"``: Messages API entries.
@@ -102,3 +103,51 @@ def signature_text(parameters: Mapping[str, Any]) -> str:
     """``a: int, b: str = ...``: the arguments of :func:`schema_signature`, without the
     parentheses, as the prompt and the backend's errors show them."""
     return str(schema_signature(dict(parameters)))[1:-1]
+
+
+_JSON_TYPES = {
+    str: "string",
+    int: "integer",
+    float: "number",
+    bool: "boolean",
+    list: "array",
+    dict: "object",
+}
+
+
+def first_paragraph(function: Callable[..., Any]) -> str:
+    """The first paragraph of ``function``'s docstring, on one line: its default description."""
+    doc = inspect.getdoc(function) or ""
+    return " ".join(doc.split("\n\n", 1)[0].split())
+
+
+def signature_schema(function: Callable[..., Any]) -> dict[str, Any]:
+    """A JSON schema of the keyword arguments ``function`` takes, typed where that is plain."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return {"type": "object"}
+    try:
+        hints = typing.get_type_hints(function)
+    except Exception:  # unresolvable annotations (e.g. "str | None" on Python 3.9)
+        hints = {}
+    properties: dict[str, Any] = {}
+    required = []
+    extra = False
+    for parameter in signature.parameters.values():
+        if parameter.kind is parameter.VAR_KEYWORD:
+            extra = True
+            continue
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.POSITIONAL_ONLY):
+            continue  # cannot be passed by keyword
+        hint = hints.get(parameter.name)
+        json_type = _JSON_TYPES.get(hint) if isinstance(hint, type) else None
+        properties[parameter.name] = {"type": json_type} if json_type else {}
+        if parameter.default is parameter.empty:
+            required.append(parameter.name)
+    schema: dict[str, Any] = {"type": "object", "properties": properties}
+    if required:
+        schema["required"] = required
+    if not extra:
+        schema["additionalProperties"] = False
+    return schema

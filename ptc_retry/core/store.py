@@ -11,15 +11,15 @@ import os
 import secrets
 import threading
 import time
-import weakref
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from .call import Call
 from .claim import claim
 from .errors import AmbiguousReferenceError, CheckpointError, StoreError
-from .fs import Dir, Linker, default_root, open_dir, read_umask
-from .fs import write_atomic as _write_atomic  # a global here, so a test can inject a fault
+from .forks import forget, remember
+from .fs import Dir, Entry, Linker, default_root, open_dir, read_umask, write_atomic
 from .history_file import HistoryFile
 from .index import CallIndex
 from .layout import (
@@ -35,7 +35,6 @@ from .layout import (
     is_reference,
     line_text,
     link_text,
-    reference,
     sanitize,
 )
 from .session_files import (
@@ -50,43 +49,6 @@ from .session_files import (
 )
 
 __all__ = ["Call", "CheckpointStore"]
-
-
-@dataclass
-class Call:
-    """One checkpointed call, as ``begin`` saved it; pass it to ``finish``."""
-
-    id: str  # the sanitized, de-duplicated id actually used: the file name stem
-    sent_id: str | None  # the id the caller asked for, when it differs from ``id``
-    tool: str
-    turn: int
-    step: int | None  # None: the call was a step of its own
-    ordinal: int  # 1-based position of the call within its step
-    path: Path  # by-id/<id>.json
-    bytes: int  # UTF-8 size of the saved arguments
-    started: float  # time.time() at begin
-    replay_of: str | None = None
-    extend_of: str | None = None  # the cut-off call this one completes (``ptc_retry.extend``)
-    n: int = 0  # the call's number in its session: its short reference is "#<n>"
-    code_bytes: int | None = None  # UTF-8 size of the program, when the caller knows it
-
-    @property
-    def reference(self) -> str:
-        return reference(self.n)
-
-
-_OPEN: weakref.WeakSet[CheckpointStore] = weakref.WeakSet()
-
-
-def _forget_in_child() -> None:
-    # A forked child (multiprocessing's fork) must neither write to its parent's session nor
-    # keep it locked once the parent dies: it drops its copies of the descriptors.
-    for store in list(_OPEN):
-        store._abandon()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 class CheckpointStore:
@@ -108,6 +70,11 @@ class CheckpointStore:
     failures, and ``StoreError`` once the store is closed or when the arguments cannot be
     encoded as UTF-8 (a lone surrogate): a caller that must never fail catches ``(OSError,
     StoreError)``. Reading a checkpoint raises ``CheckpointError``.
+
+    Fault injection: every file the store writes whole (checkpoints, ``previous/``) goes
+    through ``write_file(entry, data)``, by default :func:`.fs.write_atomic`. Replace it on a
+    store to make those writes slow or fail; a kernel's store is
+    ``active_extension().checkpoints.store``.
     """
 
     def __init__(
@@ -136,6 +103,8 @@ class CheckpointStore:
         self._prev_ids: list[str] = []  # what previous/ holds, when this process rebuilt it
         self._prev_count = 0  # how many previous/<n>.json exist (n = 1..count)
         self._linker = Linker()
+        #: Writes one file whole; the seam for fault injection (see the class docstring).
+        self.write_file: Callable[[Entry, bytes], None] = write_atomic
         read_umask()
         claimed = claim(self.root, requested, owner)
         self.session, self.session_dir = claimed.name, claimed.directory.path
@@ -156,7 +125,7 @@ class CheckpointStore:
             self.close()
             raise
         self.warning = "; ".join(self._warnings) or None
-        _OPEN.add(self)
+        remember(self)
 
     # -- opening ------------------------------------------------------------------------------
 
@@ -206,7 +175,7 @@ class CheckpointStore:
             self._require_open()
             cid = self._index.new_id(sanitize(call_id) if call_id is not None else None)
             # First: a program that kills the kernel is still saved.
-            _write_atomic(self._by_id / f"{cid}.json", data)
+            self.write_file(self._by_id / f"{cid}.json", data)
             n, ended = self._index.add(cid, call_id, (turn, step) if step is not None else object())
             if ended is not None:
                 self._rebuild_previous(ended)
@@ -229,7 +198,7 @@ class CheckpointStore:
                 with contextlib.suppress(FileNotFoundError):
                     self._previous.unlink(f"{n}.json")
             if self._linker.copies:  # a copy does not say which call it is: .ids does
-                _write_atomic(self._previous / IDS, "".join(f"{i}\n" for i in ids).encode())
+                self.write_file(self._previous / IDS, "".join(f"{i}\n" for i in ids).encode())
         except BaseException:
             # previous/ is half rebuilt: say nothing of it, the next step rebuilds it whole.
             self._prev_ids, self._prev_count = [], max(self._prev_count, len(ids))
@@ -258,7 +227,7 @@ class CheckpointStore:
         data = _utf8(arguments)
         with self._lock:
             self._require_open()
-            _write_atomic(self._by_id / f"{call.id}.json", data)
+            self.write_file(self._by_id / f"{call.id}.json", data)
             # A hard link or a copy in previous/ still holds the old content: renew it.
             if call.id in self._prev_ids and (self._linker.hard_links or self._linker.copies):
                 name = f"{self._prev_ids.index(call.id) + 1}.json"
@@ -275,7 +244,7 @@ class CheckpointStore:
         data = _utf8(raw)
         with self._lock:
             self._require_open()
-            _write_atomic(self._by_id / f"{call.id}{PARTIAL_SUFFIX}", data)
+            self.write_file(self._by_id / f"{call.id}{PARTIAL_SUFFIX}", data)
 
     def finish(self, call: Call, status: str, **extra: object) -> dict[str, Any]:
         """Append the call's line to history.jsonl and return it.
@@ -327,9 +296,9 @@ class CheckpointStore:
                 self._history.close()
             for directory in self._dirs:
                 directory.close()
-        _OPEN.discard(self)
+        forget(self)
 
-    def _abandon(self) -> None:
+    def abandon(self) -> None:
         """In a forked child: drop this process's copies of the descriptors, write nothing."""
         self._lock = threading.Lock()  # another thread of the parent may have held it
         if self._history is not None:

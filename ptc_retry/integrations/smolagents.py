@@ -21,7 +21,7 @@ from smolagents.tools import Tool, get_tools_definition_code
 from smolagents.utils import AgentError
 
 from ..backend import KernelBackend, RunResult
-from ..backend.capture import strip_ansi
+from ..core.protocol import strip_ansi
 
 __all__ = ["PtcRetryExecutor"]
 

@@ -1,8 +1,16 @@
-"""The replay helper: ``await ptc_retry.replay("#3", "retries=3", "retries=5")`` reads a
-saved program, applies literal replacements, saves the result as this call's own
-checkpoint and runs it in the kernel's namespace, whole or from where it failed (resume).
-``await ptc_retry.extend("#4", "<rest>")`` does the same with the start of a call that was
-cut off mid-stream and the rest appended to it.
+"""The helpers a program calls to run a saved program again, and the steps they share.
+
+* ``await ptc_retry.replay("#3", "retries=3", "retries=5")`` reads a saved program, applies
+  literal replacements, saves the result as this call's own checkpoint and runs it in the
+  kernel's namespace (:class:`Replay`).
+* ``await ptc_retry.resume("#3")`` (or ``replay(..., resume=True)``) does the same from the
+  statement where the program stopped (:class:`Resume`).
+* ``await ptc_retry.extend("#4", "<rest>")`` does the same with the start of a call that was
+  cut off mid-stream and the rest appended to it (:class:`Extend`).
+
+Each helper returns an awaitable whose ``_run`` is the same sequence of named steps; a kind
+differs only in the steps it overrides: which program it runs (``_corrected``) and the
+statement it starts at (``_first_statement``).
 """
 
 from __future__ import annotations
@@ -19,8 +27,11 @@ from ..core.store import CheckpointStore
 from .host import Host, current_host
 from .recording import RecordedCalls, Reuse, calls_made, in_order
 from .resume import history_line
+from .running import Running
 from .tool_calls import program_calls
 from .tracebacks import cell_text, replay_filename
+
+__all__ = ["Extend", "Replay", "Resume", "extend", "replay", "resume"]
 
 
 def replay(
@@ -48,20 +59,13 @@ def replay(
     """
     nothing = old is None and new is None and edits is None
     pairs = [] if resume and nothing else normalize_edits(old, new, edits)
-    if isinstance(target, bool) or not isinstance(target, (str, int)):
-        raise ReplayError(
-            f'replay target must be a reference like "#7", a call id like "call_7" or an int n '
-            f"for previous/n.json, not {type(target).__name__}"
-        )
-    try:
-        host = current_host()
-    except PtcRetryError as exc:
-        raise ReplayError(str(exc)) from None
-    pending = Replay(host, target, pairs, replace_all=replace_all, resume=resume, fresh=fresh)
-    running = host.programs.current()
-    if running is not None:
-        running.replays.append(pending)
-    return pending
+    _check_target(
+        target,
+        'replay target must be a reference like "#7", a call id like "call_7" or an int n '
+        "for previous/n.json",
+    )
+    kind = Resume if resume else Replay
+    return _pending(kind(_host(), target, pairs, replace_all=replace_all, fresh=fresh))
 
 
 def extend(target: str | int, rest: str) -> Replay:
@@ -76,19 +80,8 @@ def extend(target: str | int, rest: str) -> Replay:
         raise ReplayError(
             f"extend takes the rest of the program as a str, not {type(rest).__name__}"
         )
-    if isinstance(target, bool) or not isinstance(target, (str, int)):
-        raise ReplayError(
-            f'extend target must be a reference like "#4" or a call id, not {type(target).__name__}'
-        )
-    try:
-        host = current_host()
-    except PtcRetryError as exc:
-        raise ReplayError(str(exc)) from None
-    pending = Replay(host, target, [], replace_all=False, rest=rest)
-    running = host.programs.current()
-    if running is not None:
-        running.replays.append(pending)
-    return pending
+    _check_target(target, 'extend target must be a reference like "#4" or a call id')
+    return _pending(Extend(_host(), target, rest))
 
 
 def resume(target: str | int, *, fresh: bool = False) -> Replay:
@@ -100,8 +93,37 @@ def resume(target: str | int, *, fresh: bool = False) -> Replay:
     return replay(target, resume=True, fresh=fresh)
 
 
+def _check_target(target: object, expected: str) -> None:
+    """ReplayError, ``expected`` and what ``target`` is instead, unless it is a str or int."""
+    if isinstance(target, bool) or not isinstance(target, (str, int)):
+        raise ReplayError(f"{expected}, not {type(target).__name__}")
+
+
+def _host() -> Host:
+    try:
+        return current_host()
+    except PtcRetryError as exc:
+        raise ReplayError(str(exc)) from None
+
+
+def _pending(pending: Replay) -> Replay:
+    """``pending``, known to the running program, which reports it if it is never awaited."""
+    running = pending.host.programs.current()
+    if running is not None:
+        running.replays.append(pending)
+    return pending
+
+
 class Replay:
-    """A replay waiting to be awaited. Not awaiting it is reported in the cell's output."""
+    """A replay waiting to be awaited. Not awaiting it is reported in the cell's output.
+
+    Awaiting it runs ``_run``'s steps; :class:`Resume` and :class:`Extend` override some.
+    """
+
+    #: What the helper does, in the texts a person or the model reads.
+    action = "replay"
+    #: The history key that names the program this call ran again.
+    link_key = "replay_of"
 
     def __init__(
         self,
@@ -109,19 +131,14 @@ class Replay:
         target: str | int,
         edits: list[tuple[str, str]],
         *,
-        replace_all: bool,
-        resume: bool = False,
+        replace_all: bool = False,
         fresh: bool = False,
-        rest: str | None = None,
     ) -> None:
         self.host = host
         self.target = target
         self.edits = edits
         self.replace_all = replace_all
-        self.resume = resume
         self.fresh = fresh
-        #: ``extend``: what is appended to the cut-off program (None: a replay).
-        self.rest = rest
         self.awaited = False
 
     def __await__(self) -> Generator[Any, None, Any]:
@@ -131,30 +148,56 @@ class Replay:
     def __repr__(self) -> str:
         # Shown as the value when a cell ends with the call; the message itself follows once.
         state = "" if self.awaited else ", not awaited"
-        what = "replay" if self.rest is None else "extend"
-        return f"<ptc_retry {what} of {self.target!r}{state}>"
+        return f"<ptc_retry {self.action} of {self.target!r}{state}>"
 
     def not_awaited_message(self) -> str:
-        if self.rest is not None:
-            call = f"extend({self.target!r}, ...)"
-        elif self.resume and not self.edits:
-            call = f"resume({self.target!r})"
-        else:
-            call = f"replay({self.target!r}, ...)"
+        call = self.call_text()
         return f"ptc_retry.{call} did not run: it must be awaited. Write: await ptc_retry.{call}"
+
+    def call_text(self) -> str:
+        """The helper call as the model would write it, the arguments after the target elided."""
+        return f"{self.action}({self.target!r}, ...)"
 
     async def _run(self) -> Any:
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
-        host = self.host
-        store = host.checkpoints.open()
+        store = self._store()
+        call_id, code = self._saved_program(store)
+        running = self._running_program(call_id)
+        corrected = self._corrected(store, call_id, code)
+        _require_utf8(corrected)
+        whole_call = _is_whole_call(self.host, running)
+        name = self._become_corrected(running, corrected, call_id) if whole_call else call_id
+        filename = replay_filename(name)
+        transformed = self.host.shell.transform_cell(corrected)
+        start = self._first_statement(store, call_id, code, corrected, transformed)
+        if whole_call:
+            running.program = (filename, transformed)
+            running.resumed_from = start or None
+        reuse = self._reuse(store, call_id, start, whole_call=whole_call)
+        namespace = self.host.shell.user_ns
+        program = run_program(corrected, filename, namespace, transformed=transformed, start=start)
+        if whole_call:
+            running.program_coroutine = program
+        return await self._run_reusing(program, reuse)
+
+    # -- the steps ----------------------------------------------------------------------------
+
+    def _store(self) -> CheckpointStore:
+        store = self.host.checkpoints.open()
         if store is None:
             raise ReplayError("checkpoints are off in this kernel (see the warning above)")
-        # 1. Read the saved program and json.loads it.
+        return store
+
+    def _saved_program(self, store: CheckpointStore) -> tuple[str, str]:
+        """``(call_id, code)`` of the target: its checkpoint read and ``json.loads``-ed."""
         try:
-            call_id, code = store.load_code(self.target)
+            return store.load_code(self.target)
         except CheckpointError as exc:
             raise ReplayError(str(exc)) from None
-        running = host.programs.current()
+
+    def _running_program(self, call_id: str) -> Running:
+        """The program this helper was awaited in, which must not be ``call_id`` itself."""
+        running = self.host.programs.current()
         if running is None:
             # Never attach to the program of another thread (another subshell's cell).
             raise ReplayError(
@@ -162,80 +205,61 @@ class Replay:
                 "from another thread or a silent request"
             )
         if running.call is not None and running.call.id == call_id:
-            if self.rest is not None:
-                raise ReplayError(
-                    f"{call_id!r} is this extend call itself; extend the call that was cut off"
-                )
-            raise ReplayError(
-                f"{call_id!r} is this replay call itself; replay the call that failed before it"
-            )
-        # 2. The literal replacements, or the rest of a cut-off program.
-        status = (history_line(store, call_id) or {}).get("status")
-        corrected = code
-        if self.rest is not None:
-            corrected = code + self._rest_of(store, call_id, status)
-        elif status == "partial":
+            raise ReplayError(self._itself_message(call_id))
+        return running
+
+    def _itself_message(self, call_id: str) -> str:
+        return f"{call_id!r} is this replay call itself; replay the call that failed before it"
+
+    def _corrected(self, store: CheckpointStore, call_id: str, code: str) -> str:
+        """The program to run: ``code`` with the literal replacements applied."""
+        if _status(store, call_id) == "partial":
             reference = store.reference_of(call_id) or call_id
             raise ReplayError(
                 f"{reference} was cut off mid-stream and never ran; send only the rest: "
                 f'await ptc_retry.extend({json.dumps(reference)}, "<rest>")'
             )
-        elif self.edits:
-            corrected = apply_edits(code, self.edits, replace_all=self.replace_all)
-        # 3. This call's checkpoint becomes the corrected program.
-        try:
-            corrected.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise ReplayError(
-                f"the corrected program holds a lone surrogate ({exc.reason} at index "
-                f"{exc.start}), which cannot be saved or run as UTF-8; write it as an escape "
-                'inside a string literal, such as "\\ud800"'
-            ) from None
-        name = call_id
-        # Only a call that is the replay and nothing else becomes the corrected program: a
-        # program that replays and does more keeps its own checkpoint, byte for byte, and a
-        # failure after the replay is a failure of that program.
-        # A replay inside a replayed program is part of that program too.
-        whole_call = (
-            running.call is not None
-            and running.program is None
-            and running.call.replay_of is None
-            and running.call.extend_of is None
-            and _only_statement(cell_text(host.shell, running.info))
-        )
-        if running.call is not None and whole_call:
-            of = {"replay_of" if self.rest is None else "extend_of": call_id}
-            host.checkpoints.save_corrected(running.call, corrected, **of)
-            name = running.call.id
-        # 4. Run it as an async function in the kernel's namespace, from the statement
-        #    where a resume starts.
-        shell = host.shell
-        filename = replay_filename(name)
-        transformed = shell.transform_cell(corrected)
-        start = 0
-        if self.resume:
-            start = host.resumes.start(store, call_id, code, corrected, transformed)
-        if whole_call:
-            running.program = (filename, transformed)
-            running.resumed_from = start or None
-        # 5. Its tool calls that match the recorded ones of call_id get their results.
-        calls = program_calls(host)
+        if self.edits:
+            return apply_edits(code, self.edits, replace_all=self.replace_all)
+        return code
+
+    def _become_corrected(self, running: Running, corrected: str, call_id: str) -> str:
+        """Make the corrected program this call's own checkpoint; the name it runs under."""
+        assert running.call is not None  # a whole call is a checkpointed one
+        self.host.checkpoints.save_corrected(running.call, corrected, **{self.link_key: call_id})
+        return running.call.id
+
+    def _first_statement(
+        self, store: CheckpointStore, call_id: str, code: str, corrected: str, transformed: str
+    ) -> int:
+        """The top-level statement the program starts at (0-based): the first, for a replay."""
+        return 0
+
+    def _reuse(
+        self, store: CheckpointStore, call_id: str, start: int, *, whole_call: bool
+    ) -> Reuse:
+        """What the program's tool calls may take from the recorded calls of ``call_id``."""
+        calls = program_calls(self.host)
         assert calls is not None  # a program is running
-        recorded = self._recorded(store, call_id)
+        lines = self.host.checkpoints.tool_calls(call_id)
+        recorded: RecordedCalls = in_order(lines, calls_made(history_line(store, call_id)))
         if whole_call and start:
             # This call's recording holds its whole program: first the skipped statements' calls.
             calls.record_skipped(recorded, start, call_id)
-        reuse = Reuse(
+        return Reuse(
             recorded.from_statement(start),
             call_id=call_id,
             source=store.reference_of(call_id) or call_id,
             fresh=self.fresh,
             next_k=recorded.next_k(start),
         )
-        namespace = shell.user_ns
-        program = run_program(corrected, filename, namespace, transformed=transformed, start=start)
-        if whole_call:
-            running.program_coroutine = program
+
+    async def _run_reusing(self, program: Any, reuse: Reuse) -> Any:
+        """Await ``program`` with ``reuse`` in force; the outermost replay then says, on
+        stderr, how many tool results it reused."""
+        __tracebackhide__ = True  # noqa: F841  (the program's own frames are what to show)
+        calls = program_calls(self.host)
+        assert calls is not None  # a program is running
         # A replay inside a replay says nothing itself: the outermost one counts its calls.
         outermost = calls.reuses.enter(reuse)
         try:
@@ -246,10 +270,40 @@ class Replay:
             if sentence is not None:
                 print(sentence, file=sys.stderr)
 
-    def _rest_of(self, store: CheckpointStore, call_id: str, status: object) -> str:
-        """``self.rest``, once ``call_id`` is known to be a call that was cut off (its
-        history ``status`` says ``partial``)."""
-        assert self.rest is not None
+
+class Resume(Replay):
+    """A replay that starts at the statement where the target stopped (its edits optional)."""
+
+    def call_text(self) -> str:
+        if self.edits:
+            return super().call_text()
+        return f"resume({self.target!r})"
+
+    def _first_statement(
+        self, store: CheckpointStore, call_id: str, code: str, corrected: str, transformed: str
+    ) -> int:
+        """The earlier of the statement that failed and the first one an edit touched, or
+        0 when the whole program must run (see :meth:`.resume.ResumePolicy.start`)."""
+        return self.host.resumes.start(store, call_id, code, corrected, transformed)
+
+
+class Extend(Replay):
+    """A cut-off program with the rest appended, run whole."""
+
+    action = "extend"
+    link_key = "extend_of"
+
+    def __init__(self, host: Host, target: str | int, rest: str) -> None:
+        super().__init__(host, target, [])
+        #: What is appended to the cut-off program.
+        self.rest = rest
+
+    def _itself_message(self, call_id: str) -> str:
+        return f"{call_id!r} is this extend call itself; extend the call that was cut off"
+
+    def _corrected(self, store: CheckpointStore, call_id: str, code: str) -> str:
+        """``code`` with ``rest`` appended, once ``call_id`` is known to have been cut off."""
+        status = _status(store, call_id)
         if status != "partial":
             reference = store.reference_of(call_id) or call_id
             said = f"its status is {status}" if status else "it has no history line"
@@ -257,12 +311,40 @@ class Replay:
                 f"{reference} was not cut off ({said}): extend only goes on with a call whose "
                 "arguments stopped part-way; fix a program with ptc_retry.replay"
             )
-        return self.rest
+        return code + self.rest
 
-    def _recorded(self, store: CheckpointStore, call_id: str) -> RecordedCalls:
-        """The calls ``call_id``'s whole program made, in order, as its recording says."""
-        lines = self.host.checkpoints.tool_calls(call_id)
-        return in_order(lines, calls_made(history_line(store, call_id)))
+
+def _status(store: CheckpointStore, call_id: str) -> object:
+    """The status of ``call_id``'s latest history line (None without one)."""
+    return (history_line(store, call_id) or {}).get("status")
+
+
+def _require_utf8(corrected: str) -> None:
+    try:
+        corrected.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise ReplayError(
+            f"the corrected program holds a lone surrogate ({exc.reason} at index "
+            f"{exc.start}), which cannot be saved or run as UTF-8; write it as an escape "
+            'inside a string literal, such as "\\ud800"'
+        ) from None
+
+
+def _is_whole_call(host: Host, running: Running) -> bool:
+    """Whether the helper is the whole of its call, so the corrected program becomes it.
+
+    Only a call that is the replay and nothing else becomes the corrected program: a
+    program that replays and does more keeps its own checkpoint, byte for byte, and a
+    failure after the replay is a failure of that program. A replay inside a replayed
+    program is part of that program too.
+    """
+    return (
+        running.call is not None
+        and running.program is None
+        and running.call.replay_of is None
+        and running.call.extend_of is None
+        and _only_statement(cell_text(host.shell, running.info))
+    )
 
 
 def _only_statement(source: str | None) -> bool:

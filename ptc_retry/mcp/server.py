@@ -24,8 +24,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from ..backend import KernelBackend
-from ..backend.results import RUN_CODE
+from ..backend import RUN_CODE, KernelBackend
 from ..core.errors import BackendError
 from ..core.version import __version__
 from .upstream import Upstreams

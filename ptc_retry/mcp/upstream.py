@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, TextIO
 
-from ..backend.host_tools import HostTool
+from ..backend import HostTool
 from .upstream_config import UpstreamConfig, UpstreamConfigError, combined, parse_spec, read_config
 
 if TYPE_CHECKING:

@@ -3,10 +3,8 @@ and the definitions of a loop's own tools (read from their signatures when none 
 
 from __future__ import annotations
 
-import inspect
-import typing
 from collections.abc import Iterable, Mapping
-from typing import Any, Callable
+from typing import Any
 
 from ..core.schema import tool_schema
 
@@ -76,15 +74,6 @@ EDIT_TOOL_PARAMETERS: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-_JSON_TYPES = {
-    str: "string",
-    int: "integer",
-    float: "number",
-    bool: "boolean",
-    list: "array",
-    dict: "object",
-}
-
 
 def tool_definitions(
     format: str = "openai", tools: Iterable[Mapping[str, Any]] = ()
@@ -105,41 +94,3 @@ def tool_definitions(
         parameters = spec.get("parameters") or {"type": "object"}
         definitions.append(tool_schema(name, description, parameters, format))
     return definitions
-
-
-def first_paragraph(function: Callable[..., Any]) -> str:
-    """The first paragraph of ``function``'s docstring, on one line: its default description."""
-    doc = inspect.getdoc(function) or ""
-    return " ".join(doc.split("\n\n", 1)[0].split())
-
-
-def signature_schema(function: Callable[..., Any]) -> dict[str, Any]:
-    """A JSON schema of the keyword arguments ``function`` takes, typed where that is plain."""
-    try:
-        signature = inspect.signature(function)
-    except (TypeError, ValueError):
-        return {"type": "object"}
-    try:
-        hints = typing.get_type_hints(function)
-    except Exception:  # unresolvable annotations (e.g. "str | None" on Python 3.9)
-        hints = {}
-    properties: dict[str, Any] = {}
-    required = []
-    extra = False
-    for parameter in signature.parameters.values():
-        if parameter.kind is parameter.VAR_KEYWORD:
-            extra = True
-            continue
-        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.POSITIONAL_ONLY):
-            continue  # cannot be passed by keyword
-        hint = hints.get(parameter.name)
-        json_type = _JSON_TYPES.get(hint) if isinstance(hint, type) else None
-        properties[parameter.name] = {"type": json_type} if json_type else {}
-        if parameter.default is parameter.empty:
-            required.append(parameter.name)
-    schema: dict[str, Any] = {"type": "object", "properties": properties}
-    if required:
-        schema["required"] = required
-    if not extra:
-        schema["additionalProperties"] = False
-    return schema

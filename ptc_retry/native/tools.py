@@ -30,9 +30,10 @@ from ..core.notice import (
     prompt_section,
 )
 from ..core.partial import CutArguments, CutPlace, cut_arguments
+from ..core.schema import first_paragraph, signature_schema
 from ..core.store import Call
 from ..core.warn import WarnOnce
-from .definitions import EDIT_TOOL, first_paragraph, signature_schema, tool_definitions
+from .definitions import EDIT_TOOL, tool_definitions
 from .edit import decode_arguments, prepare_edit
 from .journal import Position, ToolJournal, arguments_text
 from .partial import (
