@@ -25,6 +25,7 @@ from .core.history_table import format_history, format_tool_calls
 from .core.layout import line_text, sanitize
 from .core.notice import prompt_section
 from .core.session_files import session_in_use
+from .core.status import HistoryStatus, status_table
 from .sessions import (
     SessionReader,
     check_root,
@@ -336,13 +337,13 @@ def run_mcp(args: argparse.Namespace) -> int:
 _AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
 _SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _SESSION_HELP = "the session directory's name (default: the most recently modified session)"
-_HISTORY_EPILOG = """\
+_HISTORY_EPILOG = f"""\
 columns:
   ref        #n, the program's number in the session: ptc-retry show '#n' prints it and
              ptc_retry.replay("#n", ...) replays it (blank on lines of older versions)
   id         the call id
-  status     ok, error, interrupted, refused, or unfinished: saved but never finished
-             (still running, or its kernel died while it ran)
+  status     how the call ended:
+{status_table(HistoryStatus, indent=13)}
   turn       the user turn the backend gave (shown when some call has one other than 0)
   step       the model message the call belonged to; "-": a step of its own
   ordinal    the call's position in its step: previous/<ordinal>.json once the next step
