@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import PtcRetryError
+from ..core.sentences import STORE_PROBLEM
 from ..core.store import Call, CheckpointStore
 from ..core.warn import WarnOnce
 
@@ -29,7 +30,7 @@ _STORE_ERRORS = (OSError, PtcRetryError)
 
 def _print_warning(message: str) -> None:
     sentence = message.rstrip(".")
-    print(f"ptc-retry: {sentence}. Programs still run as usual.", file=sys.stderr)
+    print(STORE_PROBLEM.render(problem=sentence), file=sys.stderr)
 
 
 def kernel_session_name() -> str | None:

@@ -14,8 +14,9 @@ import time
 import types
 from typing import TYPE_CHECKING, Any
 
+from ..core import sentences as said
 from ..core.guard import RepeatedFailureGuard, refusal_message
-from ..core.notice import CUT_BEFORE_CODE, failure_notice, partial_notice, short_failure_notice
+from ..core.notice import failure_notice, partial_notice, short_failure_notice
 from ..core.partial import cut_arguments
 from ..core.protocol import TOOL_RESULTS
 from ..core.store import CheckpointStore
@@ -190,16 +191,13 @@ class PtcRetryExtension:
             running.arguments = json.dumps({"code": program}, ensure_ascii=False)
             call = running.call = self.checkpoints.begin(program, running.arguments, request)
         if found is None:
-            running.notice = CUT_BEFORE_CODE
+            running.notice = said.CUT_BEFORE_CODE.render()
         elif call is not None and self.checkpoints.save_partial(call, str(raw)):
             running.notice = partial_notice(call.reference, found[0], whole=found[1])
             self.checkpoints.link_number(call)
         else:
-            running.notice = (
-                f"[ptc-retry] This call was cut off and could not be saved "
-                f"({self.checkpoints.problem or 'checkpoints are off'}); nothing ran. Send the "
-                "whole call again."
-            )
+            problem = self.checkpoints.problem or "checkpoints are off"
+            running.notice = said.CUT_NOT_SAVED.render(problem=problem)
         running.cut_off = CallCutOff(running.notice)
         self._refuser.refuse(running.cut_off)
 
@@ -210,11 +208,7 @@ class PtcRetryExtension:
             user_ns["tools"] = self.shell.user_ns_hidden["tools"] = TOOLS
         elif user_ns["tools"] is not TOOLS and not self._said_tools_taken:
             self._said_tools_taken = True
-            print(
-                "ptc-retry: `tools` is a name of this kernel's own, so the agent's tools are "
-                "at `ptc_retry.tools`.",
-                file=sys.stderr,
-            )
+            print(said.TOOLS_NAME_TAKEN.render(), file=sys.stderr)
 
     def _new_program(self, running: Running, request: Request) -> None:
         """A new instruction lifts the guard; it, or a new turn, renews the resume budget."""

@@ -10,6 +10,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ..core.program import statement_spans
+from ..core.sentences import RUN_WHOLE
 from ..core.status import FAILED, HistoryStatus
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ def history_line(store: CheckpointStore, call_id: str) -> dict[str, Any] | None:
 
 
 def _run_whole(reason: str) -> int:
-    print(f"ptc-retry: {reason}: running the whole program.", file=sys.stderr)
+    print(RUN_WHOLE.render(reason=reason), file=sys.stderr)
     return 0
 
 
