@@ -72,7 +72,8 @@ def resume_call(reference: str) -> str:
 
 
 _NOTICE = re.compile(
-    r"\[ptc-retry\] [^\n]*?await ptc_retry\.(?:replay|resume|extend)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
+    re.escape(PREFIX)
+    + r"[^\n]*?await ptc_retry\.(?:replay|resume|extend)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
 )
 
 
