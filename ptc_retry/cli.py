@@ -27,6 +27,7 @@ from .commands import (
     run_stats,
 )
 from .core.root import default_root
+from .core.status import HistoryStatus, status_table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -258,13 +259,13 @@ def _add_program_options(mcp: argparse.ArgumentParser) -> None:
 
 _AGE = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
 _SESSION_HELP = "the session directory's name (default: the most recently modified session)"
-_HISTORY_EPILOG = """\
+_HISTORY_EPILOG = f"""\
 columns:
   ref        #n, the program's number in the session: ptc-retry show '#n' prints it and
              ptc_retry.replay("#n", ...) replays it (blank on lines of older versions)
   id         the call id
-  status     ok, error, interrupted, refused, or unfinished: saved but never finished
-             (still running, or its kernel died while it ran)
+  status     how the call ended:
+{status_table(HistoryStatus, indent=13)}
   turn       the user turn the backend gave (shown when some call has one other than 0)
   step       the model message the call belonged to; "-": a step of its own
   ordinal    the call's position in its step: previous/<ordinal>.json once the next step

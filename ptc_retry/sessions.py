@@ -16,7 +16,6 @@ from typing import Any
 
 from .core.errors import AmbiguousReferenceError, CheckpointError
 from .core.fs import Dir
-from .core.history_table import FAILED
 from .core.layout import (
     BY_ID,
     CALLS,
@@ -37,6 +36,7 @@ from .core.session_files import (
     read_tool_calls,
     survey,
 )
+from .core.status import FAILED, HistoryStatus
 
 # -- finding sessions without touching them ----------------------------------------------------
 
@@ -316,7 +316,7 @@ def session_stats(reader: SessionReader) -> SessionStats:
     for record in latest.values():
         status = record.get("status")
         stats.failures += isinstance(status, str) and status in FAILED
-        stats.unfinished += status == "unfinished"
+        stats.unfinished += status == HistoryStatus.UNFINISHED
         target = record.get("replay_of")
         if isinstance(target, str):
             stats.replays += 1

@@ -26,7 +26,8 @@ from ptc_retry.backend import KernelBackend, RunResult
 from ptc_retry.backend.host_tools import HostTools
 from ptc_retry.backend.input_requests import stdin_connected
 from ptc_retry.backend.results import RUN_CODE_DESCRIPTION
-from ptc_retry.core.notice import CODE_PROMPT, TOOLS_PROMPT, prompt_section
+from ptc_retry.core.notice import prompt_section
+from ptc_retry.core.sentences import CODE_PROMPT, TOOLS_PROMPT
 
 from . import test_backend_transports as transports
 from .helpers import Run, follow, history, line_of, raw
@@ -288,7 +289,7 @@ def test_the_prompt_section_lists_each_tool_on_one_line(tmp_path: Path) -> None:
     kb.register_tool(anything)
     prompt = kb.system_prompt()
 
-    assert prompt == CODE_PROMPT.format(session_dir=kb.session_dir) + TOOLS_PROMPT + (
+    assert prompt == CODE_PROMPT.render(session_dir=kb.session_dir) + TOOLS_PROMPT.render() + (
         "await tools.add(a: int, b: int = ...)  # Add two numbers.\n"
         "await tools.lookup(message: str)\n"
         "await tools.anything(q: str, **kwargs)  # Search for anything.\n"

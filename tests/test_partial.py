@@ -15,14 +15,14 @@ from typing import Any
 import pytest
 
 from ptc_retry.backend import KernelBackend
-from ptc_retry.backend.code_mode import CUT_OFF_CELL, NOT_KEPT
+from ptc_retry.backend.code_mode import CUT_OFF_CELL
 from ptc_retry.core.notice import (
-    CUT_BEFORE_CODE,
     cut_after_arguments,
     parse_notice,
     partial_notice,
 )
 from ptc_retry.core.partial import CutPlace, cut_arguments, string_prefix
+from ptc_retry.core.sentences import CUT_BEFORE_CODE, CUT_NOT_KEPT
 from ptc_retry.tokens import load_tokenizer
 
 from . import test_backend_transports as transports
@@ -357,7 +357,7 @@ def test_a_call_cut_before_its_program_began_saves_nothing(
     backend: KernelBackend, run: Run[Any], arrived: str
 ) -> None:
     text = run(backend.handle_partial_tool_call("run_code", arrived, "call_nothing"))
-    assert text == CUT_BEFORE_CODE
+    assert text == CUT_BEFORE_CODE.render()
     assert backend.last_result is None  # nothing ran
     line = "await ptc_retry.extend('call_nothing', 'x')"
     refused = run(backend.handle_tool_call("run_code", raw(line)))
@@ -461,7 +461,10 @@ def test_a_kernel_without_ptc_retry_keeps_nothing_and_says_so(
     run(stock.start())
     try:
         arrived = '{"code": "print(\'ran\')\\nx = '
-        assert run(stock.handle_partial_tool_call("run_code", arrived, "call_s1")) == NOT_KEPT
+        assert (
+            run(stock.handle_partial_tool_call("run_code", arrived, "call_s1"))
+            == CUT_NOT_KEPT.render()
+        )
         assert stock.last_result is not None and stock.last_result.text == "[no output]"
         # A whole program needs nothing of ptc-retry: it runs there too.
         whole = '{"code": "print(\'ran\')", "no'

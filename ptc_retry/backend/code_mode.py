@@ -9,8 +9,10 @@ import json
 from collections.abc import Mapping
 from typing import Any, Callable
 
-from ..core.notice import CUT_BEFORE_CODE, cut_after_arguments
+from ..core import sentences as said
+from ..core.notice import cut_after_arguments
 from ..core.partial import CutArguments, CutPlace, cut_arguments
+from ..core.status import ResultStatus
 from .host_tools import HostTool, HostTools
 from .late_results import LateResults
 from .results import (
@@ -32,11 +34,6 @@ __all__ = ["CodeSession"]
 
 #: The cell a cut-off call is sent as: a kernel without ptc-retry runs nothing either.
 CUT_OFF_CELL = "# ptc-retry: a tool call cut off mid-stream (saved, not run)"
-#: What the model reads when the kernel could not keep a cut-off call.
-NOT_KEPT = (
-    "[ptc-retry] The call was cut off, and this kernel does not keep cut-off calls "
-    "(ptc-retry is not loaded in it); nothing ran. Send the whole call again."
-)
 
 
 class CodeSession:
@@ -82,8 +79,7 @@ class CodeSession:
         that are not a JSON object get an error text and run nothing."""
         tool = self.tools.get(name)
         if tool is None:
-            offered = ", ".join(self.tools)
-            return f"Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran."
+            return self._no_such_tool(name)
         try:
             arguments, raw = decode_arguments(name, raw_arguments)
         except ValueError as exc:
@@ -98,25 +94,18 @@ class CodeSession:
         after the program ended (inside a later key, or before the final ``}``): the program
         runs as the whole call would, and the text says first, in one line, what was cut."""
         if name not in self.tools:
-            offered = ", ".join(self.tools)
-            return f"Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran."
+            return self._no_such_tool(name)
         try:
             cut = cut_arguments(raw)
         except ValueError as exc:
-            return (
-                f"[ptc-retry] The call was cut off, and what arrived is not JSON ({exc}): "
-                "nothing was saved or run. Send the whole call again."
-            )
+            return said.CUT_NOT_JSON.render(problem=exc)
         code = cut.string("code")
         if code is None:
-            return CUT_BEFORE_CODE
+            return said.CUT_BEFORE_CODE.render()
         try:
             require_utf8(code[0], '"code"')
         except ValueError as exc:
-            return (
-                f"[ptc-retry] The call was cut off, and {exc} (a lone surrogate escape): "
-                "nothing was saved or run. Send the whole call again, the escape fixed."
-            )
+            return said.CUT_LONE_SURROGATE.render(problem=exc)
         if code[1]:
             return await self._run_whole_program(cut, raw, call_id, options)
         result = await self.run(
@@ -127,9 +116,12 @@ class CodeSession:
             step=options.step,
             partial=True,
         )
-        if result.status != "partial":  # a kernel without ptc-retry ran the placeholder
-            return NOT_KEPT
+        if result.status != ResultStatus.PARTIAL:  # a kernel without ptc-retry ran the placeholder
+            return said.CUT_NOT_KEPT.render()
         return result.notice or result.text
+
+    def _no_such_tool(self, name: str) -> str:
+        return said.NO_SUCH_TOOL.render(name=name, offered=", ".join(self.tools))
 
     async def _run_whole_program(
         self, cut: CutArguments, raw: str, call_id: str | None, options: CallOptions
@@ -152,7 +144,7 @@ class CodeSession:
     ) -> str:
         problem = run_code_problem(arguments)
         if problem is not None:
-            return f"Error: {problem} Nothing ran."
+            return said.NOT_RUN.render(problem=problem)
         result = await self.run(
             arguments["code"],
             call_id=call_id,

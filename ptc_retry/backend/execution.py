@@ -12,11 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from ..core import sentences as said
 from ..core.errors import BackendError
 from ..core.layout import checkpoint_path, sanitize
-from ..core.notice import parse_notice, resume_call
+from ..core.notice import parse_notice
 from ..core.protocol import METADATA_KEY, TOOL_RESULTS, execute_request
 from ..core.session_files import calls_sent_as
+from ..core.status import HistoryStatus, ResultStatus
 from .capture import Capture, strip_ansi
 from .host_tools import HostTools
 from .input_requests import InputRequests
@@ -82,7 +84,7 @@ class Execution:
         self.value: str | None = None
         self.interrupted = False
         self.notes: list[str] = []
-        self.status: str | None = None  # set when the backend decides it (timeout, died)
+        self.status: ResultStatus | None = None  # set when the backend decides it (timeout, died)
         self.restarted = False
         self.msg_id: str | None = None
         self.cancelled = False  # the caller gave up on it
@@ -125,10 +127,7 @@ class Execution:
         how = await self.kernel.exit_description()
         log.warning("the %r kernel had died (%s): restarting it", self.kernel.kernel_name, how)
         await self.restart()
-        return (
-            f"[ptc-retry] The kernel had died since the last call ({how}) and was restarted "
-            "before this program ran: earlier variables, imports and definitions are lost."
-        )
+        return said.KERNEL_REVIVED.render(how=how)
 
     async def _execute(self) -> RunResult:
         kernel, settings = self.kernel, self.settings
@@ -197,7 +196,7 @@ class Execution:
             return True
         metadata = self.reply.get("metadata", {}).get(METADATA_KEY)
         if isinstance(metadata, dict):
-            return metadata.get("status") == "interrupted"
+            return metadata.get("status") == HistoryStatus.INTERRUPTED
         return self.reply["content"].get("ename") == "KeyboardInterrupt"
 
     def _request(self) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -231,43 +230,41 @@ class Execution:
         how = await self.kernel.exit_description()
         call_id = self.request.get("call_id")
         await self._restart_as(
-            "died",
+            ResultStatus.DIED,
             f"the kernel died while running call {call_id} ({how})",
-            f"[ptc-retry] The kernel died while running this program ({how}) and was restarted",
+            said.KERNEL_DIED.render(how=how),
         )
 
     async def _restart_after_timeout(self) -> None:
         await self._drain()
         grace, call_id = self.settings.interrupt_grace, self.request.get("call_id")
         await self._restart_as(
-            "timeout",
+            ResultStatus.TIMEOUT,
             f"call {call_id} did not stop within {grace:g} s of the interrupt",
-            f"[ptc-retry] Stopped after {self.timeout:g} s (the time limit of this call). It "
-            f"did not stop within {grace:g} s of the interrupt, so the kernel was restarted",
+            said.TIMEOUT_RESTARTED.render(seconds=self.timeout, grace=grace),
         )
 
-    async def _restart_as(self, status: str, why: str, said: str) -> None:
-        """Restart the kernel, which ends this call with ``status``; ``said`` tells the model."""
+    async def _restart_as(self, status: ResultStatus, why: str, note: str) -> None:
+        """Restart the kernel, which ends this call with ``status``; ``note`` tells the model."""
         log.warning("%s: restarting it", why)
         await self.input_requests.cancel()  # the program waiting for them is gone
         await self.restart()
         self.status, self.restarted = status, True
-        lost = "all variables, imports and definitions are lost."
-        self.notes.append(f"{said}: {lost}{self._saved()}")
+        self.notes.append(" ".join(filter(None, [note, self._saved()])))
 
-    def _saved(self) -> str:
-        """`` Saved as ... resume(...)``: how to go on with a program no reply came for.
+    def _saved(self) -> str | None:
+        """``Saved as ... resume(...)``: how to go on with a program no reply came for.
 
         The kernel that numbered the program is gone, so the call id names it; a call id
         also sent for an earlier program names neither, so then its ``#n`` as the session
-        directory numbers it, when the backend can read that directory. Empty without
+        directory numbers it, when the backend can read that directory. None without
         ``resume_hint`` (native mode: the journal's own notice follows there).
         """
         if not self.settings.resume_hint:
-            return ""
+            return None
         saved = self._saved_unfinished()
         name = (saved[1] or saved[0]) if saved else sanitize(self.request["call_id"])
-        return f" Saved as {name}. To go on: {resume_call(name)}"
+        return said.SAVED_GO_ON.render(call_id=name)
 
     def _saved_unfinished(self) -> tuple[str, str | None] | None:
         """For a program no reply came for: ``(id, reference)`` of the program the session
@@ -276,7 +273,7 @@ class Execution:
         cannot be read from here or holds no such program."""
         checkpoints = self.settings.checkpoints
         found = calls_sent_as(checkpoints, self.request["call_id"]) if checkpoints else []
-        if not found or found[-1][2] != "unfinished":
+        if not found or found[-1][2] != HistoryStatus.UNFINISHED:
             return None
         call_id, reference, _ = found[-1]
         return call_id, reference if len(found) > 1 else None
@@ -312,14 +309,12 @@ class Execution:
             error = reply_content
         notice, call_id, checkpoint, reference = self._facts(metadata, error)
         status = self.status or self._status(reply_content, metadata, error, duration)
-        said = notice is not None and "time limit" in notice  # the kernel stopped it and said so
-        if status == "timeout" and not self.restarted and not said:
-            self.notes.append(
-                f"[ptc-retry] Stopped after {self.timeout:g} s (the time limit of this call). "
-                "The output above is what it printed until then; the kernel kept its variables."
-            )
+        # The kernel's time limit stopped it, and its notice said so.
+        stopped = notice is not None and "time limit" in notice
+        if status == ResultStatus.TIMEOUT and not self.restarted and not stopped:
+            self.notes.append(said.TIMEOUT_KEPT.render(seconds=self.timeout))
         if reply_content.get("status") == "aborted":
-            self.notes.append("[ptc-retry] The kernel aborted this program before it ran.")
+            self.notes.append(said.ABORTED.render())
         body = self.capture.text()
         return RunResult(
             status=status,
@@ -368,24 +363,26 @@ class Execution:
         metadata: dict[str, Any] | None,
         error: dict[str, Any] | None,
         duration: float,
-    ) -> str:
+    ) -> ResultStatus:
+        """The result's status, from the history status the kernel gave (or, from a kernel
+        without ptc-retry's reply metadata, the error's name), the reply and the clock."""
         kernel_status = (metadata or {}).get("status")
         ename = (error or {}).get("ename")
-        if kernel_status == "refused" or ename == "RetryGuardPaused":
-            return "refused"
-        if kernel_status == "partial" or ename == "CallCutOff":
-            return "partial"
-        if reply.get("status") == "ok":
-            return "ok"
+        if kernel_status == HistoryStatus.REFUSED or ename == "RetryGuardPaused":
+            return ResultStatus.REFUSED
+        if kernel_status == HistoryStatus.PARTIAL or ename == "CallCutOff":
+            return ResultStatus.PARTIAL
+        if reply.get("status") == "ok":  # the execute_reply's own status, not ours
+            return ResultStatus.OK
         if self.interrupted:
-            return "timeout"
+            return ResultStatus.TIMEOUT
         limit = self.request.get("time_limit")
         stopped_by = (metadata or {}).get("time_limit")
         # The kernel's own time limit ended it: the reply says so (time_limit: the seconds
         # that stopped it), or the program was interrupted after running for the limit.
         if limit is not None and (
             isinstance(stopped_by, (int, float))
-            or (kernel_status == "interrupted" and duration >= limit)
+            or (kernel_status == HistoryStatus.INTERRUPTED and duration >= limit)
         ):
-            return "timeout"
-        return "error"
+            return ResultStatus.TIMEOUT
+        return ResultStatus.ERROR

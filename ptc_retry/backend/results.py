@@ -8,9 +8,10 @@ from collections.abc import Awaitable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..core import sentences as said
 from ..core.schema import tool_schema
+from ..core.status import ResultStatus
 from ..core.time_limit import read_limit
-from ..native import EDIT_TOOL
 
 __all__ = [
     "NATIVE_RUN_CODE_DESCRIPTION",
@@ -24,17 +25,12 @@ __all__ = [
     "Tool",
 ]
 
-#: The statuses of a ``RunResult``.
-RESULT_STATUSES = ("ok", "error", "timeout", "died", "refused", "partial")
+#: The values of ``ResultStatus``, the statuses of a ``RunResult``.
+RESULT_STATUSES = tuple(status.value for status in ResultStatus)
 
 RUN_CODE = "run_code"
-RUN_CODE_DESCRIPTION = (
-    "Run a Python program in a persistent Jupyter kernel: variables, imports and "
-    "definitions stay for later calls, and top-level await works. Returns what the program "
-    "printed, the value of its last expression, or the error with its traceback. A failed "
-    "program is saved; its notice names it (#n) so a small fix can be sent as one line with "
-    "ptc_retry.replay."
-)
+#: ``run_code``'s description in code mode (``sentences.RUN_CODE_DESCRIPTION``).
+RUN_CODE_DESCRIPTION = said.RUN_CODE_DESCRIPTION.render()
 
 
 def run_code_description(tools: Sequence[str] = ()) -> str:
@@ -42,7 +38,7 @@ def run_code_description(tools: Sequence[str] = ()) -> str:
     if not tools:
         return RUN_CODE_DESCRIPTION
     names = ", ".join(f"tools.{name}" for name in tools)
-    return f"{RUN_CODE_DESCRIPTION} Programs can call the host's tools with await: {names}."
+    return f"{RUN_CODE_DESCRIPTION} {said.RUN_CODE_TOOLS.render(names=names)}"
 
 
 RUN_CODE_PARAMETERS: dict[str, Any] = {
@@ -52,13 +48,7 @@ RUN_CODE_PARAMETERS: dict[str, Any] = {
     "additionalProperties": False,
 }
 #: ``run_code`` in native mode: the fix goes through the edit tool, never ``ptc_retry.replay``.
-NATIVE_RUN_CODE_DESCRIPTION = (
-    "Run a Python program in a persistent Jupyter kernel: variables, imports and "
-    "definitions stay for later calls, and top-level await works. Returns what the program "
-    "printed, the value of its last expression, or the error with its traceback. A failed "
-    f'call is saved: fix a small mistake with {EDIT_TOOL} (path "code") instead of '
-    "re-sending the program."
-)
+NATIVE_RUN_CODE_DESCRIPTION = said.NATIVE_RUN_CODE_DESCRIPTION.render()
 
 
 @dataclass
@@ -70,7 +60,7 @@ class RunResult:
     and ``notice`` are then derived from the id the backend sent and the traceback's notice.
     """
 
-    status: str  # one of RESULT_STATUSES
+    status: ResultStatus
     text: str
     value: str | None = None  # text/plain of the execute_result
     call_id: str | None = None  # the checkpoint id the kernel used
@@ -89,7 +79,7 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == ResultStatus.OK
 
 
 @dataclass(frozen=True)
@@ -152,15 +142,9 @@ def decode_arguments(
     try:
         arguments = json.loads(raw_arguments)
     except (TypeError, ValueError) as exc:
-        raise ValueError(
-            f"Error: the arguments of {name} are not valid JSON ({exc}). Send a JSON "
-            f'object such as {{"code": "print(1)"}}. Nothing ran.'
-        ) from None
+        raise ValueError(said.ARGUMENTS_NOT_JSON.render(tool=name, problem=exc)) from None
     if not isinstance(arguments, dict):
-        raise ValueError(
-            f"Error: the arguments of {name} must be a JSON object such as "
-            f'{{"code": "print(1)"}}, not {json_kind(arguments)}. Nothing ran.'
-        )
+        raise ValueError(said.ARGUMENTS_NOT_OBJECT.render(tool=name, kind=json_kind(arguments)))
     return arguments, raw_arguments
 
 
@@ -169,14 +153,14 @@ def run_code_problem(arguments: dict[str, Any]) -> str | None:
     extra = sorted(set(arguments) - {"code"})
     if "code" not in arguments:
         got = f"; it got {', '.join(map(repr, extra))}" if extra else ""
-        return f'run_code needs "code": a string holding the Python program{got}.'
+        return said.NO_CODE.render(got=got)
     code = arguments["code"]
     if not isinstance(code, str):
-        return f'"code" must be a string holding the Python program, not {json_kind(code)}.'
+        return said.CODE_NOT_STRING.render(kind=json_kind(code))
     try:
         code.encode("utf-8")
     except UnicodeEncodeError as exc:
-        return f'"code" holds a lone surrogate ({exc.reason} at index {exc.start}); fix the escape.'
+        return said.CODE_LONE_SURROGATE.render(reason=exc.reason, index=exc.start)
     return None
 
 
@@ -186,7 +170,7 @@ def ignored_keys_line(arguments: dict[str, Any]) -> str | None:
     if not ignored:
         return None
     keys = ", ".join(json.dumps(key, ensure_ascii=False) for key in ignored)
-    return f'[ptc-retry] Ignored {keys}: run_code takes only "code".'
+    return said.IGNORED_KEYS.render(keys=keys)
 
 
 def json_kind(value: Any) -> str:
@@ -215,5 +199,5 @@ def require_utf8(text: str, what: str) -> None:
         text.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise ValueError(
-            f"{what} cannot be sent to the kernel: {exc.reason} at index {exc.start}"
+            said.CANNOT_SEND.render(what=what, reason=exc.reason, index=exc.start)
         ) from None

@@ -15,6 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from .sentences import GUARD_REFUSAL
+
 #: The values of ``PtcRetry.guard_mode``.
 GUARD_MODES = ("off", "observe", "pause")
 
@@ -218,12 +220,14 @@ def describe(streak: Streak) -> str:
 
 def refusal_message(report: dict[str, Any]) -> str:
     """What a refused program shows instead of running (the ``evalue`` of RetryGuardPaused)."""
-    return (
-        f"{report['tool']} failed {report['count']} times in a row with the same "
-        f"{report['ename']} (checkpoints {report['first_id']} at {_clock(report['first_time'])} "
-        f"to {report['last_id']} at {_clock(report['last_time'])}), so this program was not run. "
-        "Do not retry: tell the user what fails. Programs run again after the user's next "
-        "instruction, or after a person runs %ptc_guard reset alone in a notebook cell."
+    return GUARD_REFUSAL.render(
+        tool=report["tool"],
+        count=report["count"],
+        ename=report["ename"],
+        first_id=report["first_id"],
+        first_time=_clock(report["first_time"]),
+        last_id=report["last_id"],
+        last_time=_clock(report["last_time"]),
     )
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 from .layout import TOOL_CALLS, reference, tool_calls_name
 from .session_files import latest_calls
+from .status import HistoryStatus
 
-FAILED = frozenset({"error", "interrupted"})
 RESTART = "kernel restarted"
 
 
@@ -60,8 +60,9 @@ def restarts(lines: Sequence[dict[str, Any]]) -> list[tuple[int, str | None]]:
     token: str | None = None  # the kernel of the latest line that names one
     token_at = -1  # index of that line
     marked = False  # a restart is marked since that line
+    unfinished = HistoryStatus.UNFINISHED
     for i, line in enumerate(lines):
-        if i and lines[i - 1].get("status") == "unfinished" and line.get("status") != "unfinished":
+        if i and lines[i - 1].get("status") == unfinished and line.get("status") != unfinished:
             found.append((i - 1, None))
             marked = True
         kernel = line.get("kernel")

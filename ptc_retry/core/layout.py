@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import AmbiguousReferenceError, CheckpointError
+from .status import HistoryStatus
 
 HISTORY = "history.jsonl"
 BY_ID = "by-id"
@@ -38,8 +39,6 @@ PARTIAL_SUFFIX = ".partial"
 #: In ``previous/`` where the filesystem refuses links: the id of each copy, a line each.
 IDS = ".ids"
 
-#: The statuses a history line may have.
-HISTORY_STATUSES = frozenset({"ok", "error", "interrupted", "unfinished", "refused", "partial"})
 #: The keys the store writes on every history line (extra keys may not override them).
 LINE_KEYS = frozenset(
     "id n tool turn step ordinal status time duration bytes code_bytes replay_of extend_of "
@@ -346,6 +345,6 @@ def parse_records(lines: Iterable[bytes]) -> list[dict[str, Any]]:
 def unfinished_line(call_id: str, st: os.stat_result, n: int | None = None) -> dict[str, Any]:
     """The history line of a call saved as ``st`` that never finished (its process died)."""
     line: dict[str, Any] = {"id": call_id, "n": n, "tool": None, "turn": None, "step": None}
-    line.update(ordinal=None, status="unfinished", time=st.st_mtime, duration=None)
+    line.update(ordinal=None, status=HistoryStatus.UNFINISHED, time=st.st_mtime, duration=None)
     line["bytes"] = st.st_size
     return line

@@ -1,4 +1,5 @@
-"""The words the model reads: the failure notice and the static prompt section.
+"""The words the model reads, chosen and filled in: the failure notice and the static prompt
+section (their templates and budgets live in ``core/sentences.py``).
 
 Both are plain text with no ANSI codes. The notice is short, whatever the call ids and the
 checkpoint root, because it is paid on every failure; the prompt section is byte-identical
@@ -13,7 +14,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from . import sentences as said
 from .schema import signature_text
+from .sentences import PREFIX
 
 #: Below this many bytes of arguments a failure gets no notice. The evaluation's
 #: break-even (``ptc-retry eval``, docs/eval.md), rounded up: from there on a replay line
@@ -23,37 +26,6 @@ NOTICE_MIN_BYTES = 200
 #: The same threshold for native mode (``ptc_retry.native``): its notice names the call id
 #: and shows a whole ``editPreviousToolCalling`` call, so it costs more and pays later.
 NATIVE_NOTICE_MIN_BYTES = 500
-
-CODE_PROMPT = """\
-Programs are saved in {session_dir} as JSON {{"code": ...}}: by-id/<call id>.json, \
-previous/1.json (last), history.jsonl. A failure's notice names it #n (calls/<n>.json). \
-Small fix? Send only:
-await ptc_retry.replay("#n", "<old text>", "<new text>")
-It replaces one exact match, reruns; several: edits=[(old, new), ...]. Only for a small \
-correction; otherwise write a fresh program. Cut off? Send only the rest. No helper? \
-json.loads the file, edit "code", run as an async function.
-"""
-
-#: Heads the code-mode section's list of the host's tools, one ``tool_line`` each.
-TOOLS_PROMPT = """\
-Programs can call the host's tools (JSON in and out; asyncio.gather runs several at once):
-"""
-
-# Native mode (ptc_retry.native). Filled with str.replace, not str.format, so the JSON
-# examples need no doubled braces. Each example line is a valid patch.
-NATIVE_PROMPT = """\
-Tool calls are saved in {session_dir}: by-id/<id>.json, previous/1.json, history.jsonl. Fix \
-a failed call without re-sending it: editPreviousToolCalling with call_id or previous_ordinal \
-and a patch of entries like:
-{"path":"text","old_string":"teh","new_string":"the"}
-{"path":"q.since","old_string":"2023","new_string":"2024"}
-{"path":"port","value":80}
-Cut off mid-string? Send only the rest as "append" instead of a patch.
-Only for a small correction; otherwise call the tool again with fresh arguments.
-"""
-
-#: Every notice starts with this, so a reader (or a framework) can find it in a traceback.
-PREFIX = "[ptc-retry] "
 
 
 def _quoted(reference: str) -> str:
@@ -82,18 +54,13 @@ def failure_notice(
     about 120 characters, so a notebook does not break it mid-word; the error itself is
     never repeated, and neither is the word "call id" (some frameworks print their own).
     """
-    ref = _quoted(reference)
-    if time_limit or interrupted:
-        stopped = f"Stopped by the time limit ({time_limit:g} s)" if time_limit else "Interrupted"
-        lines = [f"{PREFIX}{stopped}; saved as {reference}. To go on: {resume_call(reference)}"]
+    if time_limit:
+        lines = [said.NOTICE_TIME_LIMIT.render(reference=reference, seconds=time_limit)]
+    elif interrupted:
+        lines = [said.NOTICE_INTERRUPTED.render(reference=reference)]
     else:
-        # resume=True in the template itself: the model copies it, and it costs far less
-        # than a sentence explaining it.
-        resume = ", resume=True" if completed > 0 else ""
-        lines = [
-            f"{PREFIX}Saved as {reference}. Small fix? Send only: "
-            f'await ptc_retry.replay({ref}, "<old>", "<new>"{resume})'
-        ]
+        resume = said.RESUME_FLAG if completed > 0 else ""
+        lines = [said.NOTICE_FAILED.render(reference=reference, resume=resume)]
     if repeated:
         lines.append(PREFIX + guard_sentence(repeated, paused=paused))
     return "\n".join(lines)
@@ -101,11 +68,12 @@ def failure_notice(
 
 def resume_call(reference: str) -> str:
     """``await ptc_retry.resume("#7")``: the call that goes on with a stopped program."""
-    return f"await ptc_retry.resume({_quoted(reference)})"
+    return said.RESUME_CALL.render(reference=reference)
 
 
 _NOTICE = re.compile(
-    r"\[ptc-retry\] [^\n]*?await ptc_retry\.(?:replay|resume|extend)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
+    re.escape(PREFIX)
+    + r"[^\n]*?await ptc_retry\.(?:replay|resume|extend)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
 )
 
 
@@ -129,7 +97,7 @@ def short_failure_notice(
     """
     parts = []
     if time_limit:
-        parts.append(f"Stopped by the time limit ({time_limit:g} s).")
+        parts.append(said.SHORT_TIME_LIMIT.render(seconds=time_limit))
     if repeated:
         parts.append(guard_sentence(repeated, paused=paused))
     return f"{PREFIX}{' '.join(parts)}" if parts else None
@@ -137,21 +105,12 @@ def short_failure_notice(
 
 def guard_sentence(repeated: int, *, paused: bool = False) -> str:
     """The repeated-failure guard's sentence, said once per streak."""
-    if paused:
-        return (
-            f"{repeated} identical failures in a row: programs pause until the user's next "
-            "instruction; tell the user what fails."
-        )
-    return f"{repeated} identical failures in a row: change the program, do not repeat it."
+    sentence = said.GUARD_PAUSED if paused else said.GUARD_REPEATED
+    return sentence.render(count=repeated)
 
 
 #: The longest tail of a cut-off program's last line a notice quotes, in characters.
 TAIL_CHARS = 100
-#: What a call cut off before its program began is told: there is nothing to go on from.
-CUT_BEFORE_CODE = (
-    f"{PREFIX}The call was cut off before its program began; nothing was saved or run. "
-    "Send the whole call again."
-)
 
 
 def last_line(text: str) -> str:
@@ -174,10 +133,7 @@ def partial_notice(reference: str, program: str, *, whole: bool = False) -> str:
     ``whole`` program (the cut fell after ``"code"``, in a request that asked the kernel
     to run nothing), the call that runs it with nothing added."""
     if whole:
-        return (
-            f'{PREFIX}Cut off after "code" arrived whole; saved as {reference}, not run. To run '
-            f'it: await ptc_retry.extend({_quoted(reference)}, "")'
-        )
+        return said.CUT_AFTER_CODE.render(reference=reference)
     lines = program.count("\n")
     last = last_line(program)
     if not last:
@@ -187,10 +143,7 @@ def partial_notice(reference: str, program: str, *, whole: bool = False) -> str:
     else:
         where = f"in line {lines + 1}"
     ending = f", ending {quoted_end(last)}" if last else ""
-    return (
-        f"{PREFIX}Cut off {where}; saved as {reference}{ending}. Send only what follows: "
-        f'await ptc_retry.extend({_quoted(reference)}, "<rest>")'
-    )
+    return said.CUT_IN_PROGRAM.render(where=where, reference=reference, ending=ending)
 
 
 def cut_after_arguments(
@@ -204,9 +157,8 @@ def cut_after_arguments(
     if cut_key is not None:
         dropped.append(f"{_quoted(cut_key)} (cut off)")
     without = f" without {', '.join(dropped)}" if dropped else ""
-    return (
-        f"{PREFIX}Cut off after {', '.join(map(_quoted, arrived))} arrived whole; {tool} takes "
-        f"nothing else, so the call ran{without}."
+    return said.CUT_AFTER_ARGUMENTS.render(
+        arrived=", ".join(map(_quoted, arrived)), tool=tool, without=without
     )
 
 
@@ -221,10 +173,7 @@ def native_failure_notice(call_id: str, *, field: str = "<field>") -> str:
     """
     patch = [{"path": field, "old_string": "<old>", "new_string": "<new>"}]
     example = json.dumps({"call_id": call_id, "patch": patch}, ensure_ascii=False)
-    return (
-        f'[ptc-retry] Arguments saved as "{call_id}". '
-        f"Small fix? Don't re-send; call editPreviousToolCalling({example})"
-    )
+    return said.NATIVE_NOTICE.render(call_id=call_id, example=example)
 
 
 def prompt_section(
@@ -249,12 +198,12 @@ def prompt_section(
     if mode == "native":
         if tools:
             raise ValueError("prompt_section: tools in programs are listed in code mode only")
-        return NATIVE_PROMPT.replace("{session_dir}", where)
-    section = CODE_PROMPT.format(session_dir=where)
+        return said.NATIVE_PROMPT.render(session_dir=where)
+    section = said.CODE_PROMPT.render(session_dir=where)
     if not tools:
         return section
     lines = [tool_line(t["name"], t.get("description") or "", t["parameters"]) for t in tools]
-    return section + TOOLS_PROMPT + "".join(line + "\n" for line in lines)
+    return section + said.TOOLS_PROMPT.render() + "".join(line + "\n" for line in lines)
 
 
 def tool_line(name: str, description: str, parameters: Mapping[str, Any]) -> str:

@@ -25,7 +25,6 @@ from .index import CallIndex
 from .layout import (
     BY_ID,
     CALLS,
-    HISTORY_STATUSES,
     IDS,
     LINE_KEYS,
     PARTIAL_SUFFIX,
@@ -47,6 +46,7 @@ from .session_files import (
     read_history,
     survey,
 )
+from .status import HistoryStatus
 
 __all__ = ["Call", "CheckpointStore"]
 
@@ -249,15 +249,13 @@ class CheckpointStore:
     def finish(self, call: Call, status: str, **extra: object) -> dict[str, Any]:
         """Append the call's line to history.jsonl and return it.
 
-        ``status`` is one of ``HISTORY_STATUSES`` (ValueError otherwise); ``extra`` adds keys
+        ``status`` is a ``HistoryStatus`` or its value (ValueError otherwise); ``extra`` adds keys
         (e.g. ``ename``) but may not override the standard ones. Values JSON cannot encode are
         written as ``str(value)``. The append is one write on a file kept open, so its cost
         does not grow with the history. A write that fails part-way (a full disk) is taken
         back, so the lines after it stay whole, and its line is written with the next one.
         """
-        if status not in HISTORY_STATUSES:
-            known = ", ".join(sorted(HISTORY_STATUSES))
-            raise ValueError(f"status must be one of {known}, not {status!r}")
+        status = HistoryStatus.of(status).value
         clash = LINE_KEYS.intersection(extra)
         if clash:
             raise ValueError(f"extra keys {sorted(clash)} would override the standard ones")

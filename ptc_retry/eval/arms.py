@@ -16,6 +16,7 @@ from typing import Any
 from ..backend import KernelBackend, RunResult
 from ..core.notice import parse_notice
 from ..core.partial import cut_arguments
+from ..core.status import ResultStatus
 from ..tokens import Tokenizer
 from .host import EvalTools
 from .outcomes import (
@@ -166,7 +167,7 @@ class Arm:
         """The call the model sent and what came back (``text``, ``backend.last_result``)."""
         result = self.backend.last_result
         if result is None:  # a cut call that held no program: nothing was saved or run
-            result = RunResult(status="refused", text=text, call_id=call_id)
+            result = RunResult(status=ResultStatus.REFUSED, text=text, call_id=call_id)
         assert isinstance(result, RunResult)
         notice = result.notice if self.backend.extension else None
         counted = (result.metadata or {}).get("tool_calls") or {}

@@ -11,6 +11,7 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ..core import sentences as said
 from ..core.errors import PtcRetryError
 from ..core.store import Call, CheckpointStore
 from ..core.warn import WarnOnce
@@ -29,7 +30,7 @@ _STORE_ERRORS = (OSError, PtcRetryError)
 
 def _print_warning(message: str) -> None:
     sentence = message.rstrip(".")
-    print(f"ptc-retry: {sentence}. Programs still run as usual.", file=sys.stderr)
+    print(said.STORE_PROBLEM.render(problem=sentence), file=sys.stderr)
 
 
 def kernel_session_name() -> str | None:

@@ -3,6 +3,7 @@ command line (``--PtcRetry.guard_mode=pause``), in ``ipython_config.py`` or with
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -124,3 +125,12 @@ class PtcRetry(Configurable):
             return read_limit(proposal["value"], "PtcRetry.time_limit")
         except ValueError as exc:
             raise TraitError(f"{exc}.") from None
+
+    def limit_for(self, requested: object) -> float | None:
+        """A program's time limit in seconds (None: none): ``requested`` (its request's),
+        else ``time_limit``. A requested limit that is no number of seconds > 0 is a
+        backend's mistake the model cannot fix: ignored, as a field of the wrong type is."""
+        if requested is not None:
+            with contextlib.suppress(ValueError):
+                return read_limit(requested)
+        return self.time_limit

@@ -4,28 +4,30 @@ tells the backend. The README is its manual; the guard's rules live in core/guar
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import json
 import logging
 import sys
-import threading
 import time
 import types
 from typing import TYPE_CHECKING, Any
 
+from ..core import sentences as said
 from ..core.guard import RepeatedFailureGuard, refusal_message
-from ..core.notice import CUT_BEFORE_CODE, failure_notice, partial_notice, short_failure_notice
+from ..core.notice import failure_notice, partial_notice, short_failure_notice
 from ..core.partial import cut_arguments
 from ..core.protocol import TOOL_RESULTS
+from ..core.status import FAILED, HistoryStatus, history_status
 from ..core.store import CheckpointStore
-from ..core.time_limit import TimeLimit, read_limit
+from ..core.time_limit import TimeLimit
 from . import host
 from .catalog import Catalogs
 from .checkpoints import Checkpoints
 from .config import PtcRetry
+from .endings import history_extra, outcome, reply_metadata, says_time_limit, was_interrupted
+from .guarding import KernelGuard
 from .host_results import record_host_results
-from .magics import MAGIC_NAMES, PtcRetryMagics, is_person_reset, only_own_magics
+from .magics import PtcRetryMagics, is_person_reset, only_own_magics
+from .names import add_names, offer_tools, remove_magics, remove_names
 from .refusal import (
     CallCutOff,
     InterruptedBeforeRun,
@@ -38,7 +40,6 @@ from .resume import KERNEL_TOKEN, ResumePolicy
 from .running import Failure, Programs, Running
 from .stdin import StdinChannel
 from .tool_calls import call_host_tool, current_task
-from .tools import TOOLS
 from .tracebacks import (
     abandoned_cell,
     failure_of,
@@ -68,12 +69,7 @@ class PtcRetryExtension:
         self.checkpoints = Checkpoints(self.config)
         self.programs = Programs()
         self.resumes = ResumePolicy(self.config)
-        #: Kept in memory only: a kernel restart starts a fresh guard.
-        self.guard = self._new_guard()
-        self.config.observe(
-            self._restart_guard, names=["guard_mode", "failure_limit", "guard_exclude"]
-        )
-        self._guard_lock = threading.Lock()
+        self.guards = KernelGuard(self.config)
         #: Reply metadata by execute_request msg_id, until the kernel's reply takes it: cells
         #: of ipykernel subshells run at the same time, each with its own.
         self._replies: dict[str, dict[str, Any]] = {}
@@ -103,14 +99,10 @@ class PtcRetryExtension:
         self._end_leftovers(self.programs.of_request(msg_id), keep_reply=True)
         return self._replies.pop(msg_id, None) if msg_id else None
 
-    def _new_guard(self) -> RepeatedFailureGuard:
-        config = self.config
-        return RepeatedFailureGuard(
-            mode=config.guard_mode, limit=config.failure_limit, exclude=config.guard_exclude
-        )
-
-    def _restart_guard(self, change: object = None) -> None:
-        self.guard = self._new_guard()
+    @property
+    def guard(self) -> RepeatedFailureGuard:
+        """The kernel's repeated-failure guard, as the traits set it up now."""
+        return self.guards.guard
 
     # -- before a cell runs ----------------------------------------------------
 
@@ -147,7 +139,7 @@ class PtcRetryExtension:
                 catalog = request.fields.get("tools")
                 if catalog is not None:
                     running.catalog = self.tool_catalogs.read(catalog)
-                    self._offer_tools()
+                    self._said_tools_taken = offer_tools(self.shell, said=self._said_tools_taken)
                 self._record_host_results(request)
             if partial:
                 self._cut_off(running, request)
@@ -192,31 +184,15 @@ class PtcRetryExtension:
             running.arguments = json.dumps({"code": program}, ensure_ascii=False)
             call = running.call = self.checkpoints.begin(program, running.arguments, request)
         if found is None:
-            running.notice = CUT_BEFORE_CODE
+            running.notice = said.CUT_BEFORE_CODE.render()
         elif call is not None and self.checkpoints.save_partial(call, str(raw)):
             running.notice = partial_notice(call.reference, found[0], whole=found[1])
             self.checkpoints.link_number(call)
         else:
-            running.notice = (
-                f"[ptc-retry] This call was cut off and could not be saved "
-                f"({self.checkpoints.problem or 'checkpoints are off'}); nothing ran. Send the "
-                "whole call again."
-            )
+            problem = self.checkpoints.problem or "checkpoints are off"
+            running.notice = said.CUT_NOT_SAVED.render(problem=problem)
         running.cut_off = CallCutOff(running.notice)
         self._refuser.refuse(running.cut_off)
-
-    def _offer_tools(self) -> None:
-        """``tools`` in the namespace, unless that name is the user's own (then said once)."""
-        user_ns = self.shell.user_ns
-        if "tools" not in user_ns:
-            user_ns["tools"] = self.shell.user_ns_hidden["tools"] = TOOLS
-        elif user_ns["tools"] is not TOOLS and not self._said_tools_taken:
-            self._said_tools_taken = True
-            print(
-                "ptc-retry: `tools` is a name of this kernel's own, so the agent's tools are "
-                "at `ptc_retry.tools`.",
-                file=sys.stderr,
-            )
 
     def _new_program(self, running: Running, request: Request) -> None:
         """A new instruction lifts the guard; it, or a new turn, renews the resume budget."""
@@ -244,7 +220,7 @@ class PtcRetryExtension:
         # a person's interrupt stop the program's own code at once, as Python's default
         # handler does in a plain cell, where ipykernel would only cancel it at its next
         # await. A plain cell keeps the default handler and costs nothing here.
-        seconds = self._limit_of(requested)
+        seconds = self.config.limit_for(requested)
         source = running.info.raw_cell
         if not seconds and "await" not in source and "async" not in source:
             return
@@ -253,15 +229,6 @@ class PtcRetryExtension:
             running.time_limit = limit
         elif seconds:
             self.warn_once("the time limit works only in the kernel's main thread")
-
-    def _limit_of(self, requested: object) -> float | None:
-        """This program's time limit in seconds (None: none): the request's, else
-        ``PtcRetry.time_limit``. A requested limit that is no number of seconds > 0 is a
-        backend's mistake the model cannot fix: ignored, as a field of the wrong type is."""
-        if requested is not None:
-            with contextlib.suppress(ValueError):
-                return read_limit(requested)
-        return self.config.time_limit
 
     # -- after a cell ran ------------------------------------------------------
 
@@ -285,7 +252,7 @@ class PtcRetryExtension:
         try:
             self._stop(running)
         finally:  # an interrupt while it stopped still leaves the program recorded
-            error, status = self._outcome(running, result)
+            error, status = outcome(running, result, self.is_control_flow)
             self._finish(running, error, status, outermost=outermost, keep_reply=True)
 
     def _close_abandoned_cell(self, error: BaseException) -> None:
@@ -313,7 +280,7 @@ class PtcRetryExtension:
                 self._stop(running)
             finally:
                 error = running.failure.error if running.failure is not None else None
-                status = "interrupted" if self._interrupted(running, error) else "error"
+                status = history_status(interrupted=was_interrupted(running, error), failed=True)
                 self._finish(
                     running, error, status, outermost=running is outermost, keep_reply=keep_reply
                 )
@@ -336,7 +303,7 @@ class PtcRetryExtension:
         self,
         running: Running,
         error: BaseException | None,
-        status: str,
+        status: HistoryStatus,
         *,
         outermost: bool,
         keep_reply: bool,
@@ -345,117 +312,33 @@ class PtcRetryExtension:
         program of a request, not a cell it ran) and the reply metadata (``keep_reply``: its
         request's reply is still to come)."""
         failure = None
-        if error is not None and status in ("error", "interrupted"):
+        if error is not None and status in FAILED:
             failure = failure_of(self.shell, running, error, self._run_code)
-        self._record_history(running, status, error, failure)
+        if running.call is not None:
+            self.checkpoints.finish(running.call, status, **history_extra(running, error, failure))
         guard = running.refused
-        if outermost and guard is None and not running.own_magics and status != "partial":
-            guard = self._record_guard(running, status, error, failure)
+        counted = not running.own_magics and status != HistoryStatus.PARTIAL
+        if outermost and guard is None and counted:
+            # Tell the guard how an agent's call ended; its report, if it has one.
+            guard = self.guards.record(running, error, failure)
+            if status == HistoryStatus.OK:
+                self.resumes.renew()
         if keep_reply:
             self._keep_reply_metadata(running, status, guard, outermost=outermost)
         for replay in running.replays:
             if not replay.awaited:
                 print(replay.not_awaited_message(), file=sys.stderr)
 
-    def _outcome(self, running: Running, result: Any) -> tuple[BaseException | None, str]:
-        """The error that ended the program, if any, and its history status."""
-        error = None
-        if result is not None:
-            error = result.error_before_exec or result.error_in_exec
-        refusal = running.refusal or running.cut_off
-        if refusal is not None:
-            if result is not None and error is not refusal:
-                # Input that fails before the transformer (a syntax error: a cut-off program
-                # often is one) is refused too: the reply must say what the output did.
-                result.error_before_exec = error = refusal
-            return error, "refused" if running.cut_off is None else "partial"
-        if running.stopped_before_start:
-            return error, "interrupted"
-        if result is None or self._interrupted(running, error):
-            return error, "interrupted"  # no result: the cell's task was cancelled
-        if error is None or self.is_control_flow(error):
-            return error, "ok"
-        if running.stopped_by_limit is not None:
-            return error, "interrupted"  # it caught the limit's interrupt and failed after
-        return error, "error"
-
-    @staticmethod
-    def _interrupted(running: Running, error: BaseException | None) -> bool:
-        """Whether an interrupt ended the program: a KeyboardInterrupt, or the
-        CancelledError of a program that a person, a client or the time limit stopped
-        while it awaited (a tool call, ``asyncio.sleep``)."""
-        if isinstance(error, KeyboardInterrupt):
-            return True
-        limit = running.time_limit
-        stopped = limit is not None and (limit.stopped or limit.interrupted)
-        return stopped and isinstance(error, asyncio.CancelledError)
-
-    def _record_history(
-        self,
-        running: Running,
-        status: str,
-        error: BaseException | None,
-        failure: Failure | None,
-    ) -> None:
-        if running.call is None:
-            return
-        extra: dict[str, Any] = {"kernel": KERNEL_TOKEN}
-        if error is not None:
-            extra["ename"] = type(error).__name__
-        if failure is not None and failure.statement is not None:
-            extra["failed_statement"] = failure.statement
-            extra["completed"] = failure.completed
-        if running.stopped_by_limit is not None:
-            extra["time_limit"] = running.stopped_by_limit
-        if running.resumed_from is not None:
-            extra["resumed_from"] = running.resumed_from
-        tool_calls = running.calls.summary() if running.calls is not None else None
-        if tool_calls is not None:
-            extra["tool_calls"] = tool_calls
-        self.checkpoints.finish(running.call, status, **extra)
-
-    def _record_guard(
-        self,
-        running: Running,
-        status: str,
-        error: BaseException | None,
-        failure: Failure | None,
-    ) -> dict[str, Any] | None:
-        """Tell the guard how an agent's call ended; its report, if it has one."""
-        call = running.call
-        with self._guard_lock:
-            report = self.guard.record(
-                failure.key if failure is not None else None,
-                tool=running.tool,
-                turn=running.turn,
-                ename=type(error).__name__ if error is not None else None,
-                call_id=call.id if call else None,
-                when=call.started if call else time.time(),
-            )
-        if status == "ok":
-            self.resumes.renew()
-        return report
-
     def _keep_reply_metadata(
-        self, running: Running, status: str, guard: dict[str, Any] | None, *, outermost: bool
+        self,
+        running: Running,
+        status: HistoryStatus,
+        guard: dict[str, Any] | None,
+        *,
+        outermost: bool,
     ) -> None:
         """What the execute_reply of this program's request will carry."""
-        call = running.call
-        metadata: dict[str, Any] = {
-            "call_id": call.id if call else None,
-            "reference": call.reference if call else None,
-            "checkpoint": str(call.path) if call else None,
-            "ordinal": call.ordinal if call else None,
-            "status": status,
-            "notice": running.notice,
-            "guard": guard,
-        }
-        if running.stopped_by_limit is not None:
-            # Only then: the seconds of the kernel's own time limit that stopped the program.
-            metadata["time_limit"] = running.stopped_by_limit
-        tool_calls = running.calls.summary() if running.calls is not None else None
-        if tool_calls is not None:  # only a program that called tools: {"reused", "live"}
-            metadata["tool_calls"] = tool_calls
+        metadata = reply_metadata(running, status, guard)
         if outermost and running.msg_id is not None:
             self._replies[running.msg_id] = metadata
             while len(self._replies) > _MAX_REPLIES:  # a kernel that never takes them
@@ -487,7 +370,7 @@ class PtcRetryExtension:
                 running.refusal_shown = True
                 etype, evalue, stb = refusal_output(running.refusal, show_report=first)
             else:
-                said = running is not None and _says_time_limit(running, evalue)
+                said = running is not None and says_time_limit(running, evalue)
                 stb = own_lines_only(self.shell, etype, evalue, stb, rebuild=said)
                 stb = self._with_notice(evalue, stb)
         except Exception as exc:  # never lose the user's traceback to our own bug
@@ -514,12 +397,8 @@ class PtcRetryExtension:
     def _notice(self, running: Running, failure: Failure) -> str | None:
         """The notice line for ``failure``: the full one when the program is long enough
         to be worth a replay, else only what the guard or the time limit has to say."""
-        repeated = 0
-        if running is self.programs.outermost():
-            with self._guard_lock:
-                count = self.guard.count_if_failed(failure.key, running.tool, running.turn)
-            repeated = count if count == self.guard.limit else 0
-        paused = bool(repeated) and self.guard.mode == "pause"
+        outermost = running is self.programs.outermost()
+        repeated, paused = self.guards.repeated(running, failure) if outermost else (0, False)
         stopped = running.stopped_by_limit
         call = running.call
         if call is None or call.bytes < self.config.notice_min_bytes:
@@ -527,7 +406,7 @@ class PtcRetryExtension:
         saves_work = time.time() - call.started >= self.config.resume_min_seconds
         notice = failure_notice(
             call.reference,
-            interrupted=self._interrupted(running, failure.error),
+            interrupted=was_interrupted(running, failure.error),
             completed=failure.completed if saves_work else 0,
             time_limit=stopped,
             repeated=repeated,
@@ -551,10 +430,7 @@ class PtcRetryExtension:
         shell._showtraceback = self.show_traceback  # type: ignore[method-assign]
         self._undo_groups = show_groups_as_errors(shell)
         shell.configurables.append(self.config)
-        shell.user_ns["ptc_retry"] = self.api
-        shell.user_ns_hidden["ptc_retry"] = self.api
-        if "tools" not in shell.user_ns:
-            shell.user_ns["tools"] = shell.user_ns_hidden["tools"] = TOOLS
+        add_names(shell, self.api)
         self._magics = PtcRetryMagics(shell, extension=self)
         shell.register_magics(self._magics)
         # Tool calls and a person's input() share the kernel's stdin channel: each request
@@ -575,7 +451,7 @@ class PtcRetryExtension:
                 running.time_limit = None
             # Its post_run_cell will not come: record it now, or it would stay unfinished.
             if running.call is not None:
-                self.checkpoints.finish(running.call, "ok", kernel=KERNEL_TOKEN)
+                self.checkpoints.finish(running.call, HistoryStatus.OK, kernel=KERNEL_TOKEN)
         self._undo_groups()
         if shell.__dict__.get("_showtraceback") == self.show_traceback:
             if self._had_own_showtraceback:
@@ -585,36 +461,12 @@ class PtcRetryExtension:
         for configurable in (self.config, self._magics):
             if configurable in shell.configurables:
                 shell.configurables.remove(configurable)
-        if shell.magics_manager.registry.get(type(self._magics).__name__) is self._magics:
-            del shell.magics_manager.registry[type(self._magics).__name__]
-        if shell.user_ns.get("ptc_retry") is self.api:
-            del shell.user_ns["ptc_retry"]
-        shell.user_ns_hidden.pop("ptc_retry", None)
-        for space in (shell.user_ns, shell.user_ns_hidden):
-            if space.get("tools") is TOOLS:
-                del space["tools"]
-        for kind, names in MAGIC_NAMES.items():
-            for name in names:
-                shell.magics_manager.magics[kind].pop(name, None)
+        remove_magics(shell, self._magics)
+        remove_names(shell, self.api)
         if self.stdin is not None:
             self.stdin.detach()
             self.stdin = None
         self.checkpoints.close()
-
-
-def _says_time_limit(running: Running, error: BaseException) -> bool:
-    """Make the interrupt or cancellation that ends a program the time limit stopped say
-    so (``time limit of 55 s reached``), whichever wait it broke: a tool call or a
-    ``gather`` ends in an error of their own. True when its message changed."""
-    limit = running.time_limit
-    if limit is None or not limit.stopped:
-        return False
-    if not isinstance(error, (KeyboardInterrupt, asyncio.CancelledError)):
-        return False
-    if error.args == (limit.message,):
-        return False
-    error.args = (limit.message,)
-    return True
 
 
 def _name(running: Running) -> str:

@@ -26,8 +26,12 @@ class Host(Protocol):
     checkpoints: Checkpoints
     programs: Programs
     resumes: ResumePolicy
-    #: Replaced when a guard option changes: read it, do not keep it.
-    guard: RepeatedFailureGuard
+
+    @property
+    def guard(self) -> RepeatedFailureGuard:
+        """Replaced when a guard option changes: read it, do not keep it."""
+        ...
+
     #: The tool catalogs requests brought (the latest, for ``dir(tools)`` between programs).
     tool_catalogs: Catalogs
     #: The kernel's stdin channel, which tool calls travel on; None outside ipykernel.

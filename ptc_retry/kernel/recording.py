@@ -20,6 +20,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..core import sentences as said
 from ..core.session_files import latest_calls
 
 #: The tool name of a ``@ptc_retry.recorded`` function: ``recorded:<module>.<qualname>``.
@@ -303,9 +304,8 @@ class Reuse:
         results = "result" if self.reused == 1 else "results"
         calls = "call" if self.live == 1 else "calls"
         sources = " and ".join(self._sources)
-        return (
-            f"ptc-retry: {self.reused} tool {results} reused from {sources}; "
-            f"{self.live} {calls} made live."
+        return said.TOOL_RESULTS_REUSED.render(
+            reused=self.reused, results=results, sources=sources, live=self.live, calls=calls
         )
 
 

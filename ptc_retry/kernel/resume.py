@@ -9,7 +9,9 @@ import secrets
 import sys
 from typing import TYPE_CHECKING, Any
 
+from ..core import sentences as said
 from ..core.program import statement_spans
+from ..core.status import FAILED, HistoryStatus
 
 if TYPE_CHECKING:
     from ..core.store import CheckpointStore
@@ -54,9 +56,9 @@ class ResumePolicy:
         line = history_line(store, call_id) or {}
         status = line.get("status")
         restarted = f"the kernel restarted after {call_id} ran, so what it computed is gone"
-        if status == "unfinished":  # the kernel died while it ran
+        if status == HistoryStatus.UNFINISHED:  # the kernel died while it ran
             return _run_whole(restarted)
-        if status not in ("error", "interrupted"):
+        if status not in FAILED:
             return _run_whole(f"{call_id} did not fail, so there is nothing to skip")
         failed = line.get("failed_statement")
         index = failed.get("index") if isinstance(failed, dict) else None
@@ -88,7 +90,7 @@ def history_line(store: CheckpointStore, call_id: str) -> dict[str, Any] | None:
 
 
 def _run_whole(reason: str) -> int:
-    print(f"ptc-retry: {reason}: running the whole program.", file=sys.stderr)
+    print(said.RUN_WHOLE.render(reason=reason), file=sys.stderr)
     return 0
 
 

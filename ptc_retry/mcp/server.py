@@ -26,6 +26,7 @@ from mcp.server.stdio import stdio_server
 
 from ..backend import RUN_CODE, KernelBackend
 from ..core.errors import BackendError
+from ..core.status import ResultStatus
 from ..core.version import __version__
 from .upstream import Upstreams
 from .upstream_config import UpstreamConfig
@@ -49,7 +50,7 @@ SERVER_NAME = "ptc-retry"
 #: The ``RunResult`` statuses a host sees as ``isError: true``: the program failed, ran
 #: past its time limit, was refused by the repeated-failure guard, killed its kernel, or
 #: was cut off. A call that ran nothing (arguments without a program) is an error too.
-ERROR_STATUSES = frozenset({"error", "timeout", "died", "refused", "partial"})
+ERROR_STATUSES = frozenset(set(ResultStatus) - {ResultStatus.OK})
 #: What ``run_code`` does, as MCP's hints say it: a program can change files, reach the
 #: network and call anything, and running it twice is not running it once.
 RUN_CODE_ANNOTATIONS = types.ToolAnnotations(

@@ -6,25 +6,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from ..core import sentences as said
 from ..core.schema import tool_schema
+from ..core.sentences import EDIT_TOOL
 
 __all__ = ["EDIT_TOOL", "EDIT_TOOL_DESCRIPTION", "EDIT_TOOL_PARAMETERS", "tool_definitions"]
 
-#: The name of the replay tool, as the model sees it.
-EDIT_TOOL = "editPreviousToolCalling"
-
-EDIT_TOOL_DESCRIPTION = """\
-Re-run one of your earlier tool calls with a small fix instead of re-sending all its \
-arguments. Name the call by call_id, or by previous_ordinal (n-th call of your previous \
-message, from 1); not both. The patch entries apply in order to the call's JSON arguments:
-- {path, old_string, new_string}: replace text inside the string at path; old_string must \
-occur exactly once (replace_all: true replaces every occurrence)
-- {path, value}: replace the whole value (any JSON type)
-- {path}: delete the key (or array item)
-A path names a value from the top-level keys: content, config.mode, items[0].name.
-For a call cut off mid-string, give append: the rest, exactly as it goes on (a patch may \
-follow).
-Only for a small correction; otherwise call the tool again with fresh arguments."""
+#: ``editPreviousToolCalling``'s description (``sentences.EDIT_TOOL_DESCRIPTION``).
+EDIT_TOOL_DESCRIPTION = said.EDIT_TOOL_DESCRIPTION.render()
 
 #: JSON schema of the replay tool's arguments.
 EDIT_TOOL_PARAMETERS: dict[str, Any] = {

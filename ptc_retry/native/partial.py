@@ -11,7 +11,8 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
-from ..core.notice import PREFIX, last_line, quoted_end
+from ..core import sentences as said
+from ..core.notice import last_line, quoted_end
 from ..core.partial import CutArguments, CutPlace
 from .definitions import EDIT_TOOL
 
@@ -28,10 +29,7 @@ __all__ = [
 
 
 #: What an edit call cut off before its call_id (or previous_ordinal) arrived whole is told.
-CUT_NO_TARGET = (
-    f"{PREFIX}The {EDIT_TOOL} call was cut off before it said which call it edits; nothing "
-    "was saved or run. Send it again in full."
-)
+CUT_NO_TARGET = said.NATIVE_CUT_NO_TARGET.render()
 
 
 def partial_arguments(cut: CutArguments) -> dict[str, Any]:
@@ -62,10 +60,7 @@ def where_cut(cut: CutArguments) -> str:
 def cut_unsaved_notice(cut: CutArguments) -> str:
     """What a call cut off where nothing of it can be kept is told (before any argument
     arrived whole, or an edit call outside a string value)."""
-    return (
-        f"{PREFIX}The call was cut off {where_cut(cut)}, which cannot be continued; nothing "
-        "was saved or run. Send the whole call again."
-    )
+    return said.NATIVE_CUT_UNSAVED.render(where=where_cut(cut))
 
 
 def cut_saved_notice(call_id: str, cut: CutArguments, missing: Sequence[str]) -> str:
@@ -76,7 +71,7 @@ def cut_saved_notice(call_id: str, cut: CutArguments, missing: Sequence[str]) ->
     entry = {"path": missing[0] if missing else "<key>", "value": "<value>"}
     example = json.dumps({"call_id": call_id, "patch": [entry]}, ensure_ascii=False)
     what = names or "the rest"
-    return f"{PREFIX}Saved; cut off {where_cut(cut)}. Send only {what}: {EDIT_TOOL}({example})"
+    return said.NATIVE_CUT_SAVED.render(where=where_cut(cut), what=what, example=example)
 
 
 def partial_notice(call_id: str, key: str, prefix: str, missing: Sequence[str] = ()) -> str:
@@ -89,10 +84,8 @@ def partial_notice(call_id: str, key: str, prefix: str, missing: Sequence[str] =
         edit["patch"] = [{"path": name, "value": "<value>"} for name in missing]
         what += ", and " + ", ".join(json.dumps(name, ensure_ascii=False) for name in missing)
     example = json.dumps(edit, ensure_ascii=False)
-    return (
-        f"{PREFIX}Saved; cut off {_where(json.dumps(key, ensure_ascii=False), prefix)}. "
-        f"Send only {what}: {EDIT_TOOL}({example})"
-    )
+    where = _where(json.dumps(key, ensure_ascii=False), prefix)
+    return said.NATIVE_CUT_SAVED.render(where=where, what=what, example=example)
 
 
 def _where(key: str, prefix: str) -> str:

@@ -21,6 +21,7 @@ from typing import Any, Callable, TypeVar, Union
 
 from jupyter_core.utils import run_sync
 
+from ..core import sentences as said
 from ..core.errors import PtcRetryError, StoreError
 from ..core.notice import (
     NATIVE_NOTICE_MIN_BYTES,
@@ -344,10 +345,7 @@ class NativeTools:
                 raw, cut, tool=name, call_id=call_id, position=position
             )
         except (OSError, StoreError) as exc:
-            text = (
-                f"{PREFIX}The call was cut off, and could not be saved ({exc}); nothing ran. "
-                "Send the whole call again."
-            )
+            text = said.NATIVE_CUT_NOT_SAVED.render(problem=exc)
             return self._with_notes(ToolResult(text, "error", name, None, None))
         self._warn.reset()  # the store works again: a new problem is news
         self._finish(call, "partial", None)

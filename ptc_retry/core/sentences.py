@@ -1,0 +1,424 @@
+"""Every sentence the model reads, each a named ``Sentence``: a template and its token budget.
+
+This module is the one home of those words: the failure notices, the prompt sections, the
+``run_code`` and ``editPreviousToolCalling`` descriptions, the refusals and the backend's
+notes. The code that says them (``core/notice.py``, the backend, the kernel extension)
+renders them with ``Sentence.render``; the docs and the notebooks quote them as rendered.
+
+A template is ``str.format`` text, plus the conversion ``!j`` (the value as a JSON string:
+``{reference!j}`` gives ``"#7"``). ``budget`` is the most cl100k_base tokens the sentence may
+cost, rendered with its ``example`` values and with the ids real models send (``call_`` + 24
+characters, ``toolu_01`` + 22) in every field named ``call_id`` or ending in ``_id``, and
+``#1234`` in ``reference``; tests/test_sentences.py checks each one. A notice line stays
+under about 120 characters, so that a notebook does not break it mid-word.
+"""
+
+from __future__ import annotations
+
+import json
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["EDIT_TOOL", "PREFIX", "SENTENCES", "Sentence"]
+
+#: Every notice starts with this, so a reader (or a framework) can find it in a traceback.
+PREFIX = "[ptc-retry] "
+#: The name of native mode's replay tool, as the model sees it.
+EDIT_TOOL = "editPreviousToolCalling"
+
+
+class _Formatter(string.Formatter):
+    """``str.format`` with one more conversion: ``!j``, the value as a JSON string."""
+
+    def convert_field(self, value: Any, conversion: str | None) -> Any:
+        if conversion == "j":
+            return json.dumps(value, ensure_ascii=False)
+        return super().convert_field(value, conversion)
+
+
+_FORMATTER = _Formatter()
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A sentence the model reads: ``text`` (a template) and ``budget`` (tokens, at most)."""
+
+    text: str
+    budget: int
+    #: Values for the fields that are not ids: the longest a real one is likely to be.
+    example: Mapping[str, object] = field(default_factory=dict)
+
+    def render(self, **fields: object) -> str:
+        """The sentence with ``fields`` filled in; KeyError names a field not given."""
+        return _FORMATTER.format(self.text, **fields)
+
+    @property
+    def fields(self) -> frozenset[str]:
+        """The names of the fields the template holds."""
+        return frozenset(name for _, name, _, _ in _FORMATTER.parse(self.text) if name)
+
+
+_RESUME = "await ptc_retry.resume({reference!j})"
+_LOST = "all variables, imports and definitions are lost."
+_TIME_LIMIT = "Stopped after {seconds:g} s (the time limit of this call)."
+_SEND_AGAIN = "Send the whole call again."
+
+# -- the kernel's notices, the last line of a stopped program's traceback -------------------
+
+#: A failed program: the fix, as a template with two literal placeholders. ``resume`` is
+#: ``RESUME_FLAG`` when the statements that completed need not run again, else empty.
+NOTICE_FAILED = Sentence(
+    PREFIX + "Saved as {reference}. Small fix? Send only: "
+    'await ptc_retry.replay({reference!j}, "<old>", "<new>"{resume})',
+    40,
+    {"resume": ", resume=True"},
+)
+#: ``resume`` of ``NOTICE_FAILED``: in the template itself, as the model copies it, because
+#: it costs far less than a sentence explaining it.
+RESUME_FLAG = ", resume=True"
+#: An interrupted program: going on, not a fix.
+NOTICE_INTERRUPTED = Sentence(
+    PREFIX + "Interrupted; saved as {reference}. To go on: " + _RESUME, 40
+)
+#: A program the kernel's time limit stopped.
+NOTICE_TIME_LIMIT = Sentence(
+    PREFIX
+    + "Stopped by the time limit ({seconds:g} s); saved as {reference}. To go on: "
+    + _RESUME,
+    40,
+    {"seconds": 55.5},
+)
+#: The time limit's words in the notice of a program too short for a replay.
+SHORT_TIME_LIMIT = Sentence("Stopped by the time limit ({seconds:g} s).", 15, {"seconds": 55.5})
+#: The call that goes on with a stopped program.
+RESUME_CALL = Sentence(_RESUME, 15)
+#: The repeated-failure guard's line, once per streak (``guard_mode = "observe"``).
+GUARD_REPEATED = Sentence(
+    "{count} identical failures in a row: change the program, do not repeat it.", 20, {"count": 3}
+)
+#: The same in ``guard_mode = "pause"``.
+GUARD_PAUSED = Sentence(
+    "{count} identical failures in a row: programs pause until the user's next instruction; "
+    "tell the user what fails.",
+    25,
+    {"count": 3},
+)
+#: What a program the guard refuses shows instead of running (RetryGuardPaused's evalue).
+GUARD_REFUSAL = Sentence(
+    "{tool} failed {count} times in a row with the same {ename} (checkpoints {first_id} at "
+    "{first_time} to {last_id} at {last_time}), so this program was not run. Do not retry: "
+    "tell the user what fails. Programs run again after the user's next instruction, or after "
+    "a person runs %ptc_guard reset alone in a notebook cell.",
+    130,
+    {
+        "tool": "run_code",
+        "count": 3,
+        "ename": "ModuleNotFoundError",
+        "first_time": "12:00:01",
+        "last_time": "12:00:09",
+    },
+)
+#: Said on stderr when the program's namespace already has a ``tools`` of its own.
+TOOLS_NAME_TAKEN = Sentence(
+    "ptc-retry: `tools` is a name of this kernel's own, so the agent's tools are at "
+    "`ptc_retry.tools`.",
+    35,
+)
+#: After a replay or resume that reused recorded tool results: the calls counted exactly.
+TOOL_RESULTS_REUSED = Sentence(
+    "ptc-retry: {reused} tool {results} reused from {sources}; {live} {calls} made live.",
+    30,
+    {"reused": 12, "results": "results", "sources": "#12 and #13", "live": 2, "calls": "calls"},
+)
+#: Said once on stderr when the store fails (``problem``: what failed, and why).
+STORE_PROBLEM = Sentence(
+    "ptc-retry: {problem}. Programs still run as usual.",
+    35,
+    {"problem": "could not save the program (OSError: [Errno 28] No space left on device)"},
+)
+#: Said on stderr when a resume must run the whole program (``reason``: why).
+RUN_WHOLE = Sentence(
+    "ptc-retry: {reason}: running the whole program.",
+    50,
+    {
+        "reason": "the kernel restarted after call_Wd3kq0fJ2xLmN8pQ4rT6vY1z ran, so what it "
+        "computed is gone"
+    },
+)
+
+# -- calls cut off mid-stream ---------------------------------------------------------------
+
+#: The start of the program was saved; ``where`` says where the cut fell (``in line 4``),
+#: ``ending`` quotes how that line ends (``, ending 'total +='``), or is empty.
+CUT_IN_PROGRAM = Sentence(
+    PREFIX + "Cut off {where}; saved as {reference}{ending}. Send only what follows: "
+    'await ptc_retry.extend({reference!j}, "<rest>")',
+    95,
+    {"where": "in line 1234", "ending": ", ending ..." + repr("x = " * 25)},
+)
+#: The program arrived whole in a request that asked the kernel to run nothing.
+CUT_AFTER_CODE = Sentence(
+    PREFIX + 'Cut off after "code" arrived whole; saved as {reference}, not run. To run '
+    'it: await ptc_retry.extend({reference!j}, "")',
+    40,
+)
+#: Cut off after every argument the tool takes came whole, so it ran: ``arrived`` names
+#: them, ``without`` what it went without (`` without "description" (cut off)``) or is empty.
+CUT_AFTER_ARGUMENTS = Sentence(
+    PREFIX + "Cut off after {arrived} arrived whole; {tool} takes nothing else, so the call "
+    "ran{without}.",
+    40,
+    {"arrived": '"code"', "tool": "run_code", "without": ' without "description" (cut off)'},
+)
+#: Cut off before its program began: there is nothing to go on from.
+CUT_BEFORE_CODE = Sentence(
+    PREFIX
+    + "The call was cut off before its program began; nothing was saved or run. "
+    + _SEND_AGAIN,
+    30,
+)
+#: What arrived of a cut-off call is not the start of a JSON object.
+CUT_NOT_JSON = Sentence(
+    PREFIX + "The call was cut off, and what arrived is not JSON ({problem}): nothing was "
+    "saved or run. " + _SEND_AGAIN,
+    50,
+    {"problem": "the arguments must be a JSON object, and this begins with '['"},
+)
+#: The program of a cut-off call holds a lone surrogate escape: it cannot be saved.
+CUT_LONE_SURROGATE = Sentence(
+    PREFIX + "The call was cut off, and {problem} (a lone surrogate escape): nothing was "
+    "saved or run. Send the whole call again, the escape fixed.",
+    55,
+    {"problem": '"code" cannot be sent to the kernel: surrogates not allowed at index 1234'},
+)
+#: The kernel could not save a cut-off call (``problem`` says why).
+CUT_NOT_SAVED = Sentence(
+    PREFIX
+    + "This call was cut off and could not be saved ({problem}); nothing ran. "
+    + _SEND_AGAIN,
+    45,
+    {"problem": "OSError: [Errno 28] No space left on device"},
+)
+#: The kernel has no ptc-retry, so it keeps no cut-off call.
+CUT_NOT_KEPT = Sentence(
+    PREFIX + "The call was cut off, and this kernel does not keep cut-off calls "
+    "(ptc-retry is not loaded in it); nothing ran. " + _SEND_AGAIN,
+    45,
+)
+#: A direct tool call (native mode) cut off where nothing of it can be kept.
+NATIVE_CUT_UNSAVED = Sentence(
+    PREFIX + "The call was cut off {where}, which cannot be continued; nothing was saved or "
+    "run. " + _SEND_AGAIN,
+    40,
+    {"where": 'inside a key\'s name after "description"'},
+)
+#: A direct tool call cut off after some of its arguments arrived: the edit call that adds
+#: ``what`` is missing (``example``: its arguments, as JSON).
+NATIVE_CUT_SAVED = Sentence(
+    PREFIX + "Saved; cut off {where}. Send only {what}: " + EDIT_TOOL + "({example})",
+    95,
+    {
+        "where": "in \"content\" after 'def main():\\n'",
+        "what": 'the rest, and "dry_run"',
+        "example": '{"call_id": "call_Wd3kq0fJ2xLmN8pQ4rT6vY1z", "append": "<rest>", "patch": '
+        '[{"path": "dry_run", "value": "<value>"}]}',
+    },
+)
+#: An edit call cut off before it named the call it edits.
+NATIVE_CUT_NO_TARGET = Sentence(
+    PREFIX + "The " + EDIT_TOOL + " call was cut off before it said which call it edits; "
+    "nothing was saved or run. Send it again in full.",
+    35,
+)
+#: The journal could not save a cut-off direct tool call.
+NATIVE_CUT_NOT_SAVED = Sentence(
+    PREFIX
+    + "The call was cut off, and could not be saved ({problem}); nothing ran. "
+    + _SEND_AGAIN,
+    40,
+    {"problem": "[Errno 28] No space left on device"},
+)
+
+# -- the backend's notes, lines of the text a run_code call returns -------------------------
+
+#: The kernel had died between two calls; it was restarted before this one.
+KERNEL_REVIVED = Sentence(
+    PREFIX + "The kernel had died since the last call ({how}) and was restarted before this "
+    "program ran: earlier variables, imports and definitions are lost.",
+    50,
+    {"how": "exit code -9: killed by SIGKILL, maybe out of memory"},
+)
+#: The kernel died while this program ran. ``SAVED_GO_ON`` may follow, after a space.
+KERNEL_DIED = Sentence(
+    PREFIX + "The kernel died while running this program ({how}) and was restarted: " + _LOST,
+    45,
+    {"how": "exit code -9: killed by SIGKILL, maybe out of memory"},
+)
+#: A program that ran past its time limit and did not stop when interrupted.
+TIMEOUT_RESTARTED = Sentence(
+    PREFIX + _TIME_LIMIT + " It did not stop within {grace:g} s of the interrupt, so the "
+    "kernel was restarted: " + _LOST,
+    55,
+    {"seconds": 55.5, "grace": 2.5},
+)
+#: After ``KERNEL_DIED`` or ``TIMEOUT_RESTARTED``: how to go on with the saved program.
+SAVED_GO_ON = Sentence("Saved as {call_id}. To go on: await ptc_retry.resume({call_id!j})", 70)
+#: A program the backend's time limit stopped, the kernel still running.
+TIMEOUT_KEPT = Sentence(
+    PREFIX + _TIME_LIMIT + " The output above is what it printed until then; the kernel "
+    "kept its variables.",
+    40,
+    {"seconds": 55.5},
+)
+#: The kernel aborted the request (an earlier one in its queue failed).
+ABORTED = Sentence(PREFIX + "The kernel aborted this program before it ran.", 15)
+#: The arguments had keys beside ``"code"``: the program ran, and the model is told once.
+IGNORED_KEYS = Sentence(
+    PREFIX + 'Ignored {keys}: run_code takes only "code".',
+    25,
+    {"keys": '"description", "explanation", "language"'},
+)
+
+# -- tool calls that run nothing ------------------------------------------------------------
+
+#: A call of a tool the backend does not offer.
+NO_SUCH_TOOL = Sentence(
+    "Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran.",
+    30,
+    {"name": "python_interpreter", "offered": f"run_code, {EDIT_TOOL}"},
+)
+#: Arguments that are not JSON.
+ARGUMENTS_NOT_JSON = Sentence(
+    "Error: the arguments of {tool} are not valid JSON ({problem}). Send a JSON object such "
+    'as {{"code": "print(1)"}}. Nothing ran.',
+    50,
+    {"tool": "run_code", "problem": "Unterminated string starting at: line 1 column 10 (char 9)"},
+)
+#: Arguments that are JSON, but not an object.
+ARGUMENTS_NOT_OBJECT = Sentence(
+    'Error: the arguments of {tool} must be a JSON object such as {{"code": "print(1)"}}, '
+    "not {kind}. Nothing ran.",
+    35,
+    {"tool": "run_code", "kind": "an array"},
+)
+#: ``run_code`` arguments that hold no program (``problem``: one of the three below).
+NOT_RUN = Sentence(
+    "Error: {problem} Nothing ran.",
+    35,
+    {"problem": "run_code needs \"code\": a string holding the Python program; it got 'program'."},
+)
+NO_CODE = Sentence(
+    'run_code needs "code": a string holding the Python program{got}.',
+    30,
+    {"got": "; it got 'description', 'language', 'program'"},
+)
+CODE_NOT_STRING = Sentence(
+    '"code" must be a string holding the Python program, not {kind}.', 20, {"kind": "an array"}
+)
+CODE_LONE_SURROGATE = Sentence(
+    '"code" holds a lone surrogate ({reason} at index {index}); fix the escape.',
+    25,
+    {"reason": "surrogates not allowed", "index": 123456},
+)
+#: A text that cannot be encoded as UTF-8 (a lone surrogate) cannot go out to the kernel.
+CANNOT_SEND = Sentence(
+    "{what} cannot be sent to the kernel: {reason} at index {index}",
+    25,
+    {"what": '"code"', "reason": "surrogates not allowed", "index": 123456},
+)
+
+# -- the static prompt sections and the tools' descriptions --------------------------------
+
+#: Code mode's system-prompt section (``prompt_section(mode="code")``).
+CODE_PROMPT = Sentence(
+    """\
+Programs are saved in {session_dir} as JSON {{"code": ...}}: by-id/<call id>.json, \
+previous/1.json (last), history.jsonl. A failure's notice names it #n (calls/<n>.json). \
+Small fix? Send only:
+await ptc_retry.replay("#n", "<old text>", "<new text>")
+It replaces one exact match, reruns; several: edits=[(old, new), ...]. Only for a small \
+correction; otherwise write a fresh program. Cut off? Send only the rest. No helper? \
+json.loads the file, edit "code", run as an async function.
+""",
+    155,
+    {"session_dir": "/home/someone/.cache/agent-platform/ptc-retry/run-2024-06-01-ab12"},
+)
+#: Heads the code-mode section's list of the host's tools, one ``tool_line`` each.
+TOOLS_PROMPT = Sentence(
+    "Programs can call the host's tools (JSON in and out; asyncio.gather runs several at once):\n",
+    25,
+)
+#: Native mode's system-prompt section (``prompt_section(mode="native")``). Each example
+#: line is a valid patch.
+NATIVE_PROMPT = Sentence(
+    """\
+Tool calls are saved in {session_dir}: by-id/<id>.json, previous/1.json, history.jsonl. Fix \
+a failed call without re-sending it: editPreviousToolCalling with call_id or previous_ordinal \
+and a patch of entries like:
+{{"path":"text","old_string":"teh","new_string":"the"}}
+{{"path":"q.since","old_string":"2023","new_string":"2024"}}
+{{"path":"port","value":80}}
+Cut off mid-string? Send only the rest as "append" instead of a patch.
+Only for a small correction; otherwise call the tool again with fresh arguments.
+""",
+    155,
+    {"session_dir": "/home/someone/.cache/agent-platform/ptc-retry/run-2024-06-01-ab12"},
+)
+#: A failed direct tool call's result ends with this (native mode); ``example`` is the
+#: ``editPreviousToolCalling`` arguments that fix it, as JSON.
+NATIVE_NOTICE = Sentence(
+    PREFIX + 'Arguments saved as "{call_id}". '
+    "Small fix? Don't re-send; call " + EDIT_TOOL + "({example})",
+    110,
+    {
+        "example": '{"call_id": "call_Wd3kq0fJ2xLmN8pQ4rT6vY1z", "patch": [{"path": "q.since", '
+        '"old_string": "<old>", "new_string": "<new>"}]}'
+    },
+)
+
+_RUN_CODE = (
+    "Run a Python program in a persistent Jupyter kernel: variables, imports and definitions "
+    "stay for later calls, and top-level await works. Returns what the program printed, the "
+    "value of its last expression, or the error with its traceback. "
+)
+#: ``run_code``'s description in code mode.
+RUN_CODE_DESCRIPTION = Sentence(
+    _RUN_CODE + "A failed program is saved; its notice names it (#n) so a small fix can be "
+    "sent as one line with ptc_retry.replay.",
+    80,
+)
+#: Follows ``RUN_CODE_DESCRIPTION``, after a space, when programs can call host tools.
+RUN_CODE_TOOLS = Sentence(
+    "Programs can call the host's tools with await: {names}.",
+    30,
+    {"names": "tools.search, tools.fetch_page, tools.read_file, tools.write_file"},
+)
+#: ``run_code`` in native mode: the fix goes through the edit tool, never ``ptc_retry.replay``.
+NATIVE_RUN_CODE_DESCRIPTION = Sentence(
+    _RUN_CODE + "A failed call is saved: fix a small mistake with " + EDIT_TOOL + ' (path "code") '
+    "instead of re-sending the program.",
+    80,
+)
+#: ``editPreviousToolCalling``'s description.
+EDIT_TOOL_DESCRIPTION = Sentence(
+    """\
+Re-run one of your earlier tool calls with a small fix instead of re-sending all its \
+arguments. Name the call by call_id, or by previous_ordinal (n-th call of your previous \
+message, from 1); not both. The patch entries apply in order to the call's JSON arguments:
+- {{path, old_string, new_string}}: replace text inside the string at path; old_string must \
+occur exactly once (replace_all: true replaces every occurrence)
+- {{path, value}}: replace the whole value (any JSON type)
+- {{path}}: delete the key (or array item)
+A path names a value from the top-level keys: content, config.mode, items[0].name.
+For a call cut off mid-string, give append: the rest, exactly as it goes on (a patch may \
+follow).
+Only for a small correction; otherwise call the tool again with fresh arguments.""",
+    185,
+)
+
+#: Every sentence above, by name.
+SENTENCES: dict[str, Sentence] = {
+    name: value for name, value in list(globals().items()) if isinstance(value, Sentence)
+}
