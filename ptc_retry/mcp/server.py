@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import re
 import sys
 import time
 from collections.abc import AsyncIterator, Coroutine, Iterator
@@ -65,6 +67,14 @@ RUN_CODE_ANNOTATIONS = types.ToolAnnotations(
 )
 #: Characters of a running program's latest output a progress notification carries.
 PROGRESS_TAIL_CHARS = 2_000
+#: What a request holding a lone surrogate is answered: the escape, and where it is.
+LONE_SURROGATE = (
+    "the request holds a lone surrogate ({}) in {}, which is not Unicode text, so nothing "
+    "ran; send it again with that character written whole (both halves of a surrogate "
+    "pair) or left out"
+)
+#: A ``\\uD800``-``\\uDFFF`` escape, the only form in which a surrogate reaches the server.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 #: Seconds a cancelled program's interrupt may take before the server stops waiting for it
 #: (the backend restarts a kernel that ignores the interrupt for ``interrupt_grace``).
 CANCEL_GRACE = 15.0
@@ -268,6 +278,53 @@ class KernelTools:
                 log.debug("progress notification not sent: %s", exc)
 
 
+def lone_surrogate_answer(line: str) -> str | None:
+    """The JSON-RPC error line that answers ``line`` when it is a request holding a lone
+    surrogate (a ``\\ud800`` escape without its other half), else None.
+
+    The SDK's JSON parser refuses such a line and drops it without an answer, so the host
+    would wait for ever; the error names where the surrogate is, and nothing runs.
+    """
+    if _SURROGATE_ESCAPE.search(line) is None:  # the only way one arrives: as an escape
+        return None
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None  # not JSON: not a request to answer
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return None
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+        return None  # a notification (or no valid id): there is nothing to answer
+    found = _lone_surrogate(message)
+    if found is None:
+        return None
+    where, escape = found
+    error = {"code": types.INVALID_PARAMS, "message": LONE_SURROGATE.format(escape, where)}
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}) + "\n"
+
+
+def _lone_surrogate(message: dict[str, Any]) -> tuple[str, str] | None:
+    """``(where, escape)`` of the first key or string in ``message`` that holds a lone
+    surrogate (``params.arguments.code``, ``\\ud800``), else None."""
+    pending: list[tuple[str, Any]] = [("", message)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                named = key.encode("utf-8", "backslashreplace").decode("utf-8")
+                inner = f"{where}.{named}" if where else named
+                pending.extend([(inner, item), (f"the key {inner}", key)])
+        elif isinstance(value, list):
+            pending.extend((f"{where}[{index}]", item) for index, item in enumerate(value))
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return where, f"\\u{ord(value[exc.start]):04x}"
+    return None
+
+
 def _eager_task(coroutine: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
     """A task of ``coroutine`` that runs at once up to its first wait (Python >= 3.12), not
     one turn of the event loop later: a call's start takes no hop through the loop."""
@@ -351,10 +408,16 @@ class _PipeLines:
         return self
 
     async def __anext__(self) -> str:
-        line = await self.reader.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", "replace")
+        while True:
+            line = await self.reader.readline()
+            if not line:
+                raise StopAsyncIteration
+            text = line.decode("utf-8", "replace")
+            answer = lone_surrogate_answer(text)
+            if answer is None:
+                return text
+            log.warning("refused a request with a lone surrogate: %s", answer.strip())
+            self.writer.write(answer.encode("utf-8"))
 
     async def write(self, text: str) -> None:
         self.writer.write(text.encode("utf-8"))
