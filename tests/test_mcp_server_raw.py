@@ -1,8 +1,8 @@
 """``ptc-retry mcp`` on stdio driven by a host that writes the protocol's lines itself, on a
 real kernel: requests the official client cannot send (a lone surrogate escape), and a
-host that closes the pipe mid-program.
+host that closes stdin mid-program or closes the server's stdout.
 
-One server (one kernel) serves the module; the disconnect test starts its own.
+One server (one kernel) serves the module; each disconnect test starts its own.
 """
 
 from __future__ import annotations
@@ -114,5 +114,25 @@ def test_a_host_that_closes_stdin_mid_program_ends_the_server_and_its_kernel(
         assert time.monotonic() - started < EXIT_BOUND
         assert not running(kernel_pid)
         assert code in saved_programs(host.session_dir)
+    finally:
+        host.close()
+
+
+def test_a_host_that_closes_the_servers_stdout_ends_it_cleanly_with_its_kernel(
+    jupyter_path: Path, tmp_path: Path
+) -> None:
+    host = RawStdioServer(tmp_path / "root")
+    try:
+        kernel_pid = int(text_of(host.call(1, '{"code": "import os; os.getpid()"}')))
+        host.send_line(
+            b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": '
+            b'"run_code", "arguments": {"code": "import time\\ntime.sleep(1)\\n42"}}}'
+        )
+        assert host.process.stdout is not None
+        host.process.stdout.close()  # stdin stays open: the result has nowhere to go
+        host.process.wait(EXIT_BOUND)
+        assert host.process.returncode == 0, host.errlog.read_text()
+        assert "Traceback" not in host.errlog.read_text()
+        assert not running(kernel_pid)
     finally:
         host.close()

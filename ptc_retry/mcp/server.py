@@ -420,10 +420,17 @@ class _PipeLines:
             self.writer.write(answer.encode("utf-8"))
 
     async def write(self, text: str) -> None:
-        self.writer.write(text.encode("utf-8"))
+        if not self.writer.is_closing():  # the host closed its end: see flush
+            self.writer.write(text.encode("utf-8"))
 
     async def flush(self) -> None:
-        await self.writer.drain()
+        """Wait until the host can take more; when it closed its end of stdout, end the
+        input too, so the server stops as when the host closes stdin."""
+        try:
+            await self.writer.drain()
+        except ConnectionError:
+            log.info("the host closed the protocol's stdout: ending the session")
+            self.reader.feed_eof()
 
 
 @contextlib.contextmanager
