@@ -208,14 +208,17 @@ class RawStdioServer:
         message: dict[str, Any] = json.loads(stdout.readline())
         return message
 
-    def call(self, request_id: int, arguments: str) -> dict[str, Any]:
-        """Send ``tools/call`` of ``run_code`` with ``arguments`` (JSON text, as written) and
-        return its answer."""
+    def send_call(self, request_id: int, arguments: str) -> None:
+        """Send ``tools/call`` of ``run_code`` with ``arguments`` (JSON text, as written)."""
         request = (
             f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", '
             f'"params": {{"name": "run_code", "arguments": {arguments}}}}}'
         )
         self.send_line(request.encode())
+
+    def call(self, request_id: int, arguments: str) -> dict[str, Any]:
+        """``send_call``, then its answer."""
+        self.send_call(request_id, arguments)
         return self.answer()
 
     @property

@@ -86,53 +86,43 @@ def test_a_surrogate_pair_escape_is_a_character_and_runs(server: RawStdioServer)
     assert text_of(answer) == "'\U0001f600'"
 
 
-def test_a_host_that_closes_stdin_mid_program_ends_the_server_and_its_kernel(
-    jupyter_path: Path, tmp_path: Path
-) -> None:
+@pytest.fixture
+def own_server(jupyter_path: Path, tmp_path: Path) -> Iterator[tuple[RawStdioServer, int]]:
+    """A server of the test's own, which the test ends, and its kernel's pid."""
     host = RawStdioServer(tmp_path / "root")
     try:
-        kernel_pid = int(text_of(host.call(1, '{"code": "import os; os.getpid()"}')))
-        code = "import time\nprint('working', flush=True)\ntime.sleep(120)"
-        host.send_line(
-            json.dumps(
-                {
-                    "jsonrpc": "2.0",
-                    "id": 2,
-                    "method": "tools/call",
-                    "params": {"name": "run_code", "arguments": {"code": code}},
-                }
-            ).encode()
-        )
-        deadline = time.monotonic() + 30
-        while len(saved_programs(host.session_dir)) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)  # the program is saved before it runs
-        time.sleep(0.5)  # and runs now
-        assert host.process.stdin is not None
-        host.process.stdin.close()  # the host goes away mid-program
-        started = time.monotonic()
-        host.process.wait(EXIT_BOUND)
-        assert time.monotonic() - started < EXIT_BOUND
-        assert not running(kernel_pid)
-        assert code in saved_programs(host.session_dir)
+        yield host, int(text_of(host.call(1, '{"code": "import os; os.getpid()"}')))
     finally:
         host.close()
+
+
+def test_a_host_that_closes_stdin_mid_program_ends_the_server_and_its_kernel(
+    own_server: tuple[RawStdioServer, int],
+) -> None:
+    host, kernel_pid = own_server
+    code = "import time\nprint('working', flush=True)\ntime.sleep(120)"
+    host.send_call(2, json.dumps({"code": code}))
+    deadline = time.monotonic() + 30
+    while len(saved_programs(host.session_dir)) < 2 and time.monotonic() < deadline:
+        time.sleep(0.1)  # the program is saved before it runs
+    time.sleep(0.5)  # and runs now
+    assert host.process.stdin is not None
+    host.process.stdin.close()  # the host goes away mid-program
+    started = time.monotonic()
+    host.process.wait(EXIT_BOUND)
+    assert time.monotonic() - started < EXIT_BOUND
+    assert not running(kernel_pid)
+    assert code in saved_programs(host.session_dir)
 
 
 def test_a_host_that_closes_the_servers_stdout_ends_it_cleanly_with_its_kernel(
-    jupyter_path: Path, tmp_path: Path
+    own_server: tuple[RawStdioServer, int],
 ) -> None:
-    host = RawStdioServer(tmp_path / "root")
-    try:
-        kernel_pid = int(text_of(host.call(1, '{"code": "import os; os.getpid()"}')))
-        host.send_line(
-            b'{"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": '
-            b'"run_code", "arguments": {"code": "import time\\ntime.sleep(1)\\n42"}}}'
-        )
-        assert host.process.stdout is not None
-        host.process.stdout.close()  # stdin stays open: the result has nowhere to go
-        host.process.wait(EXIT_BOUND)
-        assert host.process.returncode == 0, host.errlog.read_text()
-        assert "Traceback" not in host.errlog.read_text()
-        assert not running(kernel_pid)
-    finally:
-        host.close()
+    host, kernel_pid = own_server
+    host.send_call(2, json.dumps({"code": "import time\ntime.sleep(1)\n42"}))
+    assert host.process.stdout is not None
+    host.process.stdout.close()  # stdin stays open: the result has nowhere to go
+    host.process.wait(EXIT_BOUND)
+    assert host.process.returncode == 0, host.errlog.read_text()
+    assert "Traceback" not in host.errlog.read_text()
+    assert not running(kernel_pid)
