@@ -1,16 +1,19 @@
 """What ``ptc-retry mcp`` costs a host, and how it holds up with many sessions.
 
-    python benchmarks/mcp_server.py [--rounds 10] [--batch 20] [--sessions 16] [--calls 10]
+    python benchmarks/mcp_server.py [--rounds 15] [--batch 20] [--no-sessions]
+                                    [--sessions 16] [--calls 10]
 
 1. Overhead: a trivial ``run_code`` through ``ptc-retry mcp`` on stdio (the official MCP
    client, as a host drives it) against the same call on ``KernelBackend.handle_tool_call``
-   in this process, in one run. Each has a ptc-retry kernel of its own; batches alternate so
-   drift hits both alike; the figure is the per-round ratio's spread (target <= 1.15),
-   with the milliseconds of each.
+   in this process, in one run. Each has a ptc-retry kernel of its own. The floor, measured
+   in the same run: the same client against a bare SDK server on the same pipes whose
+   ``run_code`` answers at once (``--floor-server``), the MCP round trip that no server on
+   the SDK can go below. Batches alternate so drift hits all three alike; the figures are
+   medians of the rounds, with their quartiles: the ratio (target <= 1.15), the milliseconds
+   of each, and what ``ptc-retry mcp`` adds beyond the floor.
 2. Sessions: ``ptc-retry mcp --http`` with ``--sessions`` MCP sessions (one kernel each)
    making ``--calls`` calls each at once: calls per second, the p50 and p99 latency of a
-   call, and how many results named another session's value (crossed; must be 0), each over
-   ``--runs`` servers.
+   call, and how many results named another session's value (crossed; must be 0).
 
 A script that prints figures, not a test: the numbers depend on the machine.
 """
@@ -22,17 +25,18 @@ import asyncio
 import os
 import platform
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from mcp.client.client import Client
-from mcp.client.stdio import StdioServerParameters
-from spread import spread
+from mcp.client.stdio import StdioServerParameters, stdio_client
 
 from ptc_retry.backend import KernelBackend
 
@@ -40,35 +44,76 @@ PROGRAM = {"code": "x = 1 + 1"}
 PTC_RETRY = str(Path(sys.executable).with_name("ptc-retry"))
 
 
+async def serve_floor() -> None:
+    """A bare SDK server on stdio, on the pipes ``ptc-retry mcp`` uses, whose ``run_code``
+    answers ``[no output]`` at once: what a call costs the SDK's client and server alone."""
+    import mcp_types as types
+    from mcp.server.lowlevel import Server
+
+    from ptc_retry.mcp.server import protocol_pipes, protocol_streams
+
+    async def list_tools(ctx: object, params: object) -> types.ListToolsResult:
+        schema = {"type": "object", "properties": {"code": {"type": "string"}}}
+        return types.ListToolsResult(tools=[types.Tool(name="run_code", input_schema=schema)])
+
+    async def call_tool(ctx: object, params: object) -> types.CallToolResult:
+        return types.CallToolResult(content=[types.TextContent(text="[no output]")])
+
+    server = Server("floor", on_list_tools=list_tools, on_call_tool=call_tool)
+    with protocol_pipes() as (wire_in, wire_out):
+        async with protocol_streams(wire_in, wire_out) as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    """(first quartile, median, third quartile)."""
+    first, median, third = statistics.quantiles(values, n=4, method="inclusive")
+    return first, median, third
+
+
 async def overhead(
-    kb: KernelBackend, host: Client, rounds: int, batch: int
-) -> dict[str, list[float]]:
-    """Seconds per call of each round's batch, through MCP and direct, and their ratios."""
+    kb: KernelBackend, host: Client, floor: Client, rounds: int, batch: int
+) -> dict[str, tuple[float, float, float]]:
+    def timed(call: Callable[[], Awaitable[None]]) -> Callable[[], Awaitable[float]]:
+        async def one_batch() -> float:
+            started = time.perf_counter()
+            for _ in range(batch):
+                await call()
+            return (time.perf_counter() - started) / batch * 1000
 
-    async def backend_batch() -> float:
-        started = time.perf_counter()
-        for _ in range(batch):
-            await kb.handle_tool_call("run_code", PROGRAM)
-            assert kb.last_result is not None and kb.last_result.ok
-        return (time.perf_counter() - started) / batch
+        return one_batch
 
-    async def mcp_batch() -> float:
-        started = time.perf_counter()
-        for _ in range(batch):
-            result = await host.call_tool("run_code", PROGRAM)
-            assert not result.is_error, result
-        return (time.perf_counter() - started) / batch
+    async def backend_call() -> None:
+        await kb.handle_tool_call("run_code", PROGRAM)
+        assert kb.last_result is not None and kb.last_result.ok
 
-    await backend_batch()  # warm both paths up
-    await mcp_batch()
-    ours, direct, ratios = [], [], []
+    async def mcp_call() -> None:
+        result = await host.call_tool("run_code", PROGRAM)
+        assert not result.is_error, result
+
+    async def floor_call() -> None:
+        result = await floor.call_tool("run_code", PROGRAM)
+        assert not result.is_error, result
+
+    batches = {"backend": timed(backend_call), "mcp": timed(mcp_call), "floor": timed(floor_call)}
+    for one_batch in batches.values():  # warm every path up
+        await one_batch()
+    ms: dict[str, list[float]] = {name: [] for name in batches}
     for _ in range(rounds):
-        b = await backend_batch()
-        m = await mcp_batch()
-        direct.append(b)
-        ours.append(m)
-        ratios.append(m / b)
-    return {"backend": direct, "mcp": ours, "ratio": ratios}
+        for name, one_batch in batches.items():
+            ms[name].append(await one_batch())
+    pairs = list(zip(ms["mcp"], ms["backend"], ms["floor"]))
+    return {
+        **{f"{name}_ms": quartiles(values) for name, values in ms.items()},
+        "ratio": quartiles([mcp / backend for mcp, backend, _ in pairs]),
+        "added_ms": quartiles([mcp - backend for mcp, backend, _ in pairs]),
+        "beyond_floor_ms": quartiles([mcp - backend - floor for mcp, backend, floor in pairs]),
+    }
+
+
+def spread(figure: tuple[float, float, float], digits: int = 2) -> str:
+    first, median, third = figure
+    return f"{median:.{digits}f} ({first:.{digits}f}-{third:.{digits}f})"
 
 
 def free_port() -> int:
@@ -135,42 +180,48 @@ async def main(args: argparse.Namespace) -> None:
     with tempfile.TemporaryDirectory() as root:
         os.environ["PTC_RETRY_ROOT"] = root
         stdio = StdioServerParameters(command=PTC_RETRY, args=["mcp"], env=dict(os.environ))
+        bare = StdioServerParameters(
+            command=sys.executable, args=[__file__, "--floor-server"], env=dict(os.environ)
+        )
         with open(os.devnull, "w") as quiet:
-            from mcp.client.stdio import stdio_client
-
-            async with KernelBackend() as kb, Client(stdio_client(stdio, errlog=quiet)) as host:
-                figures = await overhead(kb, host, args.rounds, args.batch)
-        print(f"trivial run_code, {args.rounds} rounds of {args.batch} calls:")
-        print(f"  MCP stdio      {spread(figures['mcp'], 'ms', 1e3)}")
-        print(f"  KernelBackend  {spread(figures['backend'], 'ms', 1e3)}")
-        print(f"  ratio          {spread(figures['ratio'], digits=3)}; target <= 1.15")
-        runs = []
-        for _ in range(args.runs):
-            process, url = start_http(root, args.sessions)
-            try:
-                runs.append(await many_sessions(url, args.sessions, args.calls))
-            finally:
-                process.terminate()
-                process.wait(60)
+            async with (
+                KernelBackend() as kb,
+                Client(stdio_client(stdio, errlog=quiet)) as host,
+                Client(stdio_client(bare, errlog=quiet)) as floor,
+            ):
+                figures = await overhead(kb, host, floor, args.rounds, args.batch)
+        print(
+            f"trivial run_code, median (quartiles) of {args.rounds} rounds of {args.batch} "
+            f"calls: MCP stdio {spread(figures['mcp_ms'])} ms, KernelBackend "
+            f"{spread(figures['backend_ms'])} ms, ratio {spread(figures['ratio'], 3)} (target "
+            f"<= 1.15); MCP adds {spread(figures['added_ms'])} ms, of which the SDK's floor "
+            f"(a bare SDK server answering at once) is {spread(figures['floor_ms'])} ms and "
+            f"ptc-retry mcp's own part {spread(figures['beyond_floor_ms'])} ms"
+        )
+        if args.no_sessions:
+            return
+        process, url = start_http(root, args.sessions)
+        try:
+            load = await many_sessions(url, args.sessions, args.calls)
+        finally:
+            process.terminate()
+            process.wait(60)
     print(
-        f"{args.sessions} HTTP sessions at once, one kernel each, {args.calls} calls each, "
-        f"{args.runs} runs (a server each):"
+        f"{args.sessions} HTTP sessions at once ({load['startup_s']:.1f} s to open them all, "
+        f"one kernel each): {load['calls']:.0f} calls, {load['calls_per_s']:.1f} calls/s, "
+        f"p50 {load['p50_ms']:.1f} ms, p99 {load['p99_ms']:.1f} ms, "
+        f"crossed {load['crossed']:.0f}"
     )
-    for key, label in [
-        ("startup_s", "s to open them all"),
-        ("calls_per_s", "calls/s"),
-        ("p50_ms", "ms, p50 of a call"),
-        ("p99_ms", "ms, p99 of a call"),
-    ]:
-        print(f"  {spread([run[key] for run in runs], label, digits=1)}")
-    print(f"  results crossed into another session: {sum(run['crossed'] for run in runs):.0f}")
 
 
 if __name__ == "__main__":
+    if sys.argv[1:] == ["--floor-server"]:
+        asyncio.run(serve_floor())
+        raise SystemExit(0)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=10)
+    parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--batch", type=int, default=20)
     parser.add_argument("--sessions", type=int, default=16)
     parser.add_argument("--calls", type=int, default=10)
-    parser.add_argument("--runs", type=int, default=3, help="servers started for the sessions")
+    parser.add_argument("--no-sessions", action="store_true", help="measure the overhead only")
     asyncio.run(main(parser.parse_args()))

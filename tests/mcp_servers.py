@@ -1,11 +1,14 @@
-"""What the tests of ``ptc-retry mcp`` share: the command a host runs, a free port, and an
-official MCP client held open across a module's tests (``HeldClient``)."""
+"""What the tests of ``ptc-retry mcp`` share: the command a host runs, a free port, an
+official MCP client held open across a module's tests (``HeldClient``), and a host that
+writes the protocol's lines itself (``RawStdioServer``)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
+import select
 import shutil
 import socket
 import subprocess
@@ -168,3 +171,75 @@ def stop(process: subprocess.Popen[bytes]) -> None:
 
 def npx() -> str | None:
     return shutil.which("npx")
+
+
+class RawStdioServer:
+    """``ptc-retry mcp`` on stdio driven line by line, as a host that writes its own JSON
+    (a lone surrogate escape, say, which the official client cannot send), after the
+    ``initialize`` handshake. Every read is bounded."""
+
+    def __init__(self, root: Path, *options: str) -> None:
+        self.root = root
+        self.errlog = root.parent / f"{root.name}-raw-stderr.log"
+        command = [*ptc_retry_command(), "mcp", *options]
+        with open(self.errlog, "wb") as err:
+            self.process = subprocess.Popen(
+                command,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                env=server_env(root),
+            )
+        self.send_line(json.dumps(_INITIALIZE).encode())
+        self.answer(CONNECT_TIMEOUT)
+        self.send_line(b'{"jsonrpc": "2.0", "method": "notifications/initialized"}')
+
+    def send_line(self, line: bytes) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(line + b"\n")
+        self.process.stdin.flush()
+
+    def answer(self, timeout: float = CALL_TIMEOUT) -> dict[str, Any]:
+        """The next message the server writes, within ``timeout`` seconds."""
+        stdout = self.process.stdout
+        assert stdout is not None
+        ready, _, _ = select.select([stdout], [], [], timeout)
+        assert ready, f"no answer within {timeout} s"
+        message: dict[str, Any] = json.loads(stdout.readline())
+        return message
+
+    def send_call(self, request_id: int, arguments: str) -> None:
+        """Send ``tools/call`` of ``run_code`` with ``arguments`` (JSON text, as written)."""
+        request = (
+            f'{{"jsonrpc": "2.0", "id": {request_id}, "method": "tools/call", '
+            f'"params": {{"name": "run_code", "arguments": {arguments}}}}}'
+        )
+        self.send_line(request.encode())
+
+    def call(self, request_id: int, arguments: str) -> dict[str, Any]:
+        """``send_call``, then its answer."""
+        self.send_call(request_id, arguments)
+        return self.answer()
+
+    @property
+    def session_dir(self) -> Path:
+        (directory,) = sessions(self.root)
+        return directory
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        if not self.process.stdin.closed:
+            self.process.stdin.close()
+        stop(self.process)
+
+
+_INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 0,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-host", "version": "0"},
+    },
+}

@@ -9,6 +9,7 @@ One server (one kernel) serves the whole module, started with ``--timeout`` and
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import importlib.util
 import json
 from collections.abc import Iterator
@@ -170,6 +171,26 @@ def test_a_kernel_death_is_an_error_and_the_next_call_runs_on_a_new_kernel(
     assert "partial 12" in text and "kernel died" in text
     text, error = server.call(run, "'before_death' in globals(), 6 * 7")
     assert (text, error) == ("(False, 42)", False)
+
+
+def test_a_call_cancelled_while_its_dead_kernel_restarts_leaves_the_next_call_a_kernel(
+    run: Run[Any], server: StdioServer
+) -> None:
+    dying = "import os, time\ntime.sleep(0.2)\nos._exit(1)"
+
+    async def cancel_during_restart(seconds: float) -> None:
+        # The kernel dies at once and the backend restarts it for seconds: a cancellation
+        # then must not interrupt (and so kill) the kernel that is starting.
+        call = asyncio.ensure_future(server.client.call_tool("run_code", {"code": dying}))
+        await asyncio.sleep(seconds)
+        call.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.wait_for(call, CALL_TIMEOUT)
+
+    for seconds in (0.8, 1.5):
+        run(cancel_during_restart(seconds))
+        text, error = server.call(run, "'alive'")
+        assert (text.splitlines()[-1], error) == ("'alive'", False), text
 
 
 def test_a_program_printing_megabytes_gets_a_bounded_result(

@@ -211,3 +211,15 @@ def test_a_cancelled_call_interrupts_its_program_in_its_own_session(
         assert [line["status"] for line in history(directory)] == ["interrupted", "ok"]
     finally:
         held.close()
+
+
+def test_a_program_longer_than_the_idle_timeout_runs_to_its_end_in_a_live_session(
+    run: Run[Any], server: HttpServer
+) -> None:
+    held = server.connect(run)
+    try:
+        code = f"import time\ntime.sleep({IDLE_TIMEOUT + 2})\n'finished'"
+        assert call(run, held.client, code) == ("'finished'", False)
+        assert call(run, held.client, "'still open'") == ("'still open'", False)
+    finally:
+        held.close()

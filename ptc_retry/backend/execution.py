@@ -88,6 +88,7 @@ class Execution:
         self.restarted = False
         self.msg_id: str | None = None
         self.cancelled = False  # the caller gave up on it
+        self.cancelled_in_restart = False  # ... while the kernel restarted
         self.input_requests = InputRequests(
             kernel, settings.tools or HostTools(), settings.late_results
         )
@@ -126,7 +127,7 @@ class Execution:
             return None
         how = await self.kernel.exit_description()
         log.warning("the %r kernel had died (%s): restarting it", self.kernel.kernel_name, how)
-        await self.restart()
+        await self._restart_kernel()
         return said.KERNEL_REVIVED.render(how=how)
 
     async def _execute(self) -> RunResult:
@@ -173,7 +174,8 @@ class Execution:
             # The caller gave up: stop the program too, so the kernel is free for the next call.
             self.cancelled = True
             await self.input_requests.cancel()
-            await self._interrupt("was cancelled by its caller")
+            if not self.cancelled_in_restart:  # a kernel starting up would die of the signal
+                await self._interrupt("was cancelled by its caller")
             raise
         finally:
             # Whatever ended the program (its reply, a death, a shutdown) ends its tool calls.
@@ -248,9 +250,22 @@ class Execution:
         """Restart the kernel, which ends this call with ``status``; ``note`` tells the model."""
         log.warning("%s: restarting it", why)
         await self.input_requests.cancel()  # the program waiting for them is gone
-        await self.restart()
+        await self._restart_kernel()
         self.status, self.restarted = status, True
         self.notes.append(" ".join(filter(None, [note, self._saved()])))
+
+    async def _restart_kernel(self) -> None:
+        """Restart the kernel. A caller that gives up meanwhile still waits for the restart
+        to end (``cancelled_in_restart``): the next call must find a kernel that started,
+        not one half started, nor one the caller's interrupt killed as it started."""
+        restart = asyncio.ensure_future(self.restart())
+        try:
+            await asyncio.shield(restart)
+        except asyncio.CancelledError:
+            self.cancelled_in_restart = True
+            with contextlib.suppress(Exception):  # it raises BackendError: told next call
+                await restart
+            raise
 
     def _saved(self) -> str | None:
         """``Saved as ... resume(...)``: how to go on with a program no reply came for.

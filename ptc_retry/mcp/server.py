@@ -10,14 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
+import re
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import mcp_types as types
@@ -38,6 +40,8 @@ __all__ = [
     "KernelTools",
     "ServerOptions",
     "is_error",
+    "protocol_pipes",
+    "protocol_streams",
     "serve_stdio",
     "start_kernel",
     "stop_kernel",
@@ -45,6 +49,7 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 SERVER_NAME = "ptc-retry"
 #: The ``RunResult`` statuses a host sees as ``isError: true``: the program failed, ran
@@ -62,6 +67,14 @@ RUN_CODE_ANNOTATIONS = types.ToolAnnotations(
 )
 #: Characters of a running program's latest output a progress notification carries.
 PROGRESS_TAIL_CHARS = 2_000
+#: What a request holding a lone surrogate is answered: the escape, and where it is.
+LONE_SURROGATE = (
+    "the request holds a lone surrogate ({}) in {}, which is not Unicode text, so nothing "
+    "ran; send it again with that character written whole (both halves of a surrogate "
+    "pair) or left out"
+)
+#: A ``\\uD800``-``\\uDFFF`` escape, the only form in which a surrogate reaches the server.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 #: Seconds a cancelled program's interrupt may take before the server stops waiting for it
 #: (the backend restarts a kernel that ignores the interrupt for ``interrupt_grace``).
 CANCEL_GRACE = 15.0
@@ -199,15 +212,19 @@ class KernelTools:
     async def _call_tool(
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
-        text, error = await self.call(params.name, params.arguments or {}, ctx.session)
+        progress = ctx.session if wants_progress(params) else None
+        text, error = await self.call(params.name, params.arguments or {}, progress)
         return types.CallToolResult(
             content=[types.TextContent(text=text)],
             is_error=error,
         )
 
-    async def call(self, name: str, arguments: dict[str, Any], session: Any) -> tuple[str, bool]:
-        """Run one tool call: ``(text, is_error)``. ``session`` gets progress notifications
-        (when its request carried a progress token) while the program runs.
+    async def call(
+        self, name: str, arguments: dict[str, Any], session: Any = None
+    ) -> tuple[str, bool]:
+        """Run one tool call: ``(text, is_error)``. ``session`` (None: none) gets progress
+        notifications while the program runs: pass the request's session only when the
+        request carried a progress token (``wants_progress``).
 
         Calls run one at a time, in the order they came. A cancelled call interrupts its
         program and waits (up to ``CANCEL_GRACE``) until the kernel has stopped it, so the
@@ -215,7 +232,7 @@ class KernelTools:
         """
         # Its own task: anyio's cancellation would cancel every await of the backend's
         # cleanup (the interrupt among them); a task cancelled once runs its cleanup.
-        task = asyncio.ensure_future(self._run(name, arguments, session))
+        task = _eager_task(self._run(name, arguments, session))
         try:
             return await asyncio.shield(task)
         except BackendError as exc:  # the kernel is gone and cannot come back
@@ -234,6 +251,9 @@ class KernelTools:
         # One at a time: the backend's last_result and running output are this call's own
         # only while no other call of the session runs.
         async with self._one_at_a_time:
+            if session is None:  # no task per call for a host that asked for no progress
+                text = await self.backend.handle_tool_call(name, arguments)
+                return text, is_error(self.backend.last_result)
             reporter = asyncio.ensure_future(self._report_progress(session))
             try:
                 text = await self.backend.handle_tool_call(name, arguments)
@@ -258,6 +278,66 @@ class KernelTools:
                 log.debug("progress notification not sent: %s", exc)
 
 
+def lone_surrogate_answer(line: str) -> str | None:
+    """The JSON-RPC error line that answers ``line`` when it is a request holding a lone
+    surrogate (a ``\\ud800`` escape without its other half), else None.
+
+    The SDK's JSON parser refuses such a line and drops it without an answer, so the host
+    would wait for ever; the error names where the surrogate is, and nothing runs.
+    """
+    if _SURROGATE_ESCAPE.search(line) is None:  # the only way one arrives: as an escape
+        return None
+    try:
+        message = json.loads(line)
+    except (ValueError, RecursionError):
+        return None  # not JSON: not a request to answer
+    if not isinstance(message, dict) or not isinstance(message.get("method"), str):
+        return None
+    request_id = message.get("id")
+    if isinstance(request_id, bool) or not isinstance(request_id, (str, int)):
+        return None  # a notification (or no valid id): there is nothing to answer
+    found = _lone_surrogate(message)
+    if found is None:
+        return None
+    where, escape = found
+    error = {"code": types.INVALID_PARAMS, "message": LONE_SURROGATE.format(escape, where)}
+    return json.dumps({"jsonrpc": "2.0", "id": request_id, "error": error}) + "\n"
+
+
+def _lone_surrogate(message: dict[str, Any]) -> tuple[str, str] | None:
+    """``(where, escape)`` of the first key or string in ``message`` that holds a lone
+    surrogate (``params.arguments.code``, ``\\ud800``), else None."""
+    pending: list[tuple[str, Any]] = [("", message)]
+    while pending:
+        where, value = pending.pop()
+        if isinstance(value, dict):
+            for key, item in value.items():
+                named = key.encode("utf-8", "backslashreplace").decode("utf-8")
+                inner = f"{where}.{named}" if where else named
+                pending.extend([(inner, item), (f"the key {inner}", key)])
+        elif isinstance(value, list):
+            pending.extend((f"{where}[{index}]", item) for index, item in enumerate(value))
+        elif isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError as exc:
+                return where, f"\\u{ord(value[exc.start]):04x}"
+    return None
+
+
+def _eager_task(coroutine: Coroutine[Any, Any, _T]) -> asyncio.Task[_T]:
+    """A task of ``coroutine`` that runs at once up to its first wait (Python >= 3.12), not
+    one turn of the event loop later: a call's start takes no hop through the loop."""
+    if sys.version_info >= (3, 12):
+        return asyncio.Task(coroutine, loop=asyncio.get_running_loop(), eager_start=True)
+    return asyncio.ensure_future(coroutine)
+
+
+def wants_progress(params: types.RequestParams) -> bool:
+    """Whether the request carried a progress token (``_meta.progressToken``)."""
+    return (params.meta or {}).get("progress_token") is not None
+
+
 def progress_message(elapsed: float, printed: str) -> str:
     """A progress notification's text: the seconds run and the end of what was printed."""
     if not printed:
@@ -278,7 +358,7 @@ async def serve_stdio(options: ServerOptions) -> None:
     it runs and the session directory is kept at the end, so ``ptc-retry history`` shows
     what ran even after the host disconnected mid-program.
     """
-    with _protocol_pipes() as (wire_in, wire_out):
+    with protocol_pipes() as (wire_in, wire_out):
         # Inside: the upstream servers, like the kernel, never see the host's pipes.
         backend, upstreams = await start_kernel(options)
         try:
@@ -286,17 +366,26 @@ async def serve_stdio(options: ServerOptions) -> None:
             where = backend.session_dir
             log.info("serving %s on stdio; programs are saved in %s", RUN_CODE, where)
             server = tools.server()
-            stdin, stdout = await _PipeLines.open(wire_in, wire_out)
-            async with stdio_server(stdin, stdout) as (read_stream, write_stream):  # type: ignore[arg-type]
+            async with protocol_streams(wire_in, wire_out) as (read_stream, write_stream):
                 await server.run(read_stream, write_stream, server.create_initialization_options())
         finally:
             await stop_kernel(backend, upstreams)
 
 
+@contextlib.asynccontextmanager
+async def protocol_streams(wire_in: int, wire_out: int) -> AsyncIterator[tuple[Any, Any]]:
+    """The SDK's ``(read_stream, write_stream)`` of the protocol on the descriptors
+    ``protocol_pipes`` gives, read and written on the event loop's own pipes: a line read
+    or written costs no thread hop (the SDK's file wrappers take one per line and per
+    flush)."""
+    stdin, stdout = await _PipeLines.open(wire_in, wire_out)
+    async with stdio_server(stdin, stdout) as streams:  # type: ignore[arg-type]
+        yield streams
+
+
 class _PipeLines:
-    """The protocol's stdin and stdout on the event loop's own pipes: a line read or
-    written costs no thread hop (the SDK's file wrappers take one per line and per flush).
-    """
+    """The protocol's stdin and stdout on the event loop's own pipes, as ``stdio_server``
+    reads and writes its own."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.reader, self.writer = reader, writer
@@ -319,20 +408,33 @@ class _PipeLines:
         return self
 
     async def __anext__(self) -> str:
-        line = await self.reader.readline()
-        if not line:
-            raise StopAsyncIteration
-        return line.decode("utf-8", "replace")
+        while True:
+            line = await self.reader.readline()
+            if not line:
+                raise StopAsyncIteration
+            text = line.decode("utf-8", "replace")
+            answer = lone_surrogate_answer(text)
+            if answer is None:
+                return text
+            log.warning("refused a request with a lone surrogate: %s", answer.strip())
+            self.writer.write(answer.encode("utf-8"))
 
     async def write(self, text: str) -> None:
-        self.writer.write(text.encode("utf-8"))
+        if not self.writer.is_closing():  # the host closed its end: see flush
+            self.writer.write(text.encode("utf-8"))
 
     async def flush(self) -> None:
-        await self.writer.drain()
+        """Wait until the host can take more; when it closed its end of stdout, end the
+        input too, so the server stops as when the host closes stdin."""
+        try:
+            await self.writer.drain()
+        except ConnectionError:
+            log.info("the host closed the protocol's stdout: ending the session")
+            self.reader.feed_eof()
 
 
 @contextlib.contextmanager
-def _protocol_pipes() -> Iterator[tuple[int, int]]:
+def protocol_pipes() -> Iterator[tuple[int, int]]:
     """The protocol's own descriptors (duplicates of stdin and stdout), with fd 0 on the
     null device and fd 1 on stderr while inside: nothing started here reads the host's
     messages or prints into the protocol."""
