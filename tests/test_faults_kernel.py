@@ -4,7 +4,6 @@ ptc-retry kernel, and no time limit crashes the timer."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -12,27 +11,34 @@ from typing import Any
 import ipykernel
 import pytest
 
-from .helpers import Execution, Kernel
+from .helpers import Execution, Kernel, history
 
 # Fails at once on its last line; its first line is what a replay changes.
-SLEEPER = "import time\nseconds = 0\ntime.sleep(seconds)\nprint('slept')\nundefined_name\n"
-SPINNER = "spins = 0\nwhile spins < 0:\n    spins += 1\nprint('spun')\nundefined_name\n"
+# Each prints WAITING just before it waits, which is when the tests interrupt it.
+WAITING = "waiting"
+#: An awaiting program says WAITING once it is suspended in its next ``await``: from the loop.
+AWAITING = "asyncio.get_running_loop().call_soon(lambda: print('waiting', flush=True))\n"
+SLEEPER = (
+    "import time\nseconds = 0\nprint('waiting', flush=True)\ntime.sleep(seconds)\n"
+    "print('slept')\nundefined_name\n"
+)
+SPINNER = (
+    "spins = 0\nprint('waiting', flush=True)\nwhile spins < 0:\n    spins += 1\n"
+    "print('spun')\nundefined_name\n"
+)
 
 
-def interrupted_after(kernel: Kernel, code: str, seconds: float) -> tuple[Execution, float]:
-    """Run ``code``, interrupt the kernel after ``seconds``; the execution and how long
-    the program went on after the interrupt."""
+def interrupted_when_waiting(
+    kernel: Kernel, code: str, stream: str = "stdout"
+) -> tuple[Execution, float]:
+    """Run ``code``, interrupt the kernel once it has printed ``WAITING`` to ``stream``; the
+    execution and how long the program went on after the interrupt."""
     msg_id = kernel.send(code)
-    time.sleep(seconds)
+    kernel.wait_for_output(msg_id, WAITING, stream)
     kernel.manager.interrupt_kernel()
     interrupted_at = time.monotonic()
     execution = kernel.collect(msg_id, timeout=120)
     return execution, time.monotonic() - interrupted_at
-
-
-def history(checkpoint_root: Path) -> list[dict[str, Any]]:
-    text = (checkpoint_root / "test" / "history.jsonl").read_text("utf-8")
-    return [json.loads(line) for line in text.splitlines()]
 
 
 @pytest.mark.parametrize(
@@ -46,12 +52,12 @@ def test_an_interrupt_stops_a_replayed_program_at_once(
     assert kernel.execute(program).error["ename"] == "NameError"
     replay = f"await ptc_retry.replay('#1', {edit[0]!r}, {edit[1]!r})"
 
-    stopped, after = interrupted_after(kernel, replay, 1.5)
+    stopped, after = interrupted_when_waiting(kernel, replay)
 
     assert after < 5, f"the replay ran on for {after:.1f} s after the interrupt"
     assert stopped.error["ename"] == "KeyboardInterrupt"
     assert stopped.ptc["status"] == "interrupted"
-    assert history(checkpoint_root)[-1]["status"] == "interrupted"
+    assert history(kernel.session_dir)[-1]["status"] == "interrupted"
     # The kernel takes the next program at once, with the replay's names in place.
     assert kernel.execute("print('next')").stdout == "next\n"
 
@@ -64,27 +70,26 @@ def test_an_interrupt_stops_a_replayed_program_at_once(
 def test_an_interrupted_replay_is_offered_going_on(
     kernel: Kernel, checkpoint_root: Path, wait: str
 ) -> None:
+    sleeper = SLEEPER.replace("time.sleep(seconds)", wait)
+    if wait.startswith("await"):
+        sleeper = sleeper.replace("print('waiting', flush=True)\n", AWAITING)
     long_sleeper = (
-        "import asyncio\n"
-        + SLEEPER.replace("time.sleep(seconds)", wait)
-        + "# "
-        + "padding to pass notice_min_bytes " * 6
-        + "\n"
+        "import asyncio\n" + sleeper + "# " + "padding to pass notice_min_bytes " * 6 + "\n"
     )
     kernel.execute(long_sleeper)
-    stopped, after = interrupted_after(
-        kernel, "await ptc_retry.replay('#1', 'seconds = 0', 'seconds = 60')", 1.0
-    )
+    replay = "await ptc_retry.replay('#1', 'seconds = 0', 'seconds = 60')"
+    stopped, after = interrupted_when_waiting(kernel, replay)
     assert after < 5, f"the replay ran on for {after:.1f} s after the interrupt"
     assert stopped.ptc["notice"] == (
         '[ptc-retry] Interrupted; saved as #2. To go on: await ptc_retry.resume("#2")'
     )
-    assert stopped.ptc["status"] == history(checkpoint_root)[-1]["status"] == "interrupted"
+    assert stopped.ptc["status"] == history(kernel.session_dir)[-1]["status"] == "interrupted"
 
 
 def test_an_interrupt_stops_a_cell_that_awaits(kernel: Kernel) -> None:
     # ipykernel 6.29 and 7.4 alone leave such a cell waiting out its sleep.
-    stopped, after = interrupted_after(kernel, "import asyncio\nawait asyncio.sleep(60)", 1.0)
+    awaiting = "import asyncio\n" + AWAITING + "await asyncio.sleep(60)"
+    stopped, after = interrupted_when_waiting(kernel, awaiting)
 
     assert after < 5, f"the cell ran on for {after:.1f} s after the interrupt"
     assert (stopped.error["ename"], stopped.ptc["status"]) == ("CancelledError", "interrupted")
@@ -92,7 +97,8 @@ def test_an_interrupt_stops_a_cell_that_awaits(kernel: Kernel) -> None:
 
 
 def test_an_interrupt_still_stops_a_plain_cell_and_the_kernel_goes_on(kernel: Kernel) -> None:
-    stopped, after = interrupted_after(kernel, "import time\ntime.sleep(60)", 1.0)
+    sleeping = "import time\nprint('waiting', flush=True)\ntime.sleep(60)"
+    stopped, after = interrupted_when_waiting(kernel, sleeping)
     assert after < 5 and stopped.error["ename"] == "KeyboardInterrupt"
     assert kernel.execute("1 + 1").result == "2"
 
@@ -179,9 +185,8 @@ def test_a_configured_time_limit_too_long_ever_to_pass_means_no_limit(
 
 
 def test_an_interrupted_program_shows_its_own_line_last_not_ptc_retrys(kernel: Kernel) -> None:
-    stopped, _ = interrupted_after(
-        kernel, "import time\nfor _ in range(600):\n    time.sleep(0.1)", 1
-    )
+    looping = "import time\nprint('waiting', flush=True)\nfor _ in range(600):\n    time.sleep(0.1)"
+    stopped, _ = interrupted_when_waiting(kernel, looping)
     limited = kernel.execute("while True:\n    pass", {"time_limit": 0.5})
 
     for run in (stopped, limited):
@@ -195,16 +200,17 @@ def test_an_interrupted_program_shows_its_own_line_last_not_ptc_retrys(kernel: K
 def test_an_interrupt_while_the_program_is_saved_stops_it_and_records_it(
     kernel: Kernel, checkpoint_root: Path
 ) -> None:
-    # Fault injection in the real kernel: saving a program takes two seconds.
+    # Fault injection in the real kernel: saving a program takes two seconds (it says when).
     kernel.execute(
-        "import time, ptc_retry.core.store as _store\n"
+        "import sys, time, ptc_retry.core.store as _store\n"
         "_slow_write = _store._write_atomic\n"
         "def _write_atomic(path, data):\n"
+        "    print('waiting', file=sys.stderr, flush=True)\n"
         "    time.sleep(2)\n"
         "    _slow_write(path, data)\n"
         "_store._write_atomic = _write_atomic"
     )
-    stopped, _ = interrupted_after(kernel, "ran = True\nprint('ran')", 0.7)
+    stopped, _ = interrupted_when_waiting(kernel, "ran = True\nprint('ran')", "stderr")
 
     assert stopped.stdout == ""  # it did not run, unsaved or otherwise
     assert stopped.error["evalue"] == "interrupted while the program was being saved; nothing ran"
@@ -215,7 +221,7 @@ def test_an_interrupt_while_the_program_is_saved_stops_it_and_records_it(
     assert kernel.execute("'ran' in globals()").result == "False"
     kernel.execute("_store._write_atomic = _slow_write")
     assert kernel.execute("print('next')").stdout == "next\n"
-    assert [line["status"] for line in history(checkpoint_root)][-2:] == ["ok", "ok"]
+    assert [line["status"] for line in history(kernel.session_dir)][-2:] == ["ok", "ok"]
 
 
 def test_a_replay_awaited_from_another_thread_is_refused_clearly(kernel: Kernel) -> None:
@@ -261,4 +267,4 @@ def test_the_cell_that_unloads_the_extension_is_recorded_not_left_unfinished(
     kernel: Kernel, checkpoint_root: Path
 ) -> None:
     kernel.execute("%unload_ext ptc_retry")
-    assert [line["status"] for line in history(checkpoint_root)] == ["ok"]
+    assert [line["status"] for line in history(kernel.session_dir)] == ["ok"]

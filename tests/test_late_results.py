@@ -19,7 +19,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +29,12 @@ from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.protocol import TOOL_RESULTS
 from ptc_retry.kernel.recording import CallRecord, Reuse, in_order
 
-from . import test_backend_transports as transports
-from .helpers import Kernel, Run, raw
+from .gateway_server import KERNEL_GATEWAY
+from .helpers import Kernel, OnLoop, StartBackend, raw, tool_call_lines
 from .test_tools_kernel import Host as Answering
 
-# The transports' fixtures: each backend test runs on a local kernel and behind a gateway.
-roots, gateway, transport, options = (
-    transports.roots,
-    transports.gateway,
-    transports.transport,
-    transports.options,
-)
+#: Each backend test runs on a local kernel and behind a real Kernel Gateway.
+TRANSPORTS = ["local", KERNEL_GATEWAY]
 
 #: What the text of a stopped program offers the model to send next.
 OFFERED = re.compile(r'await ptc_retry\.resume\("(?:[^"\\]|\\.)*"\)')
@@ -114,11 +108,8 @@ def shop(transport: str) -> Shop:
 
 
 @pytest.fixture(scope="module")
-def backend(shop: Shop, options: dict[str, Any], run: Run[Any]) -> Iterator[KernelBackend]:
-    kb = KernelBackend(tools=shop.tools(), interrupt_grace=2, **options)
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
+def backend(start_backend: StartBackend, shop: Shop, options: dict[str, Any]) -> KernelBackend:
+    return start_backend(tools=shop.tools(), interrupt_grace=2, **options)
 
 
 def program(*lines: str) -> str:
@@ -146,7 +137,7 @@ def late_lines(kb: KernelBackend, call_id: str) -> list[dict[str, Any]]:
 
 
 def test_a_sync_tool_that_outlives_the_time_limit_is_not_made_again_by_the_resume(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     code = program(
         "logged = await tools.note(text='checkout 7')",
@@ -155,11 +146,11 @@ def test_a_sync_tool_that_outlives_the_time_limit_is_not_made_again_by_the_resum
     )
     started = time.monotonic()
 
-    stopped = run(call(backend, raw(code), "call_t1", timeout=1))
+    stopped = on_loop(call(backend, raw(code), "call_t1", timeout=1))
 
     assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
     assert time.monotonic() - started < 3  # the kernel stopped waiting; the charge went on
-    resumed = run(call(backend, raw(offered(stopped)), "call_t2", timeout=20))
+    resumed = on_loop(call(backend, raw(offered(stopped)), "call_t2", timeout=20))
 
     assert resumed.startswith("noted checkout 7 receipt 7"), resumed
     assert "1 tool result reused" in resumed
@@ -170,7 +161,7 @@ def test_a_sync_tool_that_outlives_the_time_limit_is_not_made_again_by_the_resum
 
 
 def test_resumes_each_shorter_than_a_running_sync_call_make_it_once(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     # Every call of the model has the same short limit: each resume starts before the
     # charge has returned, so it matches the charge's failed line and must be given the
@@ -181,14 +172,14 @@ def test_resumes_each_shorter_than_a_running_sync_call_make_it_once(
         "receipt = await tools.charge(order=12, seconds=4)",
         "print(logged, receipt)",
     )
-    text = run(call(backend, raw(code), "call_s0", timeout=1))
+    text = on_loop(call(backend, raw(code), "call_s0", timeout=1))
     statuses = []
     for attempt in range(1, 9):
         assert backend.last_result is not None
         statuses.append(backend.last_result.status)
         if backend.last_result.status == "ok":
             break
-        text = run(call(backend, raw(offered(text)), f"call_s{attempt}", timeout=1))
+        text = on_loop(call(backend, raw(offered(text)), f"call_s{attempt}", timeout=1))
 
     assert text.startswith("noted checkout 12 receipt 12"), (statuses, text)
     assert statuses[:2] == ["timeout", "timeout"]  # the first resume did start too soon
@@ -196,11 +187,11 @@ def test_resumes_each_shorter_than_a_running_sync_call_make_it_once(
 
 
 def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     shop.calls.clear()
     code = program("receipt = await tools.charge(order=9, seconds=3)", "print(receipt)")
-    stopped = run(call(backend, raw(code), "call_g1", timeout=1))
+    stopped = on_loop(call(backend, raw(code), "call_g1", timeout=1))
     line = offered(stopped)
 
     async def give_up() -> None:  # the host cancels the resume while the backend waits
@@ -210,8 +201,8 @@ def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
         with contextlib.suppress(asyncio.CancelledError):
             await waiting
 
-    run(give_up())
-    resumed = run(call(backend, raw(line), "call_g3", timeout=20))
+    on_loop(give_up())
+    resumed = on_loop(call(backend, raw(line), "call_g3", timeout=20))
 
     assert resumed.startswith("receipt 9"), resumed
     assert shop.calls == {"charge": 1}
@@ -219,7 +210,7 @@ def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
 
 @pytest.mark.parametrize("stop", ["interrupt", "cancel"])
 def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
-    backend: KernelBackend, shop: Shop, run: Run[Any], stop: str
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any], stop: str
 ) -> None:
     shop.calls.clear()
     code = program(
@@ -242,10 +233,10 @@ def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
         await backend.transport.interrupt()  # a person presses stop
         return await running
 
-    stopped = run(asyncio.wait_for(stop_while_charging(), BOUND))
+    stopped = on_loop(asyncio.wait_for(stop_while_charging(), BOUND))
     # Cancelled, the loop never read a text: it goes on with the program by its call id.
     line = offered(stopped) if stopped is not None else f'await ptc_retry.resume("{call_id}")'
-    resumed = run(call(backend, raw(line), f"{call_id}_resumed", timeout=20))
+    resumed = on_loop(call(backend, raw(line), f"{call_id}_resumed", timeout=20))
 
     assert resumed.startswith("noted receipt 8"), resumed
     assert shop.calls == {"charge": 1, "note": 1}
@@ -253,7 +244,7 @@ def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
 
 
 def test_what_the_host_did_not_complete_is_made_again(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     shop.calls.clear()
     shop.first_slow.update({"reserve", "refund"})
@@ -263,9 +254,9 @@ def test_what_the_host_did_not_complete_is_made_again(
         "print(done)",
     )
 
-    stopped = run(call(backend, raw(code), "call_n1", timeout=1))
+    stopped = on_loop(call(backend, raw(code), "call_n1", timeout=1))
     # The async reserve was cancelled; the sync refund raised after the program stopped.
-    resumed = run(call(backend, raw(offered(stopped)), "call_n2", timeout=20))
+    resumed = on_loop(call(backend, raw(offered(stopped)), "call_n2", timeout=20))
 
     assert resumed.startswith("['reserved lamp', 'refunded 9']"), resumed
     assert shop.calls == {"reserve": 2, "refund": 2}
@@ -274,16 +265,16 @@ def test_what_the_host_did_not_complete_is_made_again(
 
 
 def test_a_sync_tool_that_never_returns_holds_the_next_program_back_only_its_timeout(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     shop.calls.clear()
-    stopped = run(call(backend, raw("await tools.stall()"), "call_h1", timeout=1))
+    stopped = on_loop(call(backend, raw("await tools.stall()"), "call_h1", timeout=1))
     assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
     started = time.monotonic()
     try:
-        after = run(backend.run_code("'next'", call_id="call_h2", timeout=2))
+        after = on_loop(backend.run_code("'next'", call_id="call_h2", timeout=2))
         waited = time.monotonic() - started
-        then = run(backend.run_code("'then'", call_id="call_h3", timeout=6))
+        then = on_loop(backend.run_code("'then'", call_id="call_h3", timeout=6))
         waited_then = time.monotonic() - started - waited
     finally:
         shop.let_go.set()
@@ -295,23 +286,23 @@ def test_a_sync_tool_that_never_returns_holds_the_next_program_back_only_its_tim
 
 
 def test_a_late_result_no_message_can_carry_never_stops_the_next_program(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
-    stopped = run(call(backend, raw("await tools.quote(seconds=1.5)"), "call_q1", timeout=1))
+    stopped = on_loop(call(backend, raw("await tools.quote(seconds=1.5)"), "call_q1", timeout=1))
     assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
 
-    after = run(backend.run_code("'next'", call_id="call_q2", timeout=20))
-    again = run(backend.run_code("'and the next'", call_id="call_q3", timeout=20))
+    after = on_loop(backend.run_code("'next'", call_id="call_q2", timeout=20))
+    again = on_loop(backend.run_code("'and the next'", call_id="call_q3", timeout=20))
 
     assert (after.value, again.value) == ("'next'", "'and the next'")
 
 
 def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     """Last: it kills the kernel (the backend restarts it)."""
     shop.calls.clear()
-    pid = run(backend.run_code("import os\nos.getpid()", call_id="call_pid")).value
+    pid = on_loop(backend.run_code("import os\nos.getpid()", call_id="call_pid")).value
     shop.kernel_pid = int(pid or 0)
     code = program(
         "logged = await tools.note(text='order 10')",
@@ -319,11 +310,11 @@ def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
         "print(logged, paid)",
     )
 
-    died = run(call(backend, raw(code), "call_k1"))
+    died = on_loop(call(backend, raw(code), "call_k1"))
 
     assert backend.last_result is not None and backend.last_result.status == "died", died
     shop.kernel_pid = None  # the kernel is another one now: pay must not run again
-    resumed = run(call(backend, raw(offered(died)), "call_k2", timeout=20))
+    resumed = on_loop(call(backend, raw(offered(died)), "call_k2", timeout=20))
 
     assert "the kernel restarted after call_k1 ran" in resumed  # the whole program runs
     assert "noted order 10 paid 10" in resumed
@@ -355,11 +346,6 @@ def test_a_calls_last_line_counts_for_reuse_and_the_listing() -> None:
     assert [row.split()[1:4] for row in listing[2:]] == [["1", "charge", "ok"], ["2", "note", "ok"]]
 
 
-def _recording(root: Path, call_id: str) -> list[dict[str, Any]]:
-    path = root / "test" / "tool-calls" / f"{call_id}.jsonl"
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
-
-
 def test_the_kernel_appends_only_what_its_recording_lacks(
     kernel: Kernel, checkpoint_root: Path
 ) -> None:
@@ -370,7 +356,7 @@ def test_the_kernel_appends_only_what_its_recording_lacks(
         "try:\n    await tools.flaky(key='db')\nexcept ptc_retry.ToolError:\n    pass"
     )
     assert host.run(kernel, code, call_id="p1").status == "ok"
-    before = _recording(checkpoint_root, "p1")
+    before = tool_call_lines(checkpoint_root / "test", "p1")
     entries: list[Any] = [
         {"program": "p1", "k": 1, "tool": "double", "arguments": {"x": 1}, "result": 99},
         {"program": "p1", "k": 2, "tool": "flaky", "arguments": {"key": "other"}, "result": 1},
@@ -384,7 +370,7 @@ def test_the_kernel_appends_only_what_its_recording_lacks(
     after = host.run(kernel, "'ran'", **{TOOL_RESULTS: entries})
 
     assert (after.status, after.result, after.stderr) == ("ok", "'ran'", "")
-    lines = _recording(checkpoint_root, "p1")
+    lines = tool_call_lines(checkpoint_root / "test", "p1")
     assert lines[: len(before)] == before
     # Only the last entry: k 1 had succeeded, the others were of another call, of no
     # program, malformed, or of a function the kernel runs.
@@ -393,4 +379,4 @@ def test_the_kernel_appends_only_what_its_recording_lacks(
     assert (late["ok"], late["result"], late["late"]) == (True, "up", True)
     assert late["statement"] == before[1]["statement"] == 1
     again = host.run(kernel, "'again'", **{TOOL_RESULTS: entries})
-    assert again.result == "'again'" and _recording(checkpoint_root, "p1") == lines
+    assert again.result == "'again'" and tool_call_lines(checkpoint_root / "test", "p1") == lines

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -27,7 +26,14 @@ from ptc_retry.core.protocol import (
     tool_reply,
 )
 
-from .helpers import Execution, Kernel
+from .helpers import (
+    Execution,
+    Kernel,
+    StartKernel,
+    latest_line_of,
+    tool_call_lines,
+    wait_until,
+)
 from .test_faults_kernel import SUBSHELLS, create_subshell
 
 #: The host's tools, as a backend sends them with each program.
@@ -116,12 +122,13 @@ class Host:
         with self._serving(kernel):
             return kernel.collect(self._send(kernel, code, catalog, allow_stdin, fields))
 
-    def run_interrupted(self, kernel: Kernel, code: str, after: float) -> tuple[Execution, float]:
-        """Run ``code`` and interrupt the kernel ``after`` seconds; the execution and how
-        long the program went on after the interrupt."""
+    def run_interrupted(self, kernel: Kernel, code: str) -> tuple[Execution, float]:
+        """Run ``code`` and interrupt the kernel once it has asked for its first batch of
+        tool calls; the execution and how long the program went on after the interrupt."""
+        asked = len(self.batches)
         with self._serving(kernel):
             msg_id = self._send(kernel, code, True, True, {})
-            time.sleep(after)
+            wait_until(lambda: len(self.batches) > asked, 30, "a batch of tool calls")
             kernel.manager.interrupt_kernel()
             interrupted_at = time.monotonic()
             execution = kernel.collect(msg_id, timeout=30)
@@ -201,32 +208,14 @@ class Host:
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("tool-checkpoints")
-
-
-@pytest.fixture(scope="module")
-def shared(jupyter_path: Path, root: Path) -> Iterator[Kernel]:
+def shared(start_shared_kernel: StartKernel) -> Kernel:
     """One ptc-retry kernel for the module, session ``tools``."""
-    env = dict(os.environ, PTC_RETRY_ROOT=str(root), PTC_RETRY_SESSION="tools")
-    kernel = Kernel("ptc-retry", env, [])
-    yield kernel
-    kernel.shutdown()
+    return start_shared_kernel("tools")
 
 
 @pytest.fixture
 def host() -> Host:
     return Host()
-
-
-def recording(root: Path, call_id: str) -> list[dict[str, Any]]:
-    path = root / "tools" / "tool-calls" / f"{call_id}.jsonl"
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
-
-
-def history_line(root: Path, call_id: str) -> dict[str, Any]:
-    lines = (root / "tools" / "history.jsonl").read_text("utf-8").splitlines()
-    return [json.loads(line) for line in lines if json.loads(line)["id"] == call_id][-1]
 
 
 _turns = iter(range(1, 10_000))
@@ -242,14 +231,18 @@ def test_a_call_returns_the_host_result(shared: Kernel, host: Host) -> None:
     assert run.ptc is not None and run.ptc["tool_calls"] == {"reused": 0, "live": 2}
 
 
-def test_gather_of_three_calls_is_one_batch(shared: Kernel, host: Host, root: Path) -> None:
+def test_gather_of_three_calls_is_one_batch(shared: Kernel, host: Host, module_root: Path) -> None:
     code = "import asyncio\nawait asyncio.gather(*(tools.double(x=i) for i in (1, 2, 3)))"
     run = host.run(shared, code, call_id="gathered")
     assert run.result == "[2, 4, 6]"
     assert len(host.batches) == 1
     assert [call["arguments"] for call in host.batches[0]] == [{"x": 1}, {"x": 2}, {"x": 3}]
     # Made by tasks gather started, each call still knows the statement that awaits them.
-    assert [line["statement"] for line in recording(root, "gathered")] == [1, 1, 1]
+    assert [line["statement"] for line in tool_call_lines(module_root / "tools", "gathered")] == [
+        1,
+        1,
+        1,
+    ]
 
 
 def test_a_failed_host_call_raises_tool_error_naming_the_tool(shared: Kernel, host: Host) -> None:
@@ -322,7 +315,7 @@ def test_an_interrupt_while_awaiting_a_tool_is_a_keyboard_interrupt_offering_res
     padding = "# " + "padding to pass notice_min_bytes " * 6 + "\n"
     code = f"{padding}print('asking')\nanswer = await tools.slow(s=30)\nprint('never')\n"
 
-    stopped, after = host.run_interrupted(shared, code, 1.5)
+    stopped, after = host.run_interrupted(shared, code)
 
     assert after < 5, f"the program went on for {after:.1f} s after the interrupt"
     assert stopped.error is not None and stopped.error["ename"] == "KeyboardInterrupt"
@@ -337,7 +330,7 @@ def test_an_interrupt_while_a_gather_of_tools_waits_stops_the_program(
 ) -> None:
     code = "import asyncio\nawait asyncio.gather(tools.slow(s=30), tools.slow(s=30))\n"
 
-    stopped, after = host.run_interrupted(shared, code, 1.5)
+    stopped, after = host.run_interrupted(shared, code)
 
     assert after < 5, f"the program went on for {after:.1f} s after the interrupt"
     assert stopped.status == "error"
@@ -384,7 +377,7 @@ def test_a_user_variable_named_tools_is_left_alone(start_kernel: Any, host: Host
 # -- the recording -------------------------------------------------------------------------------
 
 
-def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, root: Path) -> None:
+def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, module_root: Path) -> None:
     host.failing.add("line")
     code = (
         "a = await tools.double(x=2)\n"
@@ -392,7 +385,7 @@ def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, root: Pat
     )
     run = host.run(shared, code, call_id="lines")
     assert run.status == "ok", run.error
-    ok, failed = recording(root, "lines")
+    ok, failed = tool_call_lines(module_root / "tools", "lines")
     assert ok.keys() == {
         "k", "tool", "arguments", "ok", "result", "duration", "reused", "statement", "time"
     }  # fmt: skip
@@ -402,19 +395,22 @@ def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, root: Pat
     assert ok["reused"] is False and ok["statement"] == 0 and ok["duration"] >= 0
     assert (failed["k"], failed["ok"], failed["statement"]) == (2, False, 1)
     assert failed["error"] == "ConnectionError: line is down"
-    assert oct((root / "tools" / "tool-calls" / "lines.jsonl").stat().st_mode & 0o777) == "0o600"
-    assert history_line(root, "lines")["tool_calls"] == {"reused": 0, "live": 2}
+    assert (
+        oct((module_root / "tools" / "tool-calls" / "lines.jsonl").stat().st_mode & 0o777)
+        == "0o600"
+    )
+    assert latest_line_of(module_root / "tools", "lines")["tool_calls"] == {"reused": 0, "live": 2}
 
 
-def test_programs_without_tool_calls_record_nothing(shared: Kernel, root: Path) -> None:
+def test_programs_without_tool_calls_record_nothing(shared: Kernel, module_root: Path) -> None:
     run = shared.execute("x = 1", {"call_id": "plain"})
     assert run.ptc is not None and "tool_calls" not in run.ptc
-    assert "tool_calls" not in history_line(root, "plain")
-    assert not (root / "tools" / "tool-calls" / "plain.jsonl").exists()
+    assert "tool_calls" not in latest_line_of(module_root / "tools", "plain")
+    assert not (module_root / "tools" / "tool-calls" / "plain.jsonl").exists()
 
 
 def test_ptc_show_lists_the_tool_calls_after_the_program(
-    shared: Kernel, host: Host, root: Path, capsys: pytest.CaptureFixture[str]
+    shared: Kernel, host: Host, module_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     host.failing.add("show")
     code = "await tools.double(x=1)\nawait tools.flaky(key='show')"
@@ -432,7 +428,7 @@ def test_ptc_show_lists_the_tool_calls_after_the_program(
     assert rows[2].split()[:4] == ["#", "1", "double", "ok"]
     assert rows[3].split()[:4] == ["#", "2", "flaky", "error"]
     capsys.readouterr()
-    assert cli(["show", reference, "--root", str(root), "--session", "tools"]) == 0
+    assert cli(["show", reference, "--root", str(module_root), "--session", "tools"]) == 0
     out, err = capsys.readouterr()
     assert out == code + "\n"  # stdout stays the program
     assert err.splitlines()[1:] == rows
@@ -448,7 +444,9 @@ print(undefined_name)
 """
 
 
-def test_a_replay_reuses_the_recorded_results(shared: Kernel, host: Host, root: Path) -> None:
+def test_a_replay_reuses_the_recorded_results(
+    shared: Kernel, host: Host, module_root: Path
+) -> None:
     failed = host.run(shared, COUNTING.format(name="reuse"))
     assert failed.ptc is not None and failed.stdout == "1 2\n"
     reference, requests = failed.ptc["reference"], len(host.batches)
@@ -464,14 +462,19 @@ def test_a_replay_reuses_the_recorded_results(shared: Kernel, host: Host, root: 
         fixed.stderr == f"ptc-retry: 2 tool results reused from {reference}; 0 calls made live.\n"
     )
     assert fixed.ptc is not None
-    assert history_line(root, fixed.ptc["call_id"])["tool_calls"] == {"reused": 2, "live": 0}
-    reused = recording(root, fixed.ptc["call_id"])
+    assert latest_line_of(module_root / "tools", fixed.ptc["call_id"])["tool_calls"] == {
+        "reused": 2,
+        "live": 0,
+    }
+    reused = tool_call_lines(module_root / "tools", fixed.ptc["call_id"])
     assert [line["reused"] for line in reused] == [True, True]
     assert {line["reused_from"] for line in reused} == {failed.ptc["call_id"]}
 
 
 def test_an_edited_call_and_every_later_one_go_live(shared: Kernel, host: Host) -> None:
-    program = "".join(f"{v} = await tools.double(x={x})\n" for v, x in zip("abc", (1, 2, 3)))
+    program = "".join(
+        f"{v} = await tools.double(x={x})\n" for v, x in zip("abc", (1, 2, 3), strict=True)
+    )
     program += "print(a, b, c, d)"
     failed = host.run(shared, program)
     assert failed.ptc is not None
@@ -523,7 +526,7 @@ def test_a_failed_call_goes_live_again(shared: Kernel, host: Host) -> None:
 
 
 def test_a_chained_replay_uses_the_recording_of_the_program_it_replays(
-    shared: Kernel, host: Host, root: Path
+    shared: Kernel, host: Host, module_root: Path
 ) -> None:
     program = (
         "a = await tools.count(name='chain')\nb = await tools.double(x=2)\nprint(a, b)\n"
@@ -547,9 +550,9 @@ def test_a_chained_replay_uses_the_recording_of_the_program_it_replays(
     assert third.status == "ok", third.error
     assert third.stdout == "1 14\n" and host.batches == [] and host.counts["chain"] == 1
     assert third.ptc is not None
-    assert {line["reused_from"] for line in recording(root, third.ptc["call_id"])} == {
-        second.ptc["call_id"]
-    }
+    assert {
+        line["reused_from"] for line in tool_call_lines(module_root / "tools", third.ptc["call_id"])
+    } == {second.ptc["call_id"]}
 
 
 def test_a_resume_reuses_the_calls_of_the_statement_it_restarts(shared: Kernel, host: Host) -> None:
@@ -795,7 +798,7 @@ def test_a_changed_closure_cell_makes_a_recorded_function_go_live(
 
 
 def test_a_global_that_cannot_be_fingerprinted_makes_a_recorded_function_go_live(
-    shared: Kernel, host: Host, root: Path
+    shared: Kernel, host: Host, module_root: Path
 ) -> None:
     # An array keeps its numbers where no fingerprint can see them: the call cannot tell
     # whether its result would be the same, so it goes live.
@@ -819,7 +822,7 @@ def test_a_global_that_cannot_be_fingerprinted_makes_a_recorded_function_go_live
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "convert ran\n50.0\n"  # it ran again
     assert host.counts == {"email": 1}
-    convert, email = recording(root, "array-rates")
+    convert, email = tool_call_lines(module_root / "tools", "array-rates")
     assert convert["reusable"] is False and "reads" not in convert
     assert "reusable" not in email
 
