@@ -290,7 +290,9 @@ class Kernel:
     def shutdown(self) -> None:
         self.client.stop_channels()
         if self.manager.has_kernel:
-            self.manager.shutdown_kernel(now=True)
+            # Killed, a kernel that coverage.py measures (.ci/run) would lose its data: while
+            # coverage runs (its subprocess patch sets this variable), it is asked to stop.
+            self.manager.shutdown_kernel(now="COVERAGE_PROCESS_CONFIG" not in os.environ)
 
 
 def spawn(

@@ -34,11 +34,11 @@ def shared(start_shared_kernel: StartKernel) -> Kernel:
 
 
 def replay_error(kernel: Kernel, line: str) -> str:
-    run = kernel.execute(line)
-    assert run.status == "error"
-    assert run.error["ename"] == "ReplayError", run.error
+    executed = kernel.execute(line)
+    assert executed.status == "error"
+    assert executed.error["ename"] == "ReplayError", executed.error
     assert kernel.execute("1 + 1").result == "2"  # the kernel goes on
-    return run.error["evalue"]
+    return executed.error["evalue"]
 
 
 def test_unknown_id_lists_the_latest_ids(shared: Kernel) -> None:
@@ -80,8 +80,8 @@ def test_checkpoint_deleted_from_under_the_kernel_is_reported(shared: Kernel) ->
 
 
 def test_path_like_ids_stay_inside_by_id(shared: Kernel) -> None:
-    run = shared.execute("x = 1", {"call_id": "../../etc/passwd"})
-    saved = Path(run.ptc["checkpoint"])
+    executed = shared.execute("x = 1", {"call_id": "../../etc/passwd"})
+    saved = Path(executed.ptc["checkpoint"])
     assert saved.parent == shared.session_dir / "by-id"
     assert json.loads(saved.read_text()) == {"code": "x = 1"}
     message = replay_error(shared, "await ptc_retry.replay('../../../../etc/passwd', 'a', 'b')")
@@ -156,6 +156,6 @@ def test_full_disk_warns_once_and_programs_that_fit_are_still_saved(
 
 
 def test_a_call_cannot_replay_itself(shared: Kernel) -> None:
-    run = shared.execute("await ptc_retry.replay('me', 'a', 'b')", {"call_id": "me"})
-    assert run.error["ename"] == "ReplayError"
-    assert "itself" in run.error["evalue"]
+    executed = shared.execute("await ptc_retry.replay('me', 'a', 'b')", {"call_id": "me"})
+    assert executed.error["ename"] == "ReplayError"
+    assert "itself" in executed.error["evalue"]

@@ -129,9 +129,9 @@ def test_cells_of_two_subshells_at_once_keep_their_own_facts(kernel: Kernel) -> 
     assert (slow_run.ptc["call_id"], slow_run.error["ename"]) == ("call_slow", "IndexError")
     refs = {quick_run.ptc["reference"], slow_run.ptc["reference"]}
     assert refs == {"#1", "#2"}
-    for run in (quick_run, slow_run):
-        assert run.error["traceback"][-1] == run.ptc["notice"]
-        assert f'replay("{run.ptc["reference"]}"' in run.ptc["notice"]
+    for executed in (quick_run, slow_run):
+        assert executed.error["traceback"][-1] == executed.ptc["notice"]
+        assert f'replay("{executed.ptc["reference"]}"' in executed.ptc["notice"]
     # Afterwards the main shell's programs are outermost again: the time limit works.
     limited = kernel.execute("import time\ntime.sleep(30)", {"call_id": "m", "time_limit": 0.5})
     assert limited.ptc["status"] == "interrupted" and limited.ptc["time_limit"] == 0.5
@@ -159,16 +159,16 @@ def test_unload_ext_works_in_the_ptc_retry_kernel(kernel: Kernel) -> None:
 def test_a_time_limit_that_makes_no_sense_means_no_limit_and_no_crash(
     kernel: Kernel, limit: Any
 ) -> None:
-    run = kernel.execute("import time\ntime.sleep(0.2)\nprint('done')", {"time_limit": limit})
-    assert (run.status, run.stdout, run.stderr) == ("ok", "done\n", "")
+    executed = kernel.execute("import time\ntime.sleep(0.2)\nprint('done')", {"time_limit": limit})
+    assert (executed.status, executed.stdout, executed.stderr) == ("ok", "done\n", "")
 
 
 @pytest.mark.parametrize("value", ["-1", "float('nan')", "'soon'"])
 def test_a_configured_time_limit_that_makes_no_sense_is_refused_clearly(
     kernel: Kernel, value: str
 ) -> None:
-    run = kernel.execute(f"%config PtcRetry.time_limit = {value}")
-    text = run.error["evalue"] if run.error else run.stderr
+    executed = kernel.execute(f"%config PtcRetry.time_limit = {value}")
+    text = executed.error["evalue"] if executed.error else executed.stderr
     assert "time_limit" in text
     assert kernel.execute("print('still fine')").stdout == "still fine\n"
 
@@ -180,8 +180,8 @@ def test_a_configured_time_limit_too_long_ever_to_pass_means_no_limit(
     assert kernel.execute(f"%config PtcRetry.time_limit = {value}").stderr == ""
     extension = "from ptc_retry.kernel.extension import active_extension as extension\n"
     assert kernel.execute(extension + "print(extension().config.time_limit)").stdout == "None\n"
-    run = kernel.execute("import asyncio\nawait asyncio.sleep(0.2)\nprint('done')")
-    assert (run.status, run.stdout, run.stderr) == ("ok", "done\n", "")
+    executed = kernel.execute("import asyncio\nawait asyncio.sleep(0.2)\nprint('done')")
+    assert (executed.status, executed.stdout, executed.stderr) == ("ok", "done\n", "")
 
 
 def test_an_interrupted_program_shows_its_own_line_last_not_ptc_retrys(kernel: Kernel) -> None:
@@ -189,11 +189,11 @@ def test_an_interrupted_program_shows_its_own_line_last_not_ptc_retrys(kernel: K
     stopped, _ = interrupted_when_waiting(kernel, looping)
     limited = kernel.execute("while True:\n    pass", {"time_limit": 0.5})
 
-    for run in (stopped, limited):
-        text = "\n".join(run.error["traceback"])
+    for executed in (stopped, limited):
+        text = "\n".join(executed.error["traceback"])
         assert "ptc_retry" not in text.replace("ptc_retry.resume", "")
         assert "time_limit.py" not in text and "_on_sigint" not in text
-        assert run.error["ename"] == "KeyboardInterrupt"
+        assert executed.error["ename"] == "KeyboardInterrupt"
     assert limited.error["evalue"] == "time limit of 0.5 s reached"
 
 
@@ -226,7 +226,7 @@ def test_an_interrupt_while_the_program_is_saved_stops_it_and_records_it(
 
 def test_a_replay_awaited_from_another_thread_is_refused_clearly(kernel: Kernel) -> None:
     kernel.execute("target = 1\nundefined_name")
-    run = kernel.execute(
+    executed = kernel.execute(
         "import asyncio, threading\n"
         "outcome = []\n"
         "async def fix():\n"
@@ -240,15 +240,15 @@ def test_a_replay_awaited_from_another_thread_is_refused_clearly(kernel: Kernel)
         "thread.start(); thread.join()\n"
         "print(outcome[0])"
     )
-    assert run.stdout.startswith("ReplayError: a replay runs as part of a program")
+    assert executed.stdout.startswith("ReplayError: a replay runs as part of a program")
     assert kernel.execute("target").result == "1"  # nothing ran, nothing was overwritten
 
 
 def test_a_replay_whose_fix_holds_a_lone_surrogate_is_a_replay_error(kernel: Kernel) -> None:
     kernel.execute("word = 'x'\nundefined_name")
-    run = kernel.execute("await ptc_retry.replay('#1', \"'x'\", \"'\\ud800'\")")
-    assert run.error["ename"] == "ReplayError"
-    assert "lone surrogate" in run.error["evalue"]
+    executed = kernel.execute("await ptc_retry.replay('#1', \"'x'\", \"'\\ud800'\")")
+    assert executed.error["ename"] == "ReplayError"
+    assert "lone surrogate" in executed.error["evalue"]
 
 
 def test_a_stock_kernel_that_never_takes_reply_metadata_does_not_pile_it_up(

@@ -59,14 +59,10 @@ def kernel(shared: Kernel) -> Kernel:
 _turns = iter(range(100, 10_000))
 
 
-def call(kernel: Kernel, code: str, turn: int, **metadata: Any) -> Execution:
-    return kernel.execute(code, {"turn": turn, **metadata})
-
-
 def fail(kernel: Kernel, turn: int, code: str = FAILING, **metadata: Any) -> Execution:
-    run = call(kernel, code, turn, **metadata)
-    assert run.status == "error", run.stdout
-    return run
+    executed = kernel.execute_call(code, turn=turn, **metadata)
+    assert executed.status == "error", executed.stdout
+    return executed
 
 
 def test_reported_exactly_at_the_limit_and_once_per_streak(kernel: Kernel) -> None:
@@ -128,9 +124,9 @@ def test_key_keeps_array_order_and_program_whitespace(kernel: Kernel, different:
 
 
 BREAKERS = {
-    "a success": lambda kernel, turn: call(kernel, "x = 1", turn),
-    "stderr output": lambda kernel, turn: call(
-        kernel, "import sys; print('warning', file=sys.stderr)", turn
+    "a success": lambda kernel, turn: kernel.execute_call("x = 1", turn=turn),
+    "stderr output": lambda kernel, turn: kernel.execute_call(
+        "import sys; print('warning', file=sys.stderr)", turn=turn
     ),
     "another error": lambda kernel, turn: fail(kernel, turn, FAILING.replace("Value", "Type")),
     "an excluded tool": lambda kernel, turn: fail(kernel, turn, tool="shell"),
@@ -162,8 +158,8 @@ def test_observe_runs_every_program(kernel: Kernel) -> None:
     turn = next(_turns)
     for _ in range(4):
         fail(kernel, turn)
-    run = call(kernel, "print('still running')", turn)
-    assert run.status == "ok" and run.stdout == "still running\n"
+    executed = kernel.execute_call("print('still running')", turn=turn)
+    assert executed.status == "ok" and executed.stdout == "still running\n"
 
 
 def pause_after_three(kernel: Kernel, code: str = FAILING) -> tuple[int, list[Execution]]:
@@ -178,7 +174,7 @@ def test_pause_refuses_the_next_program_until_a_new_instruction(kernel: Kernel) 
     assert runs[2].ptc["guard"]["paused"] is True
     assert "programs pause until the user's next instruction" in runs[2].ptc["notice"]
 
-    refused = call(kernel, "print('must not run')", turn, call_id="refused_1")
+    refused = kernel.execute_call("print('must not run')", turn=turn, call_id="refused_1")
 
     assert refused.stdout == ""
     assert refused.status == "error"
@@ -201,7 +197,7 @@ def test_pause_refuses_the_next_program_until_a_new_instruction(kernel: Kernel) 
     saved = json.loads((kernel.session_dir / "by-id" / "refused_1.json").read_text())
     assert saved == {"code": "print('must not run')"}
 
-    lifted = call(kernel, "print('runs again')", turn, new_instruction=True)
+    lifted = kernel.execute_call("print('runs again')", turn=turn, new_instruction=True)
 
     assert lifted.status == "ok" and lifted.stdout == "runs again\n"
     assert lifted.ptc["guard"] is None
@@ -209,7 +205,7 @@ def test_pause_refuses_the_next_program_until_a_new_instruction(kernel: Kernel) 
 
 def test_pause_refuses_a_syntax_error_as_a_refusal(kernel: Kernel) -> None:
     turn, _ = pause_after_three(kernel)
-    refused = call(kernel, "print('unclosed'", turn)
+    refused = kernel.execute_call("print('unclosed'", turn=turn)
     assert refused.error["ename"] == "RetryGuardPaused"
     assert refused.reply["content"]["ename"] == "RetryGuardPaused"
     assert refused.ptc["status"] == "refused"
@@ -227,13 +223,13 @@ def test_a_models_program_cannot_lift_the_pause(
     kernel: Kernel, code: str, metadata: dict[str, Any]
 ) -> None:
     turn, _ = pause_after_three(kernel)
-    attempt = call(kernel, code, turn, **metadata)
+    attempt = kernel.execute_call(code, turn=turn, **metadata)
     if code == "%ptc_guard reset":  # only our magic: not a program, so not refused either
         assert attempt.status == "ok" and "nothing was reset" in attempt.stderr
         assert attempt.ptc["call_id"] is None
     else:
         assert attempt.error["ename"] == "RetryGuardPaused"
-    still = call(kernel, "print('x')", turn)
+    still = kernel.execute_call("print('x')", turn=turn)
     assert still.error["ename"] == "RetryGuardPaused"
 
 
@@ -242,7 +238,7 @@ def test_a_persons_reset_cell_lifts_the_pause(kernel: Kernel) -> None:
     reset = kernel.execute("%ptc_guard reset")  # no ptc_retry metadata: a person's cell
     assert reset.status == "ok", reset.error
     assert "starts fresh" in reset.stdout
-    after = call(kernel, "print('runs again')", turn)
+    after = kernel.execute_call("print('runs again')", turn=turn)
     assert after.status == "ok" and after.stdout == "runs again\n"
 
 
@@ -274,7 +270,7 @@ def test_the_report_holds_no_program_or_error_text(kernel: Kernel) -> None:
         "raise KeyError('hunter2-in-the-error')\n"
     )
     turn, runs = pause_after_three(kernel, program)
-    refused = call(kernel, "print(secret_value)", turn)
+    refused = kernel.execute_call("print(secret_value)", turn=turn)
     texts = [json.dumps(runs[2].ptc["guard"]), json.dumps(refused.ptc["guard"])]
     texts += [refused.error["evalue"], *refused.error["traceback"]]
     texts += [json.dumps(o["content"]) for o in refused.outputs if o["msg_type"] != "error"]

@@ -224,17 +224,17 @@ _turns = iter(range(1, 10_000))
 
 
 def test_a_call_returns_the_host_result(shared: Kernel, host: Host) -> None:
-    run = host.run(shared, "a = await tools.double(x=21)\nb = await tools.double(4)\na + b")
-    assert run.status == "ok", run.error
-    assert run.result == "50"
+    executed = host.run(shared, "a = await tools.double(x=21)\nb = await tools.double(4)\na + b")
+    assert executed.status == "ok", executed.error
+    assert executed.result == "50"
     assert host.calls() == [("double", {"x": 21}), ("double", {"x": 4})]  # positional by order
-    assert run.ptc is not None and run.ptc["tool_calls"] == {"reused": 0, "live": 2}
+    assert executed.ptc is not None and executed.ptc["tool_calls"] == {"reused": 0, "live": 2}
 
 
 def test_gather_of_three_calls_is_one_batch(shared: Kernel, host: Host, module_root: Path) -> None:
     code = "import asyncio\nawait asyncio.gather(*(tools.double(x=i) for i in (1, 2, 3)))"
-    run = host.run(shared, code, call_id="gathered")
-    assert run.result == "[2, 4, 6]"
+    executed = host.run(shared, code, call_id="gathered")
+    assert executed.result == "[2, 4, 6]"
     assert len(host.batches) == 1
     assert [call["arguments"] for call in host.batches[0]] == [{"x": 1}, {"x": 2}, {"x": 3}]
     # Made by tasks gather started, each call still knows the statement that awaits them.
@@ -247,17 +247,17 @@ def test_gather_of_three_calls_is_one_batch(shared: Kernel, host: Host, module_r
 
 def test_a_failed_host_call_raises_tool_error_naming_the_tool(shared: Kernel, host: Host) -> None:
     host.failing.add("db")
-    run = host.run(shared, "await tools.flaky(key='db')")
-    assert run.error is not None and run.error["ename"] == "ToolError"
-    assert run.error["evalue"] == "tools.flaky: ConnectionError: db is down"
+    executed = host.run(shared, "await tools.flaky(key='db')")
+    assert executed.error is not None and executed.error["ename"] == "ToolError"
+    assert executed.error["evalue"] == "tools.flaky: ConnectionError: db is down"
 
 
 def test_an_unknown_tool_is_an_attribute_error_listing_the_tools(
     shared: Kernel, host: Host
 ) -> None:
-    run = host.run(shared, "await tools.dubble(x=1)")
-    assert run.error is not None
-    assert run.error["traceback"] == [
+    executed = host.run(shared, "await tools.dubble(x=1)")
+    assert executed.error is not None
+    assert executed.error["traceback"] == [
         "AttributeError: there is no tool 'dubble'; the tools are: big, count, double, flaky, slow"
     ]
     assert host.batches == []
@@ -276,23 +276,23 @@ def test_arguments_that_do_not_fit_are_refused_in_the_kernel(shared: Kernel, hos
 
 
 def test_help_shows_the_signature_and_description(shared: Kernel, host: Host) -> None:
-    run = host.run(shared, "help(tools.double)")
+    executed = host.run(shared, "help(tools.double)")
     # pydoc indents blank lines up to Python 3.12 and leaves them empty from 3.13 on.
-    shown = "\n".join(line.rstrip() for line in run.stdout.splitlines())
+    shown = "\n".join(line.rstrip() for line in executed.stdout.splitlines())
     assert "async double(x: int)\n    Twice x.\n\n    x: the number" in shown
 
 
 def test_without_a_catalog_a_call_says_no_backend_is_attached(shared: Kernel, host: Host) -> None:
-    run = host.run(shared, "await tools.double(x=1)", catalog=False)
-    assert run.error is not None and run.error["ename"] == "ToolError"
-    assert "no agent backend is attached to this kernel" in run.error["evalue"]
+    executed = host.run(shared, "await tools.double(x=1)", catalog=False)
+    assert executed.error is not None and executed.error["ename"] == "ToolError"
+    assert "no agent backend is attached to this kernel" in executed.error["evalue"]
     assert host.batches == []
 
 
 def test_a_request_without_stdin_gets_a_clear_tool_error(shared: Kernel, host: Host) -> None:
-    run = host.run(shared, "await tools.double(x=1)", allow_stdin=False)
-    assert run.error is not None and run.error["ename"] == "ToolError"
-    assert "allow_stdin=True" in run.error["evalue"]
+    executed = host.run(shared, "await tools.double(x=1)", allow_stdin=False)
+    assert executed.error is not None and executed.error["ename"] == "ToolError"
+    assert "allow_stdin=True" in executed.error["evalue"]
 
 
 def test_a_time_limit_stops_a_program_waiting_for_its_tools(shared: Kernel, host: Host) -> None:
@@ -301,9 +301,9 @@ def test_a_time_limit_stops_a_program_waiting_for_its_tools(shared: Kernel, host
         "await asyncio.gather(tools.slow(s=30), tools.slow(s=30))",
     ):
         started = time.monotonic()
-        run = host.run(shared, f"import asyncio\n{code}", time_limit=1)
-        assert run.ptc is not None and run.ptc["status"] == "interrupted", code
-        assert run.ptc["time_limit"] == 1
+        executed = host.run(shared, f"import asyncio\n{code}", time_limit=1)
+        assert executed.ptc is not None and executed.ptc["status"] == "interrupted", code
+        assert executed.ptc["time_limit"] == 1
         assert time.monotonic() - started < 10
     after = host.run(shared, "await tools.double(x=5)")  # the late answers are not taken
     assert after.result == "10"
@@ -356,11 +356,11 @@ def test_a_subshell_and_the_main_shell_calling_tools_at_once_get_their_own_resul
 def test_a_reply_without_a_parent_answers_the_oldest_request(shared: Kernel, host: Host) -> None:
     host.typed, host.parentless = "ada", True  # as jupyter_client's kc.input() answers
 
-    run = host.run(
+    executed = host.run(
         shared, "name = input('your name? ')\ndouble = await tools.double(x=2)\nname, double"
     )
 
-    assert run.result == "('ada', 4)", run.error
+    assert executed.result == "('ada', 4)", executed.error
 
 
 def test_a_user_variable_named_tools_is_left_alone(start_kernel: Any, host: Host) -> None:
@@ -383,8 +383,8 @@ def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, module_ro
         "a = await tools.double(x=2)\n"
         "try:\n    await tools.flaky(key='line')\nexcept ptc_retry.ToolError:\n    pass"
     )
-    run = host.run(shared, code, call_id="lines")
-    assert run.status == "ok", run.error
+    executed = host.run(shared, code, call_id="lines")
+    assert executed.status == "ok", executed.error
     ok, failed = tool_call_lines(module_root / "tools", "lines")
     assert ok.keys() == {
         "k", "tool", "arguments", "ok", "result", "duration", "reused", "statement", "time"
@@ -403,8 +403,8 @@ def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, module_ro
 
 
 def test_programs_without_tool_calls_record_nothing(shared: Kernel, module_root: Path) -> None:
-    run = shared.execute("x = 1", {"call_id": "plain"})
-    assert run.ptc is not None and "tool_calls" not in run.ptc
+    executed = shared.execute("x = 1", {"call_id": "plain"})
+    assert executed.ptc is not None and "tool_calls" not in executed.ptc
     assert "tool_calls" not in latest_line_of(module_root / "tools", "plain")
     assert not (module_root / "tools" / "tool-calls" / "plain.jsonl").exists()
 
@@ -691,10 +691,10 @@ assert first > 100, f"converted {first}"
 """
 
 
-def fix(run: Execution, old: str, new: str) -> str:
-    """The replay line the notice of ``run`` offers, with ``old`` and ``new`` filled in."""
-    assert run.ptc is not None and run.ptc["notice"] is not None, run.error
-    return f"await ptc_retry.replay({run.ptc['reference']!r}, {old!r}, {new!r})"
+def fix(executed: Execution, old: str, new: str) -> str:
+    """The replay line the notice of ``executed`` offers, with ``old`` and ``new`` filled in."""
+    assert executed.ptc is not None and executed.ptc["notice"] is not None, executed.error
+    return f"await ptc_retry.replay({executed.ptc['reference']!r}, {old!r}, {new!r})"
 
 
 def test_a_fix_to_a_global_a_recorded_function_reads_takes_effect(
@@ -847,11 +847,11 @@ def test_a_full_disk_never_fails_a_program_that_calls_tools(
     kernel = start_kernel(root=disk / "root")
     code = "[len(await tools.big(n=40_000)) for _ in range(3)]"
 
-    run = host.run(kernel, code)
+    executed = host.run(kernel, code)
 
-    assert run.status == "ok", run.error
-    assert run.result == "[40000, 40000, 40000]"
-    assert run.stderr.count("could not record the tool calls of c1") == 1
+    assert executed.status == "ok", executed.error
+    assert executed.result == "[40000, 40000, 40000]"
+    assert executed.stderr.count("could not record the tool calls of c1") == 1
 
 
 def test_after_a_kernel_died_a_resume_reuses_the_results_it_had_got(
