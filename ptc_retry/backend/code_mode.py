@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..core.notice import CUT_BEFORE_CODE, cut_after_arguments
 from ..core.partial import CutArguments, CutPlace, cut_arguments

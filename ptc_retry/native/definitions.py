@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Iterable, Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ..core.schema import tool_schema
 
