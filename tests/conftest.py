@@ -5,30 +5,49 @@ The ``ptc-retry`` kernelspec is installed into a temporary prefix that
 A test that starts a kernel is marked ``kernel`` (by its fixtures or its module's
 ``pytestmark``), so ``pytest -m "not kernel"`` runs the pure tests in seconds; a
 test not so marked that starts a kernel fails, which keeps the marker true.
+
+One fixture per resource: a kernel for one test (``kernel``, ``start_kernel``) or for the
+module (``start_shared_kernel``); a ``KernelBackend`` for the module (``backend``, ``fragile``,
+``start_backend``), started with ``options``, which a module may override. A module that sets
+``TRANSPORTS`` (a list of ``"local"``, ``KERNEL_GATEWAY``, ``ENTERPRISE_GATEWAY``) runs each of
+its tests that uses ``transport`` (through ``options``, ``backend``...) once per transport;
+otherwise every backend is local.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
 from ptc_retry import kernelspec
+from ptc_retry.backend import KernelBackend
 
-from .helpers import Kernel, Run, spawn
+from .gateway_server import ENTERPRISE_GATEWAY, KERNEL_GATEWAY, Gateway, gateway_of, start_gateway
+from .helpers import Kernel, OnLoop, StartBackend, StartKernel, spawn
 
 #: Fixtures that start kernels, or exist only to serve tests that do.
-KERNEL_FIXTURES = frozenset({"run", "jupyter_path", "start_kernel", "kernel"})
+KERNEL_FIXTURES = frozenset({"on_loop", "jupyter_path", "start_kernel", "kernel"})
+#: Every transport a backend may reach its kernel by (``TRANSPORTS``, ``transport``).
+ALL_TRANSPORTS = ["local", KERNEL_GATEWAY, ENTERPRISE_GATEWAY]
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if KERNEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kernel)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module's ``TRANSPORTS`` parametrize ``transport`` for each of its tests that uses it,
+    one backend per transport for the whole module."""
+    transports = getattr(metafunc.module, "TRANSPORTS", None)
+    if transports is not None and "transport" in metafunc.fixturenames:
+        metafunc.parametrize("transport", transports, indirect=True, scope="module")
 
 
 @pytest.fixture(autouse=True)
@@ -47,8 +66,9 @@ def _no_kernel_unless_marked(
 
 
 @pytest.fixture(scope="module")
-def run() -> Iterator[Run[Any]]:
-    """Run a coroutine on the one event loop every backend of a test module lives on."""
+def on_loop() -> Iterator[OnLoop[Any]]:
+    """``on_loop(coroutine)``: run it to completion on the one event loop every backend of
+    the test module lives on, and return its result."""
     loop = asyncio.new_event_loop()
     yield loop.run_until_complete
     loop.close()
@@ -77,7 +97,7 @@ def checkpoint_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
-def start_kernel(jupyter_path: Path, checkpoint_root: Path) -> Iterator[Any]:
+def start_kernel(jupyter_path: Path, checkpoint_root: Path) -> Iterator[StartKernel]:
     """``start_kernel(name="ptc-retry", session="test", root=None, env=None, args=())``."""
     kernels: list[Kernel] = []
 
@@ -95,6 +115,109 @@ def start_kernel(jupyter_path: Path, checkpoint_root: Path) -> Iterator[Any]:
 def kernel(start_kernel: Any) -> Kernel:
     """A fresh ptc-retry kernel whose session directory is ``<checkpoint_root>/test``."""
     return start_kernel()
+
+
+@pytest.fixture(scope="module")
+def module_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint root of the module's shared kernels (``start_shared_kernel``)."""
+    return tmp_path_factory.mktemp("checkpoints")
+
+
+@pytest.fixture(scope="module")
+def start_shared_kernel(jupyter_path: Path, module_root: Path) -> Iterator[StartKernel]:
+    """``start_shared_kernel(session, env=None, args=())``: a ptc-retry kernel for the whole
+    module, whose checkpoints go to ``<module_root>/<session>``; shut down after the module.
+    Its tests use distinct call ids, or expect the history the earlier ones left."""
+    kernels: list[Kernel] = []
+
+    def start(session: str, **options: Any) -> Kernel:
+        kernel = spawn(root=module_root, session=session, **options)
+        kernels.append(kernel)
+        return kernel
+
+    yield start
+    for kernel in kernels:
+        kernel.shutdown()
+
+
+@pytest.fixture(scope="module")
+def transport(request: pytest.FixtureRequest) -> str:
+    """How the module's backends reach their kernel: ``"local"``, or each of the module's
+    ``TRANSPORTS`` in turn."""
+    return str(getattr(request, "param", "local"))
+
+
+@pytest.fixture(scope="module")
+def roots(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Where each transport's kernels keep their checkpoints (all on this machine here)."""
+    return {name: tmp_path_factory.mktemp(f"{name}-checkpoints") for name in ALL_TRANSPORTS}
+
+
+def _gateway(kind: str, roots: dict[str, Path], tmp_path_factory: Any) -> Iterator[Gateway]:
+    gateway = start_gateway(kind, roots[kind], tmp_path_factory.mktemp(kind))
+    yield gateway
+    gateway.stop()
+
+
+@pytest.fixture(scope="module")
+def kernel_gateway(
+    roots: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """A real Jupyter Kernel Gateway, for the module (skips where it is not installed)."""
+    yield from _gateway(KERNEL_GATEWAY, roots, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def enterprise_gateway(
+    roots: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Gateway]:
+    """A real Jupyter Enterprise Gateway, for the module (skips where it is not installed)."""
+    yield from _gateway(ENTERPRISE_GATEWAY, roots, tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def options(
+    transport: str,
+    roots: dict[str, Path],
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, Any]:
+    """KernelBackend keyword arguments for ``transport``, every file in temporary directories
+    (``roots[transport]`` holds the checkpoints)."""
+    if transport != "local":
+        return gateway_of(transport, request).backend_options()
+    ipython = str(tmp_path_factory.mktemp("ipython"))
+    return {"root": roots["local"], "env": {"IPYTHONDIR": ipython}}
+
+
+@pytest.fixture(scope="module")
+def start_backend(jupyter_path: Path, on_loop: OnLoop[Any]) -> Iterator[StartBackend]:
+    """``start_backend(**keywords)``: a started ``KernelBackend(**keywords)``, shut down
+    after the module."""
+    backends: list[KernelBackend] = []
+
+    def start(**keywords: Any) -> KernelBackend:
+        backend = KernelBackend(**keywords)
+        on_loop(backend.start())
+        backends.append(backend)
+        return backend
+
+    yield start
+    for backend in reversed(backends):
+        on_loop(backend.shutdown())
+
+
+@pytest.fixture(scope="module")
+def backend(start_backend: StartBackend, options: dict[str, Any]) -> KernelBackend:
+    """The module's backend, started with ``options``; tests that share it leave its kernel
+    usable and use distinct call ids."""
+    return start_backend(**options)
+
+
+@pytest.fixture(scope="module")
+def fragile(start_backend: StartBackend, options: dict[str, Any]) -> KernelBackend:
+    """A second backend of the module, for the tests that kill or restart its kernel."""
+    return start_backend(interrupt_grace=1, **options)
 
 
 @pytest.fixture

@@ -183,3 +183,11 @@ def start_gateway(
         return EnterpriseGateway(root, workdir, *args, env=env)
     require_kernel_gateway()
     return Gateway(root, workdir, *args, env={"KG_ENV_PROCESS_WHITELIST": INHERITED, **(env or {})})
+
+
+def gateway_of(transport: str, request: pytest.FixtureRequest) -> Gateway:
+    """The gateway behind ``transport`` (conftest's ``kernel_gateway`` or
+    ``enterprise_gateway``, started on first use)."""
+    name = "kernel_gateway" if transport == KERNEL_GATEWAY else "enterprise_gateway"
+    found: Gateway = request.getfixturevalue(name)
+    return found

@@ -3,25 +3,32 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import queue
 import time
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from jupyter_client.blocking.client import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 
+from ptc_retry.backend import KernelBackend
 from ptc_retry.core.protocol import METADATA_KEY, execute_request
+from ptc_retry.core.store import Call, CheckpointStore
 
 KERNEL_TIMEOUT = 60
 
 T = TypeVar("T")
-#: The ``run`` fixture: runs a coroutine to completion on the module's event loop.
-Run = Callable[[Coroutine[Any, Any, T]], T]
+#: The ``on_loop`` fixture: runs a coroutine to completion on the module's event loop.
+OnLoop = Callable[[Coroutine[Any, Any, T]], T]
+#: The ``start_backend`` fixture: ``start_backend(**keywords)`` is a started ``KernelBackend``.
+StartBackend = Callable[..., KernelBackend]
+#: The ``start_kernel`` and ``start_shared_kernel`` fixtures: each call starts a ``Kernel``.
+StartKernel = Callable[..., "Kernel"]
 
 # A program that prints, then kills its kernel before it can finish.
 DYING = """\
@@ -97,6 +104,43 @@ def line_of(directory: Path | None, call_id: str) -> dict[str, Any]:
     return line
 
 
+def finished_call(store: CheckpointStore, code: str = "x = 1", **begin: Any) -> Call:
+    """A call of ``store`` begun with ``raw(code)`` as its arguments (and ``begin``'s
+    keywords), then finished ``ok``."""
+    call = store.begin(raw(code), **begin)
+    store.finish(call, "ok")
+    return call
+
+
+def wait_until(condition: Callable[[], object], seconds: float, what: str) -> None:
+    """Poll ``condition`` until it holds; fail naming ``what`` after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, f"{what} did not happen within {seconds} s"
+        time.sleep(0.05)
+
+
+async def until_printed(backend: KernelBackend, text: str, seconds: float = KERNEL_TIMEOUT) -> None:
+    """Wait until the program ``backend`` runs has printed ``text`` (its ``running_output``),
+    so that what comes next (a kill, a cancel) finds it running past that line."""
+    deadline = time.monotonic() + seconds
+    while text not in (backend.running_output() or ""):
+        assert time.monotonic() < deadline, f"the program did not print {text!r} in {seconds} s"
+        await asyncio.sleep(0.05)
+
+
+def latest_line_of(directory: Path | None, call_id: str) -> dict[str, Any]:
+    """The last history line of ``call_id`` (a call under a reused id adds one each time)."""
+    return [h for h in history(directory) if h["id"] == call_id][-1]
+
+
+def tool_call_lines(directory: Path | None, call_id: str) -> list[dict[str, Any]]:
+    """The lines of ``directory/tool-calls/<call_id>.jsonl``: the calls its program made."""
+    assert directory is not None
+    path = directory / "tool-calls" / f"{call_id}.jsonl"
+    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
 @dataclass
 class Execution:
     """Everything a kernel sent back for one execute_request."""
@@ -144,12 +188,22 @@ class Execution:
 class Kernel:
     """A real kernel and a blocking client, with an ``execute`` that can send metadata."""
 
-    def __init__(self, name: str, env: dict[str, str], extra_arguments: list[str]) -> None:
+    def __init__(
+        self,
+        name: str,
+        env: dict[str, str],
+        extra_arguments: list[str],
+        session_dir: Path | None = None,
+    ) -> None:
+        #: Where its checkpoints go, when the session was chosen (``spawn``).
+        self.session_dir = session_dir
         self.manager = KernelManager(kernel_name=name)
         self.manager.start_kernel(env=env, extra_arguments=extra_arguments)
         self.client: BlockingKernelClient = self.manager.client()
         self.client.start_channels()
         self.client.wait_for_ready(timeout=KERNEL_TIMEOUT)
+        #: iopub messages read by ``wait_for_output``, for ``collect`` to read first.
+        self._held: list[dict[str, Any]] = []
 
     def execute(
         self,
@@ -165,6 +219,13 @@ class Kernel:
         """
         return self.collect(self.send(code, metadata), timeout)
 
+    def execute_call(
+        self, code: str, *, timeout: float = KERNEL_TIMEOUT, **metadata: Any
+    ) -> Execution:
+        """Run ``code`` as an agent's call whose request metadata are ``metadata``'s keywords
+        (``call_id``, ``turn``...; none: a request without ptc-retry metadata)."""
+        return self.execute(code, metadata or None, timeout)
+
     def send(self, code: str, metadata: dict[str, Any] | None = None, **header: Any) -> str:
         """Send an execute_request without waiting for it; its msg_id. ``header`` adds
         fields to the message's header (``subshell_id``)."""
@@ -174,13 +235,37 @@ class Kernel:
         self.client.shell_channel.send(msg)
         return str(msg["header"]["msg_id"])
 
+    def wait_for_output(
+        self, msg_id: str, text: str, stream: str = "stdout", timeout: float = KERNEL_TIMEOUT
+    ) -> None:
+        """Wait until the program of ``msg_id`` has printed ``text`` to ``stream`` (flushed),
+        so that what
+        comes next (an interrupt, a kill) finds it running past that line; ``collect``
+        still gets every message. Raises ``TimeoutError`` after ``timeout`` seconds."""
+        deadline = time.monotonic() + timeout
+        printed = ""
+        while text not in printed:
+            try:
+                msg = self.client.get_iopub_msg(timeout=self._left(deadline))
+            except queue.Empty:
+                msg = None
+            if msg is None or time.monotonic() > deadline:
+                raise TimeoutError(f"{msg_id} did not print {text!r} within {timeout}s")
+            self._held.append(msg)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "stream":
+                printed += msg["content"]["text"] if msg["content"]["name"] == stream else ""
+
     def collect(self, msg_id: str, timeout: float = KERNEL_TIMEOUT) -> Execution:
         deadline = time.monotonic() + timeout
         outputs: list[dict[str, Any]] = []
         idle = False
         while not idle:
             try:
-                msg = self.client.get_iopub_msg(timeout=self._left(deadline))
+                msg = (
+                    self._held.pop(0)
+                    if self._held
+                    else self.client.get_iopub_msg(timeout=self._left(deadline))
+                )
             except queue.Empty:
                 raise TimeoutError(f"no idle status for {msg_id} within {timeout}s") from None
             if msg["parent_header"].get("msg_id") != msg_id:
@@ -205,7 +290,9 @@ class Kernel:
     def shutdown(self) -> None:
         self.client.stop_channels()
         if self.manager.has_kernel:
-            self.manager.shutdown_kernel(now=True)
+            # Killed, a kernel that coverage.py measures (.ci/run) would lose its data: while
+            # coverage runs (its subprocess patch sets this variable), it is asked to stop.
+            self.manager.shutdown_kernel(now="COVERAGE_PROCESS_CONFIG" not in os.environ)
 
 
 def spawn(
@@ -226,4 +313,5 @@ def spawn(
     if session is not None:
         kernel_env["PTC_RETRY_SESSION"] = session
     kernel_env.update(env or {})
-    return Kernel(name, kernel_env, list(args))
+    session_dir = root / session if session is not None else None
+    return Kernel(name, kernel_env, list(args), session_dir)

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .helpers import Run
+from .helpers import OnLoop
 
 #: Seconds a server may take to start its kernel and answer, and a call to come back, on a
 #: loaded two-core machine.
@@ -58,12 +58,12 @@ class HeldClient:
     module's tests (each runs on the module's loop) and is closed by the task that opened it.
     """
 
-    def __init__(self, run: Run[Any], transport: Any, **options: Any) -> None:
+    def __init__(self, on_loop: OnLoop[Any], transport: Any, **options: Any) -> None:
         from mcp.client.client import Client
 
-        self._run = run
+        self._on_loop = on_loop
         self._connection = Client(transport, **options)
-        self.client = run(self._open())
+        self.client = on_loop(self._open())
 
     async def _open(self) -> Any:
         loop = asyncio.get_running_loop()
@@ -84,7 +84,7 @@ class HeldClient:
 
     def close(self) -> None:
         self._closing.set()
-        self._run(asyncio.wait_for(self._task, CALL_TIMEOUT))
+        self._on_loop(asyncio.wait_for(self._task, CALL_TIMEOUT))
 
 
 class StdioServer:
@@ -101,10 +101,10 @@ class StdioServer:
         (directory,) = sessions(self.root)
         return directory
 
-    def call(self, run: Run[Any], code: Any, **options: Any) -> tuple[str, bool]:
+    def call(self, on_loop: OnLoop[Any], code: Any, **options: Any) -> tuple[str, bool]:
         """``run_code`` with ``code`` (a dict: the arguments as they are); (text, isError)."""
         arguments = code if isinstance(code, dict) else {"code": code}
-        result = run(
+        result = on_loop(
             asyncio.wait_for(self.client.call_tool("run_code", arguments, **options), CALL_TIMEOUT)
         )
         (content,) = result.content
@@ -112,7 +112,7 @@ class StdioServer:
 
 
 @contextlib.contextmanager
-def stdio_server(run: Run[Any], root: Path, *options: str) -> Iterator[StdioServer]:
+def stdio_server(on_loop: OnLoop[Any], root: Path, *options: str) -> Iterator[StdioServer]:
     """``ptc-retry mcp *options`` on stdio, checkpoints under ``root``, its client connected."""
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -122,18 +122,36 @@ def stdio_server(run: Run[Any], root: Path, *options: str) -> Iterator[StdioServ
         command=command, args=[*args, "mcp", *options], env=server_env(root)
     )
     with open(errlog, "w") as err:
-        held = HeldClient(run, stdio_client(parameters, errlog=err))
+        held = HeldClient(on_loop, stdio_client(parameters, errlog=err))
         try:
             yield StdioServer(held, root, errlog)
         finally:
             held.close()
 
 
-async def cancel_after(client: Any, code: str, seconds: float) -> None:
-    """Call ``run_code`` with ``code`` and cancel the call after ``seconds``, as a host
-    does (the client sends ``notifications/cancelled``); the call ends cancelled."""
-    call = asyncio.ensure_future(client.call_tool("run_code", {"code": code}))
-    await asyncio.sleep(seconds)
+def call_until_printed(client: Any, code: str, text: str) -> tuple[asyncio.Future[Any], Any]:
+    """Call ``run_code`` with ``code`` (progress asked for); the call, and a coroutine that
+    ends once a progress notification shows that the program printed ``text`` (failing
+    after ``CALL_TIMEOUT``). The server must send progress often (``--progress-every``)."""
+    seen = asyncio.Event()
+
+    async def progress(done: float, total: float | None, message: str | None) -> None:
+        if text in (message or ""):
+            seen.set()
+
+    arguments = {"code": code}
+    call = asyncio.ensure_future(
+        client.call_tool("run_code", arguments, progress_callback=progress)
+    )
+    return call, asyncio.wait_for(seen.wait(), CALL_TIMEOUT)
+
+
+async def cancel_once_printed(client: Any, code: str, text: str) -> None:
+    """Call ``run_code`` with ``code`` and cancel the call once the program has printed
+    ``text``, as a host does (the client sends ``notifications/cancelled``); the call ends
+    cancelled."""
+    call, printed = call_until_printed(client, code, text)
+    await printed
     call.cancel()
     try:
         await call

@@ -14,7 +14,6 @@ import re
 import signal
 import time
 import tracemalloc
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,43 +29,17 @@ from ptc_retry.backend import (
 from ptc_retry.backend.capture import MAX_RAW_OUTPUT_CHARS
 from ptc_retry.core.notice import parse_notice
 
-from .helpers import ORDERS, Run, history, line_of, raw
+from .helpers import ORDERS, OnLoop, history, line_of, raw, until_printed
 
 PROGRAM = ORDERS  # over notice_min_bytes, one wrong literal: "regoin" for "region"
 SUMMARY = "{'north': 162.75, 'south': 95.75, 'east': 310.0}"
 
 
-@pytest.fixture(scope="module")
-def options(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """KernelBackend keyword arguments that keep every file inside temporary directories."""
-    return {
-        "root": tmp_path_factory.mktemp("checkpoints"),
-        "env": {"IPYTHONDIR": str(tmp_path_factory.mktemp("ipython"))},
-    }
-
-
-@pytest.fixture(scope="module")
-def backend(run: Run[Any], options: dict[str, Any]) -> Iterator[KernelBackend]:
-    kb = KernelBackend(**options)
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
-
-
-@pytest.fixture(scope="module")
-def fragile(run: Run[Any], options: dict[str, Any]) -> Iterator[KernelBackend]:
-    """A backend whose kernel the tests kill and restart."""
-    kb = KernelBackend(interrupt_grace=1, **options)
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
-
-
 # -- the agent loop -------------------------------------------------------------------------
 
 
-def test_run_result_carries_the_kernels_facts(backend: KernelBackend, run: Run[Any]) -> None:
-    result = run(backend.run_code(PROGRAM, call_id="call_f1", arguments=raw(PROGRAM)))
+def test_run_result_carries_the_kernels_facts(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
+    result = on_loop(backend.run_code(PROGRAM, call_id="call_f1", arguments=raw(PROGRAM)))
 
     assert result.status == "error"
     assert (result.ename, result.evalue) == ("KeyError", "'regoin'")
@@ -79,20 +52,22 @@ def test_run_result_carries_the_kernels_facts(backend: KernelBackend, run: Run[A
     assert backend.last_result is result
 
 
-def test_value_is_the_last_expression(backend: KernelBackend, run: Run[Any]) -> None:
-    result = run(backend.run_code("answer = 6 * 7\nanswer", call_id="call_v1"))
+def test_value_is_the_last_expression(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
+    result = on_loop(backend.run_code("answer = 6 * 7\nanswer", call_id="call_v1"))
     assert (result.status, result.value, result.text) == ("ok", "42", "42")
-    assert run(backend.run_code("quiet = 1", call_id="call_v2")).text == "[no output]"
+    assert on_loop(backend.run_code("quiet = 1", call_id="call_v2")).text == "[no output]"
 
 
-def test_calls_without_an_id_get_distinct_ids(backend: KernelBackend, run: Run[Any]) -> None:
-    first = run(backend.run_code("1"))
-    second = run(backend.run_code("2"))
+def test_calls_without_an_id_get_distinct_ids(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
+    first = on_loop(backend.run_code("1"))
+    second = on_loop(backend.run_code("2"))
     assert first.call_id != second.call_id
     assert {first.call_id, second.call_id} <= {h["id"] for h in history(backend.session_dir)}
 
 
-def test_parallel_calls_of_one_message_share_a_step(backend: KernelBackend, run: Run[Any]) -> None:
+def test_parallel_calls_of_one_message_share_a_step(
+    backend: KernelBackend, on_loop: OnLoop[Any]
+) -> None:
     async def one_message() -> list[str]:
         step = backend.next_step()
         calls = [("call_p1", "part_one = 'left'"), ("call_p2", "part_two = 'right'")]
@@ -100,8 +75,8 @@ def test_parallel_calls_of_one_message_share_a_step(backend: KernelBackend, run:
             *(backend.handle_tool_call("run_code", raw(c), i, step=step) for i, c in calls)
         )
 
-    run(one_message())
-    run(backend.run_code("print(part_one, part_two)", call_id="call_p3"))
+    on_loop(one_message())
+    on_loop(backend.run_code("print(part_one, part_two)", call_id="call_p3"))
 
     p1, p2 = line_of(backend.session_dir, "call_p1"), line_of(backend.session_dir, "call_p2")
     assert p1["step"] == p2["step"] and (p1["ordinal"], p2["ordinal"]) == (1, 2)
@@ -110,7 +85,9 @@ def test_parallel_calls_of_one_message_share_a_step(backend: KernelBackend, run:
     }
 
 
-def test_calls_on_one_backend_run_one_at_a_time(backend: KernelBackend, run: Run[Any]) -> None:
+def test_calls_on_one_backend_run_one_at_a_time(
+    backend: KernelBackend, on_loop: OnLoop[Any]
+) -> None:
     program = "import time\norder = globals().setdefault('order', [])\ntime.sleep(0.2)\n"
 
     async def three_at_once() -> None:
@@ -121,18 +98,18 @@ def test_calls_on_one_backend_run_one_at_a_time(backend: KernelBackend, run: Run
             )
         )
 
-    run(three_at_once())
-    assert run(backend.run_code("order", call_id="call_o4")).value == "[1, 2, 3]"
+    on_loop(three_at_once())
+    assert on_loop(backend.run_code("order", call_id="call_o4")).value == "[1, 2, 3]"
 
 
 # -- what the model reads ---------------------------------------------------------------------
 
 
 def test_long_output_keeps_head_and_tail_with_a_marker(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     code = "for i in range(20_000):\n    print(f'{i:06d}')"  # 140,000 characters
-    result = run(backend.run_code(code, call_id="call_t1"))
+    result = on_loop(backend.run_code(code, call_id="call_t1"))
 
     assert result.truncated and result.output_chars == 140_000
     head, tail = result.text.split("\n[... 120,000 characters cut ...]\n")
@@ -140,42 +117,42 @@ def test_long_output_keeps_head_and_tail_with_a_marker(
     assert tail.endswith("019998\n019999") and len(tail) == 9_999  # its final newline trimmed
 
 
-def test_notice_survives_truncation_once(backend: KernelBackend, run: Run[Any]) -> None:
+def test_notice_survives_truncation_once(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
     code = "print('x' * 100_000)\n" + PROGRAM
-    result = run(backend.run_code(code, call_id="call_t2", arguments=raw(code)))
+    result = on_loop(backend.run_code(code, call_id="call_t2", arguments=raw(code)))
 
     assert result.text.splitlines()[-1] == result.notice
     assert result.text.count(result.notice) == 1
     assert "characters cut" in result.text
 
 
-def test_binary_output_is_a_placeholder(backend: KernelBackend, run: Run[Any]) -> None:
+def test_binary_output_is_a_placeholder(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
     code = (
         "import base64\nfrom IPython.display import display\n"
         "png = base64.b64encode(bytes(12_345)).decode()\n"
         "display({'image/png': png, 'text/plain': '<chart>'}, raw=True)"
     )
-    result = run(backend.run_code(code, call_id="call_b1"))
+    result = on_loop(backend.run_code(code, call_id="call_b1"))
 
     assert result.text == "[image/png output, 12.3 kB]\n<chart>"
     assert result.outputs[0]["data"]["image/png"].startswith("AAAA")
 
 
-def test_ansi_codes_are_stripped_from_output(backend: KernelBackend, run: Run[Any]) -> None:
-    result = run(backend.run_code("print('\\x1b[31mred\\x1b[0m plain')", call_id="call_b2"))
+def test_ansi_codes_are_stripped_from_output(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
+    result = on_loop(backend.run_code("print('\\x1b[31mred\\x1b[0m plain')", call_id="call_b2"))
     assert result.text == "red plain"
 
 
-def test_unicode_round_trips(backend: KernelBackend, run: Run[Any]) -> None:
+def test_unicode_round_trips(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
     code = "label = 'naïve → ünïcödé 🐍'\nprint(label)\nlabel[::-1]"
     arguments = raw(code)
-    result = run(backend.run_code(code, call_id="call_u1", arguments=arguments))
+    result = on_loop(backend.run_code(code, call_id="call_u1", arguments=arguments))
 
     assert result.text == "naïve → ünïcödé 🐍\n'🐍 édöcïnü → evïan'"
     assert Path(result.checkpoint).read_bytes() == arguments.encode()
 
 
-def test_huge_output_is_held_bounded(backend: KernelBackend, run: Run[Any]) -> None:
+def test_huge_output_is_held_bounded(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
     code = (
         "import sys\n"
         "for n in range(50):\n"
@@ -185,7 +162,7 @@ def test_huge_output_is_held_bounded(backend: KernelBackend, run: Run[Any]) -> N
     )
     tracemalloc.start()
     try:
-        result = run(backend.run_code(code, call_id="call_h1"))
+        result = on_loop(backend.run_code(code, call_id="call_h1"))
         held, _ = tracemalloc.get_traced_memory()  # what is still allocated: the result
     finally:
         tracemalloc.stop()
@@ -216,9 +193,9 @@ def test_huge_output_is_held_bounded(backend: KernelBackend, run: Run[Any]) -> N
     ],
 )
 def test_malformed_tool_calls_never_reach_the_kernel(
-    backend: KernelBackend, run: Run[Any], tool: str, arguments: str, says: str
+    backend: KernelBackend, on_loop: OnLoop[Any], tool: str, arguments: str, says: str
 ) -> None:
-    text = run(backend.handle_tool_call(tool, arguments, "call_bad"))
+    text = on_loop(backend.handle_tool_call(tool, arguments, "call_bad"))
 
     assert text.startswith("Error: ") and text.endswith("Nothing ran.")
     assert says in text
@@ -228,10 +205,10 @@ def test_malformed_tool_calls_never_reach_the_kernel(
 
 
 def test_keys_beside_code_are_ignored_and_named_and_the_program_runs(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     arguments = '{"description": "sum it", "code": "print(1 + 1)",  "timeout": 9}'
-    text = run(backend.handle_tool_call("run_code", arguments, "call_keys"))
+    text = on_loop(backend.handle_tool_call("run_code", arguments, "call_keys"))
 
     assert text == '[ptc-retry] Ignored "description", "timeout": run_code takes only "code".\n2'
     # The checkpoint keeps the arguments byte for byte, so a replay can edit the program.
@@ -241,21 +218,23 @@ def test_keys_beside_code_are_ignored_and_named_and_the_program_runs(
 
 
 def test_a_failing_program_with_a_stray_key_gets_the_notice_and_replays(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     backend.new_turn()
     arguments = json.dumps({"code": PROGRAM, "explanation": "group the orders by region"})
-    failed = run(backend.handle_tool_call("run_code", arguments, "call_k1"))
+    failed = on_loop(backend.handle_tool_call("run_code", arguments, "call_k1"))
     reference = parse_notice(failed)
     assert failed.startswith('[ptc-retry] Ignored "explanation"') and reference is not None
 
     line = f"await ptc_retry.replay({reference!r}, 'row[\"regoin\"]', 'row[\"region\"]')"
-    fixed = run(backend.handle_tool_call("run_code", raw(line), "call_k2"))
+    fixed = on_loop(backend.handle_tool_call("run_code", raw(line), "call_k2"))
     assert fixed.endswith(SUMMARY)
 
 
-def test_decoded_arguments_are_accepted(backend: KernelBackend, run: Run[Any]) -> None:
-    text = run(backend.handle_tool_call("run_code", {"code": "print('from a dict')"}, "call_d1"))
+def test_decoded_arguments_are_accepted(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
+    text = on_loop(
+        backend.handle_tool_call("run_code", {"code": "print('from a dict')"}, "call_d1")
+    )
     assert text == "from a dict"
     assert json.loads((backend.session_dir / "by-id" / "call_d1.json").read_text()) == {
         "code": "print('from a dict')"
@@ -267,18 +246,18 @@ def test_decoded_arguments_are_accepted(backend: KernelBackend, run: Run[Any]) -
 
 @pytest.mark.parametrize("timeout", [0, -1, float("nan"), "5", True])
 def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(
-    backend: KernelBackend, run: Run[Any], timeout: Any
+    backend: KernelBackend, on_loop: OnLoop[Any], timeout: Any
 ) -> None:
     with pytest.raises(ValueError, match="^timeout must be a number of seconds > 0, or None"):
-        run(backend.run_code("1", call_id="call_bad_timeout", timeout=timeout))
+        on_loop(backend.run_code("1", call_id="call_bad_timeout", timeout=timeout))
     assert "call_bad_timeout" not in {h["id"] for h in history(backend.session_dir)}
 
 
 @pytest.mark.parametrize("timeout", [float("inf"), 10**400, 1e12])
 def test_a_timeout_too_long_ever_to_pass_means_no_limit(
-    backend: KernelBackend, run: Run[Any], timeout: float
+    backend: KernelBackend, on_loop: OnLoop[Any], timeout: float
 ) -> None:
-    result = run(backend.run_code("6 * 7", call_id="call_long_timeout", timeout=timeout))
+    result = on_loop(backend.run_code("6 * 7", call_id="call_long_timeout", timeout=timeout))
 
     assert (result.status, result.value, result.text) == ("ok", "42", "42")
     assert KernelBackend(default_timeout=timeout).default_timeout is None
@@ -299,37 +278,39 @@ def test_a_margin_that_is_not_a_number_of_seconds_is_refused_in_one_line(
 # -- kernel death -----------------------------------------------------------------------------
 
 
-def test_sigkill_from_outside_is_reported_as_died(fragile: KernelBackend, run: Run[Any]) -> None:
+def test_sigkill_from_outside_is_reported_as_died(
+    fragile: KernelBackend, on_loop: OnLoop[Any]
+) -> None:
     code = "import time\nprint('waiting', flush=True)\ntime.sleep(60)"
 
     async def kill_while_running() -> Any:
         call = asyncio.ensure_future(fragile.run_code(code, call_id="call_k1", timeout=120))
-        await asyncio.sleep(1.5)
+        await until_printed(fragile, "waiting")
         os.kill(fragile.kernel_manager.provisioner.pid, signal.SIGKILL)
         return await call
 
-    result = run(kill_while_running())
+    result = on_loop(kill_while_running())
 
     assert result.status == "died" and result.duration < 15
     assert result.text.startswith("waiting\n") and "SIGKILL" in result.text
-    assert run(fragile.run_code("6 * 7", call_id="call_k2")).value == "42"
+    assert on_loop(fragile.run_code("6 * 7", call_id="call_k2")).value == "42"
 
 
 def test_a_program_that_kills_its_kernel_under_a_reused_id_is_named_by_its_reference(
-    fragile: KernelBackend, run: Run[Any], tmp_path: Path
+    fragile: KernelBackend, on_loop: OnLoop[Any], tmp_path: Path
 ) -> None:
-    run(fragile.run_code("earlier = 1", call_id="call_again"))
+    on_loop(fragile.run_code("earlier = 1", call_id="call_again"))
     flag = tmp_path / "died-once"
     code = f"import os, pathlib\nprint('second program')\nflag = pathlib.Path({str(flag)!r})\n"
     code += "if not flag.exists():\n    flag.touch()\n    os._exit(3)\n"
 
-    died = run(fragile.run_code(code, call_id="call_again"))  # the id comes again
+    died = on_loop(fragile.run_code(code, call_id="call_again"))  # the id comes again
 
     assert died.status == "died" and died.call_id == "call_again.2"
     assert died.checkpoint is not None and died.checkpoint.endswith("call_again.2.json")
     offered = re.search(r'To go on: (await ptc_retry\.resume\("(#[0-9]+)"\))', died.text)
     assert offered is not None, died.text
-    resumed = run(fragile.run_code(offered.group(1), call_id="call_resume"))
+    resumed = on_loop(fragile.run_code(offered.group(1), call_id="call_resume"))
     assert resumed.status == "ok", resumed.text
     assert "second program" in resumed.text
 
@@ -360,7 +341,7 @@ def test_tool_schema_in_the_openai_and_anthropic_shapes() -> None:
 
 
 def test_a_backend_runs_on_the_transport_it_is_given(
-    run: Run[Any], options: dict[str, Any]
+    on_loop: OnLoop[Any], options: dict[str, Any]
 ) -> None:
     transport = LocalKernel(env=options["env"])
 
@@ -369,7 +350,7 @@ def test_a_backend_runs_on_the_transport_it_is_given(
             assert kb.connection is transport and kb.kernel_manager is transport.manager
             return kb, await kb.run_code("6 * 7", call_id="call_tr1")
 
-    kb, result = run(session())
+    kb, result = on_loop(session())
     assert result.value == "42" and kb.transport is transport and kb.connection is None
 
 
@@ -397,10 +378,12 @@ def test_where_checkpoints_are_read_is_the_transport_s_to_say() -> None:
     assert remote.session_dir is None and remote.root == Path("/srv/ptc")
 
 
-def test_unknown_kernel_name_is_a_clear_error(run: Run[Any], options: dict[str, Any]) -> None:
+def test_unknown_kernel_name_is_a_clear_error(
+    on_loop: OnLoop[Any], options: dict[str, Any]
+) -> None:
     kb = KernelBackend(kernel_name="no-such-kernel", **options)
     with pytest.raises(KernelStartError, match="no kernel named 'no-such-kernel'.*ptc-retry"):
-        run(kb.start())
+        on_loop(kb.start())
 
 
 def test_run_code_before_start_is_a_clear_error() -> None:
@@ -408,7 +391,7 @@ def test_run_code_before_start_is_a_clear_error() -> None:
         asyncio.run(KernelBackend().run_code("1"))
 
 
-def test_four_backends_run_concurrently(run: Run[Any], options: dict[str, Any]) -> None:
+def test_four_backends_run_concurrently(on_loop: OnLoop[Any], options: dict[str, Any]) -> None:
     async def four() -> tuple[list[str], float]:
         backends = [KernelBackend(**options) for _ in range(4)]
         await asyncio.gather(*(kb.start() for kb in backends))
@@ -422,32 +405,34 @@ def test_four_backends_run_concurrently(run: Run[Any], options: dict[str, Any]) 
         finally:
             await asyncio.gather(*(kb.shutdown() for kb in backends))
 
-    values, elapsed = run(four())
+    values, elapsed = on_loop(four())
 
     assert values == ["0", "1", "2", "3"]
     assert elapsed < 3.5  # four one-second programs overlapped
 
 
-def test_shutdown_removes_the_session_directory(run: Run[Any], options: dict[str, Any]) -> None:
+def test_shutdown_removes_the_session_directory(
+    on_loop: OnLoop[Any], options: dict[str, Any]
+) -> None:
     kb = KernelBackend(**options)
-    run(kb.start())
-    run(kb.run_code("1"))
+    on_loop(kb.start())
+    on_loop(kb.run_code("1"))
     assert kb.session_dir.is_dir()
 
-    run(kb.shutdown())
+    on_loop(kb.shutdown())
 
     assert not kb.session_dir.exists()
-    run(kb.shutdown())  # again: nothing to do
+    on_loop(kb.shutdown())  # again: nothing to do
 
 
-def test_shutdown_keep_keeps_the_checkpoints(run: Run[Any], options: dict[str, Any]) -> None:
+def test_shutdown_keep_keeps_the_checkpoints(on_loop: OnLoop[Any], options: dict[str, Any]) -> None:
     async def session() -> KernelBackend:
         async with KernelBackend(**options) as kb:
             await kb.run_code("1", call_id="call_keep")
             await kb.shutdown(keep=True)
         return kb
 
-    kb = run(session())
+    kb = on_loop(session())
     assert (kb.session_dir / "by-id" / "call_keep.json").exists()
 
 
@@ -460,7 +445,7 @@ def test_sync_twins_run_a_program(options: dict[str, Any]) -> None:
 
 
 def test_another_ipython_kernel_gets_the_extension_through_argv(
-    run: Run[Any], options: dict[str, Any]
+    on_loop: OnLoop[Any], options: dict[str, Any]
 ) -> None:
     async def session() -> tuple[Any, Any]:
         async with KernelBackend(kernel_name="python3", **options) as kb:
@@ -468,7 +453,7 @@ def test_another_ipython_kernel_gets_the_extension_through_argv(
             fix = "await ptc_retry.replay('call_n1', 'row[\"regoin\"]', 'row[\"region\"]')"
             return failed, await kb.run_code(fix, call_id="call_n2")
 
-    failed, fixed = run(session())
+    failed, fixed = on_loop(session())
 
     assert failed.metadata is None and failed.status == "error"
     assert failed.call_id == "call_n1" and failed.checkpoint.endswith("by-id/call_n1.json")
@@ -477,7 +462,7 @@ def test_another_ipython_kernel_gets_the_extension_through_argv(
 
 
 def test_ptc_retry_kernel_starts_where_no_kernelspec_is_installed(
-    run: Run[Any], options: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    on_loop: OnLoop[Any], options: dict[str, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from jupyter_client.kernelspec import KernelSpecManager
 
@@ -490,6 +475,6 @@ def test_ptc_retry_kernel_starts_where_no_kernelspec_is_installed(
         async with KernelBackend(**options) as kb:
             return await kb.run_code("'fresh machine'", call_id="call_fresh")
 
-    result = run(session())
+    result = on_loop(session())
     assert result.value == "'fresh machine'"
     assert result.metadata["call_id"] == "call_fresh"  # only the ptc-retry kernel sends this

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from ptc_retry.backend.results import NATIVE_RUN_CODE_DESCRIPTION
 from ptc_retry.core.notice import native_failure_notice, prompt_section
 from ptc_retry.native import EDIT_TOOL
 
-from .helpers import Run, history, line_of, raw
+from .helpers import OnLoop, history, line_of, raw
 
 SETUP = """\
 orders = [
@@ -76,22 +75,15 @@ def edit(target: str | int, *entries: dict[str, Any]) -> str:
 
 
 @pytest.fixture(scope="module")
-def options(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """KernelBackend keyword arguments that keep every file inside temporary directories."""
-    return {
-        "mode": "native",
-        "root": tmp_path_factory.mktemp("checkpoints"),
-        "env": {"IPYTHONDIR": str(tmp_path_factory.mktemp("ipython"))},
-    }
+def options(options: dict[str, Any]) -> dict[str, Any]:
+    return {**options, "mode": "native"}
 
 
 @pytest.fixture(scope="module")
-def backend(run: Run[Any], options: dict[str, Any]) -> Iterator[KernelBackend]:
-    kb = KernelBackend(**options)
-    run(kb.start())
-    assert run(kb.handle_tool_call("run_code", raw(SETUP), "call_setup")) == "[no output]"
-    yield kb
-    run(kb.shutdown())
+def backend(backend: KernelBackend, on_loop: OnLoop[Any]) -> KernelBackend:
+    """The module's native-mode backend, with ``SETUP`` run."""
+    assert on_loop(backend.handle_tool_call("run_code", raw(SETUP), "call_setup")) == "[no output]"
+    return backend
 
 
 def test_program_is_over_the_notice_threshold() -> None:
@@ -143,9 +135,9 @@ def test_kernel_checkpoints_live_apart_from_the_journal(backend: KernelBackend) 
 
 
 def test_a_failed_program_is_fixed_by_an_edit_that_reruns_it_in_the_kernel(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    first = run(backend.handle_tool_call("run_code", raw(PROGRAM), "call_n1"))
+    first = on_loop(backend.handle_tool_call("run_code", raw(PROGRAM), "call_n1"))
 
     assert "KeyError: 'regoin'" in first and "\x1b[" not in first
     assert first.splitlines()[-1] == native_failure_notice("call_n1", field="code")
@@ -153,12 +145,14 @@ def test_a_failed_program_is_fixed_by_an_edit_that_reruns_it_in_the_kernel(
     assert backend.last_result.notice is None  # the kernel added none of its own
     assert backend.last_tool_result.status == "error"
 
-    second = run(backend.handle_tool_call(EDIT_TOOL, edit("call_n1", TYPO), "call_n2"))
+    second = on_loop(backend.handle_tool_call(EDIT_TOOL, edit("call_n1", TYPO), "call_n2"))
 
     assert second == f"replayed call_n1 (run_code) with 1 patch entry: {OUTPUT}"
     assert backend.last_tool_result.replay_of == "call_n1"
     # The corrected program ran in the same kernel: SETUP's names were there, its own stay.
-    after = run(backend.handle_tool_call("run_code", raw("summary['north'], tax_rate"), "call_n3"))
+    after = on_loop(
+        backend.handle_tool_call("run_code", raw("summary['north'], tax_rate"), "call_n3")
+    )
     assert after == "(200.0, 0.25)"
     # The journal: the failure, then the replay with its patched program as its own arguments.
     assert line_of(backend.session_dir, "call_n1")["status"] == "error"
@@ -174,34 +168,34 @@ def test_a_failed_program_is_fixed_by_an_edit_that_reruns_it_in_the_kernel(
 
 
 def test_a_failing_edit_then_a_corrected_one_accumulates_the_fixes(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    run(backend.handle_tool_call("run_code", raw(PROGRAM), "call_f1"))
+    on_loop(backend.handle_tool_call("run_code", raw(PROGRAM), "call_f1"))
     kernel_calls = len(history(backend.kernel_session_dir))
 
     missing = {"path": "code", "old_string": "row['regoin']", "new_string": "row['region']"}
-    refused = run(backend.handle_tool_call(EDIT_TOOL, edit("call_f1", missing), "call_f2"))
+    refused = on_loop(backend.handle_tool_call(EDIT_TOOL, edit("call_f1", missing), "call_f2"))
     assert refused.startswith(
         f"{EDIT_TOOL} failed, nothing ran, call_f1 (run_code) is unchanged: patch[0]"
     )
     assert len(history(backend.kernel_session_dir)) == kernel_calls  # nothing reached the kernel
 
     wrong = {"path": "code", "old_string": "regoin", "new_string": "regio"}
-    failed = run(backend.handle_tool_call(EDIT_TOOL, edit("call_f1", wrong), "call_f3"))
+    failed = on_loop(backend.handle_tool_call(EDIT_TOOL, edit("call_f1", wrong), "call_f3"))
     assert failed.startswith("replayed call_f1 (run_code) with 1 patch entry; it failed: ")
     assert "KeyError: 'regio'" in failed
     # The notice points at the failed replay, whose checkpoint holds the patched program.
     assert failed.splitlines()[-1] == native_failure_notice("call_f3", field="code")
 
     fix = {"path": "code", "old_string": 'row["regio"]', "new_string": 'row["region"]'}
-    fixed = run(backend.handle_tool_call(EDIT_TOOL, edit("call_f3", fix), "call_f4"))
+    fixed = on_loop(backend.handle_tool_call(EDIT_TOOL, edit("call_f3", fix), "call_f4"))
     assert fixed == f"replayed call_f3 (run_code) with 1 patch entry: {OUTPUT}"
     assert line_of(backend.session_dir, "call_f4")["replay_of"] == "call_f3"
     assert line_of(backend.kernel_session_dir, "call_f4")["status"] == "ok"
 
 
 def test_previous_ordinal_names_a_call_of_the_previous_message(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     async def message(calls: list[tuple[str, str, str]]) -> list[str]:
         step = backend.next_step()
@@ -209,7 +203,7 @@ def test_previous_ordinal_names_a_call_of_the_previous_message(
             *(backend.handle_tool_call(n, a, i, step=step) for n, a, i in calls)
         )
 
-    first = run(
+    first = on_loop(
         message(
             [
                 ("run_code", raw("region_names = sorted({o['region'] for o in orders})"), "p1"),
@@ -222,7 +216,7 @@ def test_previous_ordinal_names_a_call_of_the_previous_message(
     assert lines[0]["step"] == lines[1]["step"] and [x["ordinal"] for x in lines] == [1, 2]
 
     # The edit is the second call of its message: previous_ordinal still means the one before.
-    second = run(
+    second = on_loop(
         message(
             [
                 ("run_code", raw("len(region_names)"), "p3"),
@@ -235,10 +229,10 @@ def test_previous_ordinal_names_a_call_of_the_previous_message(
 
 
 def test_without_step_the_call_just_before_is_previous_ordinal_1(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    run(backend.handle_tool_call("run_code", raw(PROGRAM), "call_s1"))
-    text = run(backend.handle_tool_call(EDIT_TOOL, edit(1, TYPO), "call_s2"))
+    on_loop(backend.handle_tool_call("run_code", raw(PROGRAM), "call_s1"))
+    text = on_loop(backend.handle_tool_call(EDIT_TOOL, edit(1, TYPO), "call_s2"))
     assert text == f"replayed call_s1 (run_code) with 1 patch entry: {OUTPUT}"
 
 
@@ -246,10 +240,10 @@ def test_without_step_the_call_just_before_is_previous_ordinal_1(
 
 
 def test_short_failures_get_no_notice_but_the_guard_still_speaks(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     texts = [
-        run(backend.handle_tool_call("run_code", raw("1 / 0"), f"call_g{n}")) for n in (1, 2, 3)
+        on_loop(backend.handle_tool_call("run_code", raw("1 / 0"), f"call_g{n}")) for n in (1, 2, 3)
     ]
     assert all("ZeroDivisionError" in t for t in texts)
     assert "[ptc-retry]" not in texts[0] + texts[1]  # below the threshold: nothing to add
@@ -259,10 +253,10 @@ def test_short_failures_get_no_notice_but_the_guard_still_speaks(
 
 
 def test_a_time_limit_stop_keeps_the_kernels_sentence_and_gets_the_native_notice(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     code = "import time\n" + "# waiting for the slow service to answer\n" * 12 + "time.sleep(30)"
-    text = run(backend.handle_tool_call("run_code", raw(code), "call_t1", timeout=1))
+    text = on_loop(backend.handle_tool_call("run_code", raw(code), "call_t1", timeout=1))
 
     assert "[ptc-retry] Stopped by the time limit (1 s)." in text
     assert text.splitlines()[-1] == native_failure_notice("call_t1", field="code")
@@ -272,14 +266,14 @@ def test_a_time_limit_stop_keeps_the_kernels_sentence_and_gets_the_native_notice
 
 
 def test_malformed_calls_are_journaled_and_never_reach_the_kernel(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     kernel_calls = len(history(backend.kernel_session_dir))
 
-    not_json = run(backend.handle_tool_call("run_code", '{"code": "print(1)"', "call_m1"))
-    wrong_key = run(backend.handle_tool_call("run_code", '{"cod": "print(1)"}', "call_m2"))
-    unknown = run(backend.handle_tool_call("write_file", "{}", "call_m3"))
-    decoded = run(backend.handle_tool_call("run_code", {"code": "print('mapped')"}, "call_m4"))
+    not_json = on_loop(backend.handle_tool_call("run_code", '{"code": "print(1)"', "call_m1"))
+    wrong_key = on_loop(backend.handle_tool_call("run_code", '{"cod": "print(1)"}', "call_m2"))
+    unknown = on_loop(backend.handle_tool_call("write_file", "{}", "call_m3"))
+    decoded = on_loop(backend.handle_tool_call("run_code", {"code": "print('mapped')"}, "call_m4"))
 
     assert "not valid JSON" in not_json
     assert (
@@ -297,7 +291,7 @@ def test_malformed_calls_are_journaled_and_never_reach_the_kernel(
 
 
 def test_shutdown_removes_the_journal_and_the_kernels_checkpoints(
-    run: Run[Any], options: dict[str, Any]
+    on_loop: OnLoop[Any], options: dict[str, Any]
 ) -> None:
     async def session(keep: bool) -> KernelBackend:
         async with KernelBackend(**options) as kb:
@@ -308,15 +302,15 @@ def test_shutdown_removes_the_journal_and_the_kernels_checkpoints(
                 await kb.shutdown(keep=True)
         return kb
 
-    gone = run(session(keep=False))
+    gone = on_loop(session(keep=False))
     assert not gone.session_dir.exists()
-    kept = run(session(keep=True))
+    kept = on_loop(session(keep=True))
     assert line_of(kept.session_dir, "call_x1")["status"] == "error"
     assert line_of(kept.kernel_session_dir, "call_x1")["status"] == "error"
 
 
 def test_a_kernel_death_is_told_in_native_words_also_after_the_restart(
-    run: Run[Any], options: dict[str, Any]
+    on_loop: OnLoop[Any], options: dict[str, Any]
 ) -> None:
     dies = "import os\n" + "# flush the write-ahead log before the process goes\n" * 10
     dies += "os._exit(3)"
@@ -329,7 +323,7 @@ def test_a_kernel_death_is_told_in_native_words_also_after_the_restart(
             again = await kb.handle_tool_call("run_code", raw(PROGRAM), "call_d2")
             return [died, again]
 
-    died, again = run(session())
+    died, again = on_loop(session())
     assert "[ptc-retry] The kernel died while running this program (exit code 3)" in died
     assert died.splitlines()[-1] == native_failure_notice("call_d1", field="code")
     assert "NameError: name 'orders' is not defined" in again  # the state went with the kernel
@@ -337,10 +331,10 @@ def test_a_kernel_death_is_told_in_native_words_also_after_the_restart(
     assert "ptc_retry.replay" not in died + again
 
 
-def test_calls_before_start_raise(options: dict[str, Any], run: Run[Any]) -> None:
+def test_calls_before_start_raise(options: dict[str, Any], on_loop: OnLoop[Any]) -> None:
     kb = KernelBackend(**options)
     with pytest.raises(BackendError, match="not running"):
-        run(kb.handle_tool_call("run_code", raw("1"), "call_z1"))
+        on_loop(kb.handle_tool_call("run_code", raw("1"), "call_z1"))
 
 
 def test_native_mode_through_a_gateway_is_refused() -> None:

@@ -2,10 +2,8 @@
 on a local kernel, on a kernel behind a real Jupyter Kernel Gateway and on one behind a real
 Jupyter Enterprise Gateway (skipped where it is not installed: ``gateway_server``).
 
-Tests that leave the kernel usable share one backend per transport (``backend``) and use
-distinct call ids; tests that kill or restart a kernel share another (``fragile``). Other
-modules reuse the fixtures ``roots, gateway, transport, options``: theirs run on a local
-kernel and behind Kernel Gateway only (``TRANSPORTS``).
+Tests that leave the kernel usable share one backend per transport (conftest's ``backend``)
+and use distinct call ids; tests that kill or restart a kernel share another (``fragile``).
 """
 
 from __future__ import annotations
@@ -16,7 +14,6 @@ import logging
 import os
 import signal
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,95 +23,24 @@ from tornado.httpclient import AsyncHTTPClient
 from ptc_retry.backend import KernelBackend
 from ptc_retry.core.notice import parse_notice
 
-from .gateway_server import ENTERPRISE_GATEWAY, KERNEL_GATEWAY, TOKEN, Gateway, start_gateway
-from .helpers import DYING, ORDERS, ORDERS_FIX, Run, line_of, raw
+from .gateway_server import ENTERPRISE_GATEWAY, KERNEL_GATEWAY, TOKEN, Gateway, gateway_of
+from .helpers import DYING, ORDERS, ORDERS_FIX, OnLoop, line_of, raw
 
-#: The transports of the modules that reuse these fixtures.
-TRANSPORTS = ["local", KERNEL_GATEWAY]
-#: This module's tests run behind Enterprise Gateway too.
-ALL_TRANSPORTS = [*TRANSPORTS, ENTERPRISE_GATEWAY]
-pytestmark = pytest.mark.parametrize("transport", ALL_TRANSPORTS, indirect=True, scope="module")
+#: Each test runs on a local kernel and behind each gateway (conftest's ``transport``).
+TRANSPORTS = ["local", KERNEL_GATEWAY, ENTERPRISE_GATEWAY]
 #: How long noticing a death and restarting may take: a gateway notices on its own clock.
 DEATH_SECONDS = {"local": 15, KERNEL_GATEWAY: 20, ENTERPRISE_GATEWAY: 20}
 FIXED = "regions: ['east', 'north', 'south']\nmean order: 113.70"
 SUMMARY = "{'north': 162.75, 'south': 95.75, 'east': 310.0}"
 
 
-@pytest.fixture(scope="module")
-def roots(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    """Where each transport's kernels keep their checkpoints (all on this machine here)."""
-    return {name: tmp_path_factory.mktemp(f"{name}-checkpoints") for name in ALL_TRANSPORTS}
-
-
-@pytest.fixture(scope="module")
-def gateway(roots: dict[str, Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
-    """A Kernel Gateway."""
-    workdir = tmp_path_factory.mktemp(KERNEL_GATEWAY)
-    gateway = start_gateway(KERNEL_GATEWAY, roots[KERNEL_GATEWAY], workdir)
-    yield gateway
-    gateway.stop()
-
-
-@pytest.fixture(scope="module")
-def enterprise_gateway(
-    roots: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Gateway]:
-    workdir = tmp_path_factory.mktemp(ENTERPRISE_GATEWAY)
-    gateway = start_gateway(ENTERPRISE_GATEWAY, roots[ENTERPRISE_GATEWAY], workdir)
-    yield gateway
-    gateway.stop()
-
-
-def gateway_of(transport: str, request: pytest.FixtureRequest) -> Gateway:
-    """The gateway behind ``transport``."""
-    name = "gateway" if transport == KERNEL_GATEWAY else "enterprise_gateway"
-    found: Gateway = request.getfixturevalue(name)
-    return found
-
-
-@pytest.fixture(scope="module", params=TRANSPORTS)
-def transport(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
-@pytest.fixture(scope="module")
-def options(
-    transport: str,
-    roots: dict[str, Path],
-    request: pytest.FixtureRequest,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> dict[str, Any]:
-    """KernelBackend keyword arguments for ``transport``, every file in temporary directories."""
-    if transport != "local":
-        return gateway_of(transport, request).backend_options()
-    ipython = str(tmp_path_factory.mktemp("ipython"))
-    return {"root": roots["local"], "env": {"IPYTHONDIR": ipython}}
-
-
-@pytest.fixture(scope="module")
-def backend(run: Run[Any], options: dict[str, Any]) -> Iterator[KernelBackend]:
-    kb = KernelBackend(**options)
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
-
-
-@pytest.fixture(scope="module")
-def fragile(run: Run[Any], options: dict[str, Any]) -> Iterator[KernelBackend]:
-    """A backend whose kernel the tests kill and restart."""
-    kb = KernelBackend(interrupt_grace=1, **options)
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
-
-
 # -- the agent loop -------------------------------------------------------------------------
 
 
 def test_scripted_agent_fails_reads_the_notice_replays_and_succeeds(
-    backend: KernelBackend, run: Run[Any], transport: str, roots: dict[str, Path]
+    backend: KernelBackend, on_loop: OnLoop[Any], transport: str, roots: dict[str, Path]
 ) -> None:
-    first = run(backend.handle_tool_call("run_code", raw(ORDERS), "call_a1"))
+    first = on_loop(backend.handle_tool_call("run_code", raw(ORDERS), "call_a1"))
     failed = backend.last_result
 
     assert failed is not None and failed.text == first
@@ -133,7 +59,7 @@ def test_scripted_agent_fails_reads_the_notice_replays_and_succeeds(
     assert str(backend.session_dir) in backend.system_prompt()
 
     line = f"await ptc_retry.replay({target!r}, {ORDERS_FIX[0]!r}, {ORDERS_FIX[1]!r})"
-    second = run(backend.handle_tool_call("run_code", raw(line), "call_a2"))
+    second = on_loop(backend.handle_tool_call("run_code", raw(line), "call_a2"))
 
     assert second == f"{FIXED}\n{SUMMARY}"
     assert backend.last_result is not None and backend.last_result.metadata["status"] == "ok"
@@ -141,24 +67,24 @@ def test_scripted_agent_fails_reads_the_notice_replays_and_succeeds(
     assert line_of(backend.session_dir, "call_a2")["status"] == "ok"
     assert line_of(backend.session_dir, "call_a2")["replay_of"] == "call_a1"
     by_id = f"await ptc_retry.replay('call_a1', {ORDERS_FIX[0]!r}, {ORDERS_FIX[1]!r})"
-    assert run(backend.handle_tool_call("run_code", raw(by_id), "call_a3")) == second
+    assert on_loop(backend.handle_tool_call("run_code", raw(by_id), "call_a3")) == second
 
 
 def test_env_reaches_the_kernel_beside_what_the_gateway_passes_on(
-    run: Run[Any], options: dict[str, Any], transport: str, roots: dict[str, Path]
+    on_loop: OnLoop[Any], options: dict[str, Any], transport: str, roots: dict[str, Path]
 ) -> None:
     """``env=``: the ``KERNEL_*`` names a gateway passes on (Enterprise Gateway's
     ``KERNEL_USERNAME`` among them), while the kernel keeps what its operator passes on from the
     gateway's environment (here ``PTC_RETRY_ROOT``)."""
     env = {**options.get("env", {}), "KERNEL_TEAM": "blue"}
     kb = KernelBackend(**{**options, "env": env})
-    run(kb.start())
+    on_loop(kb.start())
     try:
         code = "import os\nsorted((k, v) for k, v in os.environ.items() if k.startswith('KERNEL_'))"
-        result = run(kb.run_code(code, call_id="call_e1"))
+        result = on_loop(kb.run_code(code, call_id="call_e1"))
         session_dir = kb.session_dir
     finally:
-        run(kb.shutdown())
+        on_loop(kb.shutdown())
 
     given = [item for item in ast.literal_eval(result.value or "[]") if item[0] in env]
     assert given == sorted(item for item in env.items() if item[0].startswith("KERNEL_"))
@@ -169,49 +95,51 @@ def test_env_reaches_the_kernel_beside_what_the_gateway_passes_on(
 
 
 def test_timeout_keeps_printed_lines_and_the_kernels_state(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    run(backend.run_code("kept = 'still here'", call_id="call_s1"))
+    on_loop(backend.run_code("kept = 'still here'", call_id="call_s1"))
     code = "import time\nprint('line 1')\nprint('line 2', flush=True)\ntime.sleep(60)"
 
-    result = run(backend.run_code(code, call_id="call_s2", timeout=1))
+    result = on_loop(backend.run_code(code, call_id="call_s2", timeout=1))
 
     assert result.status == "timeout" and not result.restarted
     assert result.text.startswith("line 1\nline 2\n")
     assert "KeyboardInterrupt" in result.text
     assert "time limit" in result.text.splitlines()[-1]  # the kernel's or the backend's words
     assert result.duration < 10
-    after = run(backend.run_code("print(kept)", call_id="call_s3"))
+    after = on_loop(backend.run_code("print(kept)", call_id="call_s3"))
     assert (after.status, after.text) == ("ok", "still here")
-    assert run(backend.run_code("kept", call_id="call_s4")).value == "'still here'"
+    assert on_loop(backend.run_code("kept", call_id="call_s4")).value == "'still here'"
 
 
-def test_cancelling_a_call_interrupts_the_program(backend: KernelBackend, run: Run[Any]) -> None:
+def test_cancelling_a_call_interrupts_the_program(
+    backend: KernelBackend, on_loop: OnLoop[Any]
+) -> None:
     with pytest.raises(asyncio.TimeoutError):
-        run(asyncio.wait_for(backend.run_code("import time\ntime.sleep(60)"), 1))
+        on_loop(asyncio.wait_for(backend.run_code("import time\ntime.sleep(60)"), 1))
     started = time.monotonic()
-    after = run(backend.run_code("'free'", call_id="call_c1", timeout=30))
+    after = on_loop(backend.run_code("'free'", call_id="call_c1", timeout=30))
     assert after.value == "'free'" and time.monotonic() - started < 10
 
 
 def test_program_deaf_to_interrupts_gets_the_kernel_restarted(
-    fragile: KernelBackend, run: Run[Any]
+    fragile: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    run(fragile.run_code("lost = 1", call_id="call_r0"))
+    on_loop(fragile.run_code("lost = 1", call_id="call_r0"))
     code = (
         "import signal, time\n"
         "signal.signal(signal.SIGINT, signal.SIG_IGN)\n"
         "print('ignoring interrupts', flush=True)\n"
         "time.sleep(60)"
     )
-    result = run(fragile.run_code(code, call_id="call_r1", timeout=1))
+    result = on_loop(fragile.run_code(code, call_id="call_r1", timeout=1))
 
     assert result.status == "timeout" and result.restarted
     assert result.text.startswith("ignoring interrupts\n")
     assert "the kernel was restarted" in result.text
     assert result.text.endswith('Saved as call_r1. To go on: await ptc_retry.resume("call_r1")')
     assert parse_notice(result.text) == "call_r1"
-    after = run(fragile.run_code("'lost' in globals()", call_id="call_r2"))
+    after = on_loop(fragile.run_code("'lost' in globals()", call_id="call_r2"))
     assert after.value == "False"
 
 
@@ -219,11 +147,11 @@ def test_program_deaf_to_interrupts_gets_the_kernel_restarted(
 
 
 def test_a_death_is_reported_logged_and_restarted_and_the_program_replays(
-    fragile: KernelBackend, run: Run[Any], transport: str, caplog: pytest.LogCaptureFixture
+    fragile: KernelBackend, on_loop: OnLoop[Any], transport: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger="ptc_retry.backend")
 
-    result = run(fragile.run_code(DYING, call_id="call_x1", arguments=raw(DYING), timeout=120))
+    result = on_loop(fragile.run_code(DYING, call_id="call_x1", arguments=raw(DYING), timeout=120))
 
     assert result.status == "died" and result.restarted
     assert result.duration < DEATH_SECONDS[transport]
@@ -239,7 +167,7 @@ def test_a_death_is_reported_logged_and_restarted_and_the_program_replays(
     assert any(message.startswith("restarted the 'ptc-retry' kernel") for message in logged)
 
     fix = "await ptc_retry.replay('call_x1', 'os._exit(1)', 'pass')"
-    replayed = run(fragile.run_code(fix, call_id="call_x2", timeout=60))
+    replayed = on_loop(fragile.run_code(fix, call_id="call_x2", timeout=60))
 
     assert (replayed.status, replayed.text) == ("ok", "partial 12\nfinished 24")
     assert replayed.metadata["checkpoint"].startswith(str(fragile.session_dir))  # same session
@@ -247,21 +175,21 @@ def test_a_death_is_reported_logged_and_restarted_and_the_program_replays(
 
 
 def test_death_between_calls_is_noticed_by_the_next_call(
-    fragile: KernelBackend, run: Run[Any], transport: str, request: pytest.FixtureRequest
+    fragile: KernelBackend, on_loop: OnLoop[Any], transport: str, request: pytest.FixtureRequest
 ) -> None:
     """A killed kernel, or one the gateway culled: the next call gets a new one, in the same
     session directory."""
-    run(fragile.run_code("gone = 1", call_id="call_d0"))
+    on_loop(fragile.run_code("gone = 1", call_id="call_d0"))
     old_id = getattr(fragile.connection, "kernel_id", None)
     if transport == "local":
         os.kill(fragile.kernel_manager.provisioner.pid, signal.SIGKILL)
         deadline = time.monotonic() + 10  # a loaded machine takes a while to end a process
-        while run(fragile.kernel_manager.is_alive()) and time.monotonic() < deadline:
+        while on_loop(fragile.kernel_manager.is_alive()) and time.monotonic() < deadline:
             time.sleep(0.05)
     else:
-        run(_delete_kernel(gateway_of(transport, request), old_id))
+        on_loop(_delete_kernel(gateway_of(transport, request), old_id))
 
-    result = run(fragile.run_code("print('gone' in globals())", call_id="call_d1"))
+    result = on_loop(fragile.run_code("print('gone' in globals())", call_id="call_d1"))
 
     assert result.status == "ok" and result.restarted
     assert result.text.startswith("[ptc-retry] The kernel had died since the last call")

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from .helpers import Kernel, spawn
+from .helpers import Kernel, StartKernel
 
 PROGRAM = "\n".join(
     [
@@ -25,26 +25,20 @@ PROGRAM = "\n".join(
 
 
 @pytest.fixture(scope="module")
-def shared(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
-    root = tmp_path_factory.mktemp("bad-input")
-    kernel = spawn(root=root, session="bad")
-    kernel.root = root  # type: ignore[attr-defined]
+def shared(start_shared_kernel: StartKernel) -> Kernel:
+    """The module's kernel, whose first program (``p1``) failed."""
+    kernel = start_shared_kernel("bad")
     first = kernel.execute(PROGRAM, {"call_id": "p1"})
     assert first.error["ename"] == "AssertionError"
-    yield kernel
-    kernel.shutdown()
-
-
-def session_dir(kernel: Kernel) -> Path:
-    return kernel.root / "bad"  # type: ignore[attr-defined]
+    return kernel
 
 
 def replay_error(kernel: Kernel, line: str) -> str:
-    run = kernel.execute(line)
-    assert run.status == "error"
-    assert run.error["ename"] == "ReplayError", run.error
+    executed = kernel.execute(line)
+    assert executed.status == "error"
+    assert executed.error["ename"] == "ReplayError", executed.error
     assert kernel.execute("1 + 1").result == "2"  # the kernel goes on
-    return run.error["evalue"]
+    return executed.error["evalue"]
 
 
 def test_unknown_id_lists_the_latest_ids(shared: Kernel) -> None:
@@ -67,28 +61,28 @@ def test_ambiguous_old_gives_the_count(shared: Kernel) -> None:
 
 
 def test_checkpoint_that_is_not_json_is_reported(shared: Kernel) -> None:
-    (session_dir(shared) / "by-id" / "garbage.json").write_text("not json {")
+    (shared.session_dir / "by-id" / "garbage.json").write_text("not json {")
     message = replay_error(shared, "await ptc_retry.replay('garbage', 'a', 'b')")
     assert "garbage.json" in message and "JSON" in message
 
 
 def test_checkpoint_without_code_is_reported(shared: Kernel) -> None:
-    (session_dir(shared) / "by-id" / "nocode.json").write_text('{"path": "x.txt"}')
+    (shared.session_dir / "by-id" / "nocode.json").write_text('{"path": "x.txt"}')
     message = replay_error(shared, "await ptc_retry.replay('nocode', 'a', 'b')")
     assert '"code"' in message
 
 
 def test_checkpoint_deleted_from_under_the_kernel_is_reported(shared: Kernel) -> None:
     shared.execute(PROGRAM, {"call_id": "gone"})
-    (session_dir(shared) / "by-id" / "gone.json").unlink()
+    (shared.session_dir / "by-id" / "gone.json").unlink()
     message = replay_error(shared, "await ptc_retry.replay('gone', 'a', 'b')")
     assert "gone" in message
 
 
 def test_path_like_ids_stay_inside_by_id(shared: Kernel) -> None:
-    run = shared.execute("x = 1", {"call_id": "../../etc/passwd"})
-    saved = Path(run.ptc["checkpoint"])
-    assert saved.parent == session_dir(shared) / "by-id"
+    executed = shared.execute("x = 1", {"call_id": "../../etc/passwd"})
+    saved = Path(executed.ptc["checkpoint"])
+    assert saved.parent == shared.session_dir / "by-id"
     assert json.loads(saved.read_text()) == {"code": "x = 1"}
     message = replay_error(shared, "await ptc_retry.replay('../../../../etc/passwd', 'a', 'b')")
     assert "root:" not in message
@@ -162,6 +156,6 @@ def test_full_disk_warns_once_and_programs_that_fit_are_still_saved(
 
 
 def test_a_call_cannot_replay_itself(shared: Kernel) -> None:
-    run = shared.execute("await ptc_retry.replay('me', 'a', 'b')", {"call_id": "me"})
-    assert run.error["ename"] == "ReplayError"
-    assert "itself" in run.error["evalue"]
+    executed = shared.execute("await ptc_retry.replay('me', 'a', 'b')", {"call_id": "me"})
+    assert executed.error["ename"] == "ReplayError"
+    assert "itself" in executed.error["evalue"]

@@ -4,7 +4,6 @@ notice and its reply metadata. One shared ptc-retry kernel, on every supported I
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -12,7 +11,7 @@ import pytest
 from ptc_retry.core.notice import parse_notice
 from ptc_retry.core.protocol import METADATA_KEY, execute_request
 
-from .helpers import Execution, Kernel, history, line_of, spawn
+from .helpers import Execution, Kernel, StartKernel, history, line_of
 
 # Top-level `await` and `return`: IPython runs the cell without an event loop (the return
 # makes it "not async") and fails inside its own machinery, as the stock kernel does.
@@ -51,22 +50,15 @@ get_ipython().events.register("post_run_cell", _arm)
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("cell-endings-checkpoints")
-
-
-@pytest.fixture(scope="module")
-def kernel(jupyter_path: Path, root: Path) -> Iterator[Kernel]:
+def kernel(start_shared_kernel: StartKernel) -> Kernel:
     """One kernel for the module; every failure gets the full notice."""
-    shared = spawn(root=root, session="endings", args=("--PtcRetry.notice_min_bytes=0",))
-    yield shared
-    shared.shutdown()
+    return start_shared_kernel("endings", args=("--PtcRetry.notice_min_bytes=0",))
 
 
 _probes = itertools.count(1)
 
 
-def assert_next_cell_is_a_call(kernel: Kernel, root: Path) -> None:
+def assert_next_cell_is_a_call(kernel: Kernel, module_root: Path) -> None:
     """The next failing cell is saved, noticed, recorded and described in its reply."""
     call_id = f"probe_{next(_probes)}"
     probe = kernel.execute(f"undefined_{call_id}", {"call_id": call_id}, timeout=30)
@@ -75,14 +67,14 @@ def assert_next_cell_is_a_call(kernel: Kernel, root: Path) -> None:
     notice = probe.error["traceback"][-1]
     assert notice == probe.ptc["notice"]
     assert parse_notice(notice) == probe.ptc["reference"]
-    assert (root / "endings" / "by-id" / f"{call_id}.json").exists()
-    assert line_of(root / "endings", call_id)["status"] == "error"
+    assert (module_root / "endings" / "by-id" / f"{call_id}.json").exists()
+    assert line_of(module_root / "endings", call_id)["status"] == "error"
     # No time limit, refusal or tool call of an earlier program is still in place.
     assert kernel.execute("print('next')", {"call_id": f"{call_id}_ok"}).stdout == "next\n"
 
 
 def test_a_cell_ipython_refuses_is_recorded_as_failed_and_the_next_is_a_call(
-    kernel: Kernel, root: Path
+    kernel: Kernel, module_root: Path
 ) -> None:
     refused = kernel.execute(REFUSED_BY_IPYTHON, {"call_id": "refused"})
 
@@ -90,8 +82,8 @@ def test_a_cell_ipython_refuses_is_recorded_as_failed_and_the_next_is_a_call(
     assert refused.ptc is not None
     assert (refused.ptc["call_id"], refused.ptc["status"]) == ("refused", "error")
     assert refused.error["traceback"][-1] == refused.ptc["notice"]
-    assert line_of(root / "endings", "refused")["ename"] == "RuntimeError"
-    assert_next_cell_is_a_call(kernel, root)
+    assert line_of(module_root / "endings", "refused")["ename"] == "RuntimeError"
+    assert_next_cell_is_a_call(kernel, module_root)
 
 
 def test_the_refused_program_runs_as_a_replay(kernel: Kernel) -> None:
@@ -146,18 +138,18 @@ def test_the_refused_program_runs_as_a_replay(kernel: Kernel) -> None:
     ],
 )
 def test_every_way_a_cell_ends_leaves_the_next_cell_a_call(
-    kernel: Kernel, root: Path, setup: str | None, cell: str
+    kernel: Kernel, module_root: Path, setup: str | None, cell: str
 ) -> None:
     if setup is not None:
         assert kernel.execute(setup).status == "ok"
 
     kernel.execute(cell, {"call_id": f"cell_{next(_probes)}"}, timeout=30)
 
-    assert_next_cell_is_a_call(kernel, root)
+    assert_next_cell_is_a_call(kernel, module_root)
 
 
 def test_a_program_whose_post_run_cell_never_came_is_recorded_at_its_reply(
-    kernel: Kernel, root: Path
+    kernel: Kernel, module_root: Path
 ) -> None:
     kernel.execute(fail_in_hook_once(".programs.pop", "RuntimeError('a bug')"))
 
@@ -169,7 +161,7 @@ def test_a_program_whose_post_run_cell_never_came_is_recorded_at_its_reply(
     assert (failed.ptc["call_id"], failed.ptc["status"]) == ("lost_hook", "error")
     assert failed.error["ename"] == "ZeroDivisionError"
     assert failed.error["traceback"][-1] == failed.ptc["notice"]
-    line = line_of(root / "endings", "lost_hook")
+    line = line_of(module_root / "endings", "lost_hook")
     assert (line["status"], line["ename"]) == ("error", "ZeroDivisionError")
 
 
@@ -187,14 +179,16 @@ served / 0
 """
 
 
-def test_a_program_that_serves_another_request_stays_running(kernel: Kernel, root: Path) -> None:
+def test_a_program_that_serves_another_request_stays_running(
+    kernel: Kernel, module_root: Path
+) -> None:
     served = kernel.execute(SERVES_ANOTHER_REQUEST, {"call_id": "serves"})
 
     assert served.ptc is not None
     assert (served.ptc["call_id"], served.ptc["status"]) == ("serves", "error")
-    line = line_of(root / "endings", "serves")
+    line = line_of(module_root / "endings", "serves")
     assert (line["status"], line["ename"]) == ("error", "ZeroDivisionError")
-    assert_next_cell_is_a_call(kernel, root)
+    assert_next_cell_is_a_call(kernel, module_root)
 
 
 def test_an_error_in_our_pre_run_cell_is_said_once_and_the_cell_runs(kernel: Kernel) -> None:
@@ -207,20 +201,20 @@ def test_an_error_in_our_pre_run_cell_is_said_once_and_the_cell_runs(kernel: Ker
 
 
 def test_a_silent_request_leaves_no_trace_and_the_next_cell_is_a_call(
-    kernel: Kernel, root: Path
+    kernel: Kernel, module_root: Path
 ) -> None:
-    before = len(history(root / "endings"))
+    before = len(history(module_root / "endings"))
     msg = kernel.client.session.msg("execute_request", execute_request("1/0", silent=True))
     kernel.client.shell_channel.send(msg)
     silent: Execution = kernel.collect(msg["header"]["msg_id"])
 
     assert silent.reply["metadata"].get(METADATA_KEY) is None
-    assert len(history(root / "endings")) == before
-    assert_next_cell_is_a_call(kernel, root)
+    assert len(history(module_root / "endings")) == before
+    assert_next_cell_is_a_call(kernel, module_root)
 
 
 def test_an_error_whose_message_holds_a_lone_surrogate_is_shown_with_its_notice(
-    kernel: Kernel, root: Path
+    kernel: Kernel, module_root: Path
 ) -> None:
     # Half an emoji: a valid str, but no UTF-8, so a message that holds it never leaves
     # the kernel. Its escape goes out instead, in the error output and in the reply.
@@ -234,18 +228,18 @@ def test_an_error_whose_message_holds_a_lone_surrogate_is_shown_with_its_notice(
     content = failed.reply["content"]
     assert (content["ename"], content["evalue"]) == ("ValueError", "bad \\ud83d")
     assert failed.error["traceback"][-1] == failed.ptc["notice"]
-    assert line_of(root / "endings", "surrogate")["status"] == "error"
+    assert line_of(module_root / "endings", "surrogate")["status"] == "error"
     replayed = kernel.execute(
         "await ptc_retry.replay('surrogate', 'raise ValueError(label)', 'print(ascii(label))')"
     )
     assert replayed.status == "ok", replayed.error
     assert replayed.stdout == "'bad \\ud83d'\n"
-    assert_next_cell_is_a_call(kernel, root)
+    assert_next_cell_is_a_call(kernel, module_root)
 
 
 @pytest.mark.parametrize("label", ["bad", "bad \\ud83d"], ids=["plain", "lone surrogate"])
 def test_an_exception_group_is_the_error_output_with_its_notice(
-    kernel: Kernel, root: Path, label: str
+    kernel: Kernel, module_root: Path, label: str
 ) -> None:
     # IPython prints a group to stderr with the standard library, past the error output.
     call_id = f"group_{next(_probes)}"
@@ -269,5 +263,5 @@ def test_an_exception_group_is_the_error_output_with_its_notice(
     assert "interactiveshell.py" not in shown  # IPython's own frame is left out
     assert failed.error["traceback"][-1] == failed.ptc["notice"]
     assert failed.stderr == ""
-    assert line_of(root / "endings", call_id)["ename"] == "ExceptionGroup"
-    assert_next_cell_is_a_call(kernel, root)
+    assert line_of(module_root / "endings", call_id)["ename"] == "ExceptionGroup"
+    assert_next_cell_is_a_call(kernel, module_root)

@@ -30,12 +30,12 @@ def root(tmp_path: Path) -> Path:
 def cli(capsys: pytest.CaptureFixture[str]) -> Any:
     """``cli(*argv) -> (exit code, stdout, stderr)``."""
 
-    def run(*argv: str | Path) -> tuple[int, str, str]:
+    def invoke(*argv: str | Path) -> tuple[int, str, str]:
         code = main([str(arg) for arg in argv])
         out, err = capsys.readouterr()
         return code, out, err
 
-    return run
+    return invoke
 
 
 def code_arguments(code: str) -> str:

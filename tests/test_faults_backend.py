@@ -11,7 +11,7 @@ import pytest
 
 from ptc_retry.backend import BackendError, KernelBackend
 
-from .helpers import Run
+from .helpers import OnLoop
 
 
 @pytest.fixture
@@ -20,48 +20,48 @@ def read_only_dir(tmpfs: Callable[[str], Path]) -> Path:
 
 
 def test_shutdown_leaves_a_directory_that_was_there_before(
-    run: Run[Any], jupyter_path: Path, tmp_path: Path
+    on_loop: OnLoop[Any], jupyter_path: Path, tmp_path: Path
 ) -> None:
     notes = tmp_path / "root" / "notes"
     notes.mkdir(parents=True, mode=0o700)
     (notes / "precious.txt").write_text("keep me")
 
     kb = KernelBackend(root=tmp_path / "root", session_id="notes")
-    run(kb.start())
-    assert run(kb.run_code("1 + 1")).value == "2"
-    run(kb.shutdown())
+    on_loop(kb.start())
+    assert on_loop(kb.run_code("1 + 1")).value == "2"
+    on_loop(kb.shutdown())
 
     assert (notes / "precious.txt").read_text() == "keep me"
     assert (notes / "by-id" / "c1.json").exists()  # the session goes on, next time
 
 
 def test_shutdown_removes_the_session_directory_it_made(
-    run: Run[Any], jupyter_path: Path, tmp_path: Path
+    on_loop: OnLoop[Any], jupyter_path: Path, tmp_path: Path
 ) -> None:
     kb = KernelBackend(root=tmp_path / "root")
-    run(kb.start())
-    run(kb.run_code("1 + 1"))
+    on_loop(kb.start())
+    on_loop(kb.run_code("1 + 1"))
     assert kb.session_dir is not None and kb.session_dir.is_dir()
-    run(kb.shutdown())
+    on_loop(kb.shutdown())
     assert not kb.session_dir.exists()
 
 
 def test_start_on_a_root_that_cannot_be_written_fails_clearly(
-    run: Run[Any], jupyter_path: Path, read_only_dir: Path
+    on_loop: OnLoop[Any], jupyter_path: Path, read_only_dir: Path
 ) -> None:
     kb = KernelBackend(root=read_only_dir / "root")
     with pytest.raises(BackendError, match=r"cannot keep checkpoints in .*nothing was started"):
-        run(kb.start())
+        on_loop(kb.start())
     assert kb.connection is None
-    run(kb.shutdown())
+    on_loop(kb.shutdown())
 
 
 def test_start_on_a_root_that_is_a_file_fails_clearly(
-    run: Run[Any], jupyter_path: Path, tmp_path: Path
+    on_loop: OnLoop[Any], jupyter_path: Path, tmp_path: Path
 ) -> None:
     (tmp_path / "root").write_text("not a directory")
     kb = KernelBackend(root=tmp_path / "root")
     with pytest.raises(BackendError, match="not a directory.*Pass root="):
-        run(kb.start())
-    run(kb.shutdown())
+        on_loop(kb.start())
+    on_loop(kb.shutdown())
     assert (tmp_path / "root").read_text() == "not a directory"

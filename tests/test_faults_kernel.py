@@ -4,7 +4,6 @@ ptc-retry kernel, and no time limit crashes the timer."""
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
@@ -12,27 +11,34 @@ from typing import Any
 import ipykernel
 import pytest
 
-from .helpers import Execution, Kernel
+from .helpers import Execution, Kernel, history
 
 # Fails at once on its last line; its first line is what a replay changes.
-SLEEPER = "import time\nseconds = 0\ntime.sleep(seconds)\nprint('slept')\nundefined_name\n"
-SPINNER = "spins = 0\nwhile spins < 0:\n    spins += 1\nprint('spun')\nundefined_name\n"
+# Each prints WAITING just before it waits, which is when the tests interrupt it.
+WAITING = "waiting"
+#: An awaiting program says WAITING once it is suspended in its next ``await``: from the loop.
+AWAITING = "asyncio.get_running_loop().call_soon(lambda: print('waiting', flush=True))\n"
+SLEEPER = (
+    "import time\nseconds = 0\nprint('waiting', flush=True)\ntime.sleep(seconds)\n"
+    "print('slept')\nundefined_name\n"
+)
+SPINNER = (
+    "spins = 0\nprint('waiting', flush=True)\nwhile spins < 0:\n    spins += 1\n"
+    "print('spun')\nundefined_name\n"
+)
 
 
-def interrupted_after(kernel: Kernel, code: str, seconds: float) -> tuple[Execution, float]:
-    """Run ``code``, interrupt the kernel after ``seconds``; the execution and how long
-    the program went on after the interrupt."""
+def interrupted_when_waiting(
+    kernel: Kernel, code: str, stream: str = "stdout"
+) -> tuple[Execution, float]:
+    """Run ``code``, interrupt the kernel once it has printed ``WAITING`` to ``stream``; the
+    execution and how long the program went on after the interrupt."""
     msg_id = kernel.send(code)
-    time.sleep(seconds)
+    kernel.wait_for_output(msg_id, WAITING, stream)
     kernel.manager.interrupt_kernel()
     interrupted_at = time.monotonic()
     execution = kernel.collect(msg_id, timeout=120)
     return execution, time.monotonic() - interrupted_at
-
-
-def history(checkpoint_root: Path) -> list[dict[str, Any]]:
-    text = (checkpoint_root / "test" / "history.jsonl").read_text("utf-8")
-    return [json.loads(line) for line in text.splitlines()]
 
 
 @pytest.mark.parametrize(
@@ -46,12 +52,12 @@ def test_an_interrupt_stops_a_replayed_program_at_once(
     assert kernel.execute(program).error["ename"] == "NameError"
     replay = f"await ptc_retry.replay('#1', {edit[0]!r}, {edit[1]!r})"
 
-    stopped, after = interrupted_after(kernel, replay, 1.5)
+    stopped, after = interrupted_when_waiting(kernel, replay)
 
     assert after < 5, f"the replay ran on for {after:.1f} s after the interrupt"
     assert stopped.error["ename"] == "KeyboardInterrupt"
     assert stopped.ptc["status"] == "interrupted"
-    assert history(checkpoint_root)[-1]["status"] == "interrupted"
+    assert history(kernel.session_dir)[-1]["status"] == "interrupted"
     # The kernel takes the next program at once, with the replay's names in place.
     assert kernel.execute("print('next')").stdout == "next\n"
 
@@ -64,27 +70,26 @@ def test_an_interrupt_stops_a_replayed_program_at_once(
 def test_an_interrupted_replay_is_offered_going_on(
     kernel: Kernel, checkpoint_root: Path, wait: str
 ) -> None:
+    sleeper = SLEEPER.replace("time.sleep(seconds)", wait)
+    if wait.startswith("await"):
+        sleeper = sleeper.replace("print('waiting', flush=True)\n", AWAITING)
     long_sleeper = (
-        "import asyncio\n"
-        + SLEEPER.replace("time.sleep(seconds)", wait)
-        + "# "
-        + "padding to pass notice_min_bytes " * 6
-        + "\n"
+        "import asyncio\n" + sleeper + "# " + "padding to pass notice_min_bytes " * 6 + "\n"
     )
     kernel.execute(long_sleeper)
-    stopped, after = interrupted_after(
-        kernel, "await ptc_retry.replay('#1', 'seconds = 0', 'seconds = 60')", 1.0
-    )
+    replay = "await ptc_retry.replay('#1', 'seconds = 0', 'seconds = 60')"
+    stopped, after = interrupted_when_waiting(kernel, replay)
     assert after < 5, f"the replay ran on for {after:.1f} s after the interrupt"
     assert stopped.ptc["notice"] == (
         '[ptc-retry] Interrupted; saved as #2. To go on: await ptc_retry.resume("#2")'
     )
-    assert stopped.ptc["status"] == history(checkpoint_root)[-1]["status"] == "interrupted"
+    assert stopped.ptc["status"] == history(kernel.session_dir)[-1]["status"] == "interrupted"
 
 
 def test_an_interrupt_stops_a_cell_that_awaits(kernel: Kernel) -> None:
     # ipykernel 6.29 and 7.4 alone leave such a cell waiting out its sleep.
-    stopped, after = interrupted_after(kernel, "import asyncio\nawait asyncio.sleep(60)", 1.0)
+    awaiting = "import asyncio\n" + AWAITING + "await asyncio.sleep(60)"
+    stopped, after = interrupted_when_waiting(kernel, awaiting)
 
     assert after < 5, f"the cell ran on for {after:.1f} s after the interrupt"
     assert (stopped.error["ename"], stopped.ptc["status"]) == ("CancelledError", "interrupted")
@@ -92,7 +97,8 @@ def test_an_interrupt_stops_a_cell_that_awaits(kernel: Kernel) -> None:
 
 
 def test_an_interrupt_still_stops_a_plain_cell_and_the_kernel_goes_on(kernel: Kernel) -> None:
-    stopped, after = interrupted_after(kernel, "import time\ntime.sleep(60)", 1.0)
+    sleeping = "import time\nprint('waiting', flush=True)\ntime.sleep(60)"
+    stopped, after = interrupted_when_waiting(kernel, sleeping)
     assert after < 5 and stopped.error["ename"] == "KeyboardInterrupt"
     assert kernel.execute("1 + 1").result == "2"
 
@@ -123,9 +129,9 @@ def test_cells_of_two_subshells_at_once_keep_their_own_facts(kernel: Kernel) -> 
     assert (slow_run.ptc["call_id"], slow_run.error["ename"]) == ("call_slow", "IndexError")
     refs = {quick_run.ptc["reference"], slow_run.ptc["reference"]}
     assert refs == {"#1", "#2"}
-    for run in (quick_run, slow_run):
-        assert run.error["traceback"][-1] == run.ptc["notice"]
-        assert f'replay("{run.ptc["reference"]}"' in run.ptc["notice"]
+    for executed in (quick_run, slow_run):
+        assert executed.error["traceback"][-1] == executed.ptc["notice"]
+        assert f'replay("{executed.ptc["reference"]}"' in executed.ptc["notice"]
     # Afterwards the main shell's programs are outermost again: the time limit works.
     limited = kernel.execute("import time\ntime.sleep(30)", {"call_id": "m", "time_limit": 0.5})
     assert limited.ptc["status"] == "interrupted" and limited.ptc["time_limit"] == 0.5
@@ -153,16 +159,16 @@ def test_unload_ext_works_in_the_ptc_retry_kernel(kernel: Kernel) -> None:
 def test_a_time_limit_that_makes_no_sense_means_no_limit_and_no_crash(
     kernel: Kernel, limit: Any
 ) -> None:
-    run = kernel.execute("import time\ntime.sleep(0.2)\nprint('done')", {"time_limit": limit})
-    assert (run.status, run.stdout, run.stderr) == ("ok", "done\n", "")
+    executed = kernel.execute("import time\ntime.sleep(0.2)\nprint('done')", {"time_limit": limit})
+    assert (executed.status, executed.stdout, executed.stderr) == ("ok", "done\n", "")
 
 
 @pytest.mark.parametrize("value", ["-1", "float('nan')", "'soon'"])
 def test_a_configured_time_limit_that_makes_no_sense_is_refused_clearly(
     kernel: Kernel, value: str
 ) -> None:
-    run = kernel.execute(f"%config PtcRetry.time_limit = {value}")
-    text = run.error["evalue"] if run.error else run.stderr
+    executed = kernel.execute(f"%config PtcRetry.time_limit = {value}")
+    text = executed.error["evalue"] if executed.error else executed.stderr
     assert "time_limit" in text
     assert kernel.execute("print('still fine')").stdout == "still fine\n"
 
@@ -174,39 +180,40 @@ def test_a_configured_time_limit_too_long_ever_to_pass_means_no_limit(
     assert kernel.execute(f"%config PtcRetry.time_limit = {value}").stderr == ""
     extension = "from ptc_retry.kernel.extension import active_extension as extension\n"
     assert kernel.execute(extension + "print(extension().config.time_limit)").stdout == "None\n"
-    run = kernel.execute("import asyncio\nawait asyncio.sleep(0.2)\nprint('done')")
-    assert (run.status, run.stdout, run.stderr) == ("ok", "done\n", "")
+    executed = kernel.execute("import asyncio\nawait asyncio.sleep(0.2)\nprint('done')")
+    assert (executed.status, executed.stdout, executed.stderr) == ("ok", "done\n", "")
 
 
 def test_an_interrupted_program_shows_its_own_line_last_not_ptc_retrys(kernel: Kernel) -> None:
-    stopped, _ = interrupted_after(
-        kernel, "import time\nfor _ in range(600):\n    time.sleep(0.1)", 1
-    )
+    looping = "import time\nprint('waiting', flush=True)\nfor _ in range(600):\n    time.sleep(0.1)"
+    stopped, _ = interrupted_when_waiting(kernel, looping)
     limited = kernel.execute("while True:\n    pass", {"time_limit": 0.5})
 
-    for run in (stopped, limited):
-        text = "\n".join(run.error["traceback"])
+    for executed in (stopped, limited):
+        text = "\n".join(executed.error["traceback"])
         assert "ptc_retry" not in text.replace("ptc_retry.resume", "")
         assert "time_limit.py" not in text and "_on_sigint" not in text
-        assert run.error["ename"] == "KeyboardInterrupt"
+        assert executed.error["ename"] == "KeyboardInterrupt"
     assert limited.error["evalue"] == "time limit of 0.5 s reached"
 
 
 def test_an_interrupt_while_the_program_is_saved_stops_it_and_records_it(
     kernel: Kernel, checkpoint_root: Path
 ) -> None:
-    # Fault injection in the real kernel, through the store's seam: saving takes two seconds.
+    # Fault injection in the real kernel, through the store's seam: saving takes two seconds
+    # (it says when).
     kernel.execute(
-        "import time\n"
+        "import sys, time\n"
         "from ptc_retry.kernel.extension import active_extension\n"
         "_store = active_extension().checkpoints.store\n"
         "_write = _store.write_file\n"
         "def _slow_write(entry, data):\n"
+        "    print('waiting', file=sys.stderr, flush=True)\n"
         "    time.sleep(2)\n"
         "    _write(entry, data)\n"
         "_store.write_file = _slow_write"
     )
-    stopped, _ = interrupted_after(kernel, "ran = True\nprint('ran')", 0.7)
+    stopped, _ = interrupted_when_waiting(kernel, "ran = True\nprint('ran')", "stderr")
 
     assert stopped.stdout == ""  # it did not run, unsaved or otherwise
     assert stopped.error["evalue"] == "interrupted while the program was being saved; nothing ran"
@@ -217,12 +224,12 @@ def test_an_interrupt_while_the_program_is_saved_stops_it_and_records_it(
     assert kernel.execute("'ran' in globals()").result == "False"
     kernel.execute("_store.write_file = _write")
     assert kernel.execute("print('next')").stdout == "next\n"
-    assert [line["status"] for line in history(checkpoint_root)][-2:] == ["ok", "ok"]
+    assert [line["status"] for line in history(kernel.session_dir)][-2:] == ["ok", "ok"]
 
 
 def test_a_replay_awaited_from_another_thread_is_refused_clearly(kernel: Kernel) -> None:
     kernel.execute("target = 1\nundefined_name")
-    run = kernel.execute(
+    executed = kernel.execute(
         "import asyncio, threading\n"
         "outcome = []\n"
         "async def fix():\n"
@@ -236,15 +243,15 @@ def test_a_replay_awaited_from_another_thread_is_refused_clearly(kernel: Kernel)
         "thread.start(); thread.join()\n"
         "print(outcome[0])"
     )
-    assert run.stdout.startswith("ReplayError: a replay runs as part of a program")
+    assert executed.stdout.startswith("ReplayError: a replay runs as part of a program")
     assert kernel.execute("target").result == "1"  # nothing ran, nothing was overwritten
 
 
 def test_a_replay_whose_fix_holds_a_lone_surrogate_is_a_replay_error(kernel: Kernel) -> None:
     kernel.execute("word = 'x'\nundefined_name")
-    run = kernel.execute("await ptc_retry.replay('#1', \"'x'\", \"'\\ud800'\")")
-    assert run.error["ename"] == "ReplayError"
-    assert "lone surrogate" in run.error["evalue"]
+    executed = kernel.execute("await ptc_retry.replay('#1', \"'x'\", \"'\\ud800'\")")
+    assert executed.error["ename"] == "ReplayError"
+    assert "lone surrogate" in executed.error["evalue"]
 
 
 def test_a_stock_kernel_that_never_takes_reply_metadata_does_not_pile_it_up(
@@ -263,4 +270,4 @@ def test_the_cell_that_unloads_the_extension_is_recorded_not_left_unfinished(
     kernel: Kernel, checkpoint_root: Path
 ) -> None:
     kernel.execute("%unload_ext ptc_retry")
-    assert [line["status"] for line in history(checkpoint_root)] == ["ok"]
+    assert [line["status"] for line in history(kernel.session_dir)] == ["ok"]

@@ -29,20 +29,10 @@ from ptc_retry.core.session_files import session_in_use
 from ptc_retry.core.store import CheckpointStore
 from ptc_retry.sessions import SessionReader
 
-from .helpers import Kernel
+from .helpers import Kernel, finished_call, raw
 
 POSIX = os.name == "posix"
 needs_flock = pytest.mark.skipif(fs.fcntl is None, reason="no fcntl: sessions unlocked")
-
-
-def code(text: str) -> str:
-    return json.dumps({"code": text})
-
-
-def run(store: CheckpointStore, text: str = "x = 1", **kwargs: Any) -> Any:
-    call = store.begin(code(text), **kwargs)
-    store.finish(call, "ok")
-    return call
 
 
 def warning_of(kernel: Kernel) -> str:
@@ -174,7 +164,10 @@ def test_sessions_whose_names_sanitize_alike_never_share_a_directory(
 
 def test_call_ids_that_sanitize_alike_keep_their_own_names(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path, "s")
-    first, second = run(store, "a = 1", call_id="a:b"), run(store, "b = 2", call_id="a;b")
+    first, second = (
+        finished_call(store, "a = 1", call_id="a:b"),
+        finished_call(store, "b = 2", call_id="a;b"),
+    )
     assert first.id != second.id and not second.id.endswith(".2")
     assert store.load_code("a:b") == (first.id, "a = 1")
     assert store.load_code("a;b") == (second.id, "b = 2")
@@ -184,7 +177,10 @@ def test_call_ids_that_sanitize_alike_keep_their_own_names(tmp_path: Path) -> No
 def test_ids_that_differ_only_in_case_never_share_a_file(tmp_path: Path) -> None:
     # One file on a case-insensitive disk (macOS, Windows): the second is de-duplicated.
     store = CheckpointStore(tmp_path, "s")
-    upper, lower = run(store, "a = 1", call_id="Call_A"), run(store, "b = 2", call_id="call_a")
+    upper, lower = (
+        finished_call(store, "a = 1", call_id="Call_A"),
+        finished_call(store, "b = 2", call_id="call_a"),
+    )
     assert (upper.id, lower.id) == ("Call_A", "call_a.2")
     assert store.load_code("Call_A") == ("Call_A", "a = 1")
     store.close()
@@ -208,8 +204,8 @@ def test_a_torn_history_append_is_taken_back_and_no_acknowledged_call_is_lost(
 ) -> None:
     disk = tmpfs("size=64k,mode=0700")
     store = CheckpointStore(disk / "root", "s")
-    run(store, "a = 1")
-    torn, later = store.begin(code("b = 2")), store.begin(code("c = 3"))
+    finished_call(store, "a = 1")
+    torn, later = store.begin(raw("b = 2")), store.begin(raw("c = 3"))
     history = store.session_dir / "history.jsonl"
     size = history.stat().st_size
     fill(disk)
@@ -291,7 +287,7 @@ def test_damaged_history_lines_are_skipped_by_the_store_and_the_cli(
     assert [line["id"] for line in store.history()] == ["c1", "c4", "c5"]
     with pytest.raises(CheckpointError, match="no program #4"):
         store.path_for("#4")
-    assert run(store).n == 6  # 10**40 is damage, not a number
+    assert finished_call(store).n == 6  # 10**40 is damage, not a number
     store.close()
 
     reader = SessionReader(session)
@@ -423,7 +419,7 @@ def test_temp_files_are_never_written_through_a_planted_link(
     (store.session_dir / "by-id" / planted).symlink_to(outside)
 
     with pytest.raises(FileExistsError):  # O_EXCL: the name is taken, nothing is written
-        store.begin(code("x = 1"))
+        store.begin(raw("x = 1"))
 
     assert outside.read_text() == "mine\n"
     store.close()
@@ -435,13 +431,13 @@ def test_a_directory_swapped_for_a_link_after_opening_is_not_followed(
     tmp_path: Path, swapped: str
 ) -> None:
     store = CheckpointStore(tmp_path / "root", "s")
-    first = run(store, "a = 1")
+    first = finished_call(store, "a = 1")
     outside = tmp_path / "outside"
     outside.mkdir()
     (store.session_dir / swapped).rename(store.session_dir / f"{swapped}.moved")
     (store.session_dir / swapped).symlink_to(outside)
 
-    second = run(store, "b = 2")
+    second = finished_call(store, "b = 2")
     store.link_number(first)
     store.link_number(second)
 
@@ -471,8 +467,8 @@ def test_a_replay_never_runs_a_checkpoint_link_that_leads_outside(
 @pytest.mark.skipif(not POSIX, reason="symlinks")
 def test_a_previous_entry_planted_as_a_foreign_link_is_refused(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path / "root", "s")
-    run(store, "a = 1")
-    store.begin(code("b = 2"))
+    finished_call(store, "a = 1")
+    store.begin(raw("b = 2"))
     entry = store.session_dir / "previous" / "1.json"
     entry.unlink()
     entry.symlink_to("/etc/passwd")
@@ -502,7 +498,7 @@ def test_a_link_only_the_superuser_controls_is_resolved(tmp_path: Path) -> None:
     (tmp_path / "private").mkdir(mode=0o755)
     (tmp_path / "var").symlink_to("private")
     store = CheckpointStore(tmp_path / "var" / "root", "s")
-    run(store)
+    finished_call(store)
     store.close()
     assert (tmp_path / "private" / "root" / "s" / "by-id" / "c1.json").is_file()
 
@@ -533,7 +529,7 @@ def test_a_cell_creates_one_file_its_checkpoint(
 ) -> None:
     store = CheckpointStore(tmp_path, "s")
     for _ in range(3):
-        run(store)  # steps of their own: previous/1.json moves on every call
+        finished_call(store)  # steps of their own: previous/1.json moves on every call
     created: list[str] = []
     real_open, real_symlink, real_mkdir = os.open, os.symlink, os.mkdir
 
@@ -553,7 +549,7 @@ def test_a_cell_creates_one_file_its_checkpoint(
     monkeypatch.setattr(os, "symlink", counting(real_symlink))
     monkeypatch.setattr(os, "mkdir", counting(real_mkdir))
     for _ in range(10):
-        run(store)
+        finished_call(store)
     monkeypatch.undo()
 
     assert len(created) == 10 and all(Path(name).name.startswith(".c") for name in created)

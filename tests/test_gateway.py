@@ -52,7 +52,7 @@ from .gateway_server import (
     require_kernel_gateway,
     start_gateway,
 )
-from .helpers import ORDERS, Run, raw
+from .helpers import ORDERS, OnLoop, raw, until_printed
 
 PROGRAM = ORDERS  # over notice_min_bytes, one wrong literal: "regoin" for "region"
 #: A kernelspec whose kernel exits at once, as one whose image lacks a package does.
@@ -107,35 +107,33 @@ def limited(
 
 
 @pytest.fixture(scope="module")
-def backend(run: Run[Any], gateway: Gateway) -> Iterator[KernelBackend]:
-    kb = KernelBackend(**gateway.backend_options())
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
+def options(gateway: Gateway) -> dict[str, Any]:
+    """The module's backend (conftest's ``backend``) reaches its kernel through ``gateway``."""
+    return gateway.backend_options()
 
 
 # -- the agent loop, through the gateway ----------------------------------------------------
 
 
 def test_guard_refuses_after_three_identical_failures(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     backend.new_turn()
-    run(backend.run_code('%config PtcRetry.guard_mode = "pause"', call_id="call_q0"))
+    on_loop(backend.run_code('%config PtcRetry.guard_mode = "pause"', call_id="call_q0"))
     failures = [
-        run(backend.run_code(PROGRAM, call_id=f"call_q{n}", arguments=raw(PROGRAM)))
+        on_loop(backend.run_code(PROGRAM, call_id=f"call_q{n}", arguments=raw(PROGRAM)))
         for n in (1, 2, 3)
     ]
 
-    refused = run(backend.run_code("print('must not run')", call_id="call_q4"))
+    refused = on_loop(backend.run_code("print('must not run')", call_id="call_q4"))
 
     assert [f.status for f in failures] == ["error"] * 3
     assert failures[2].metadata["guard"]["paused"] is True
     assert refused.status == "refused" and refused.ename == "RetryGuardPaused"
     assert not [out for out in refused.outputs if out["output_type"] == "stream"]  # never ran
     backend.new_turn()  # a person's new instruction lifts the pause
-    run(backend.run_code('%config PtcRetry.guard_mode = "observe"', call_id="call_q5"))
-    assert run(backend.run_code("print('runs again')", call_id="call_q6")).text == "runs again"
+    on_loop(backend.run_code('%config PtcRetry.guard_mode = "observe"', call_id="call_q5"))
+    assert on_loop(backend.run_code("print('runs again')", call_id="call_q6")).text == "runs again"
 
 
 # -- tool results and the gateway's websocket limit -----------------------------------------
@@ -178,7 +176,7 @@ def refused_as_too_large(
 
 
 def test_a_result_over_the_websocket_limit_is_a_tool_error_with_the_size_and_the_limit(
-    with_tools: KernelBackend, run: Run[Any]
+    with_tools: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = (
         "calls = tools.text_of(mb=10.5), tools.text_of(mb=10), tools.fails_at_length(mb=11)\n"
@@ -189,7 +187,7 @@ def test_a_result_over_the_websocket_limit_is_a_tool_error_with_the_size_and_the
         "        print(error)\n"
     )
 
-    result = run(asyncio.wait_for(with_tools.run_code(program, timeout=60), 90))
+    result = on_loop(asyncio.wait_for(with_tools.run_code(program, timeout=60), 90))
 
     assert result.status == "ok", result.text
     refused, arrived, failed = result.text.splitlines()
@@ -198,12 +196,12 @@ def test_a_result_over_the_websocket_limit_is_a_tool_error_with_the_size_and_the
     assert arrived == "10000000"  # 10 MB, just under 10 MiB, goes through
     what = "fails_at_length: its error message"
     refused_as_too_large(failed, 11_000_014, with_tools.gateway_url, what)  # "ValueError: x..."
-    after = run(asyncio.wait_for(with_tools.run_code("1 + 1", timeout=20), 30))
+    after = on_loop(asyncio.wait_for(with_tools.run_code("1 + 1", timeout=20), 30))
     assert after.value == "2"
 
 
 def test_a_batch_over_the_limit_loses_only_its_largest_result(
-    with_tools: KernelBackend, run: Run[Any]
+    with_tools: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = (
         "import asyncio\n"
@@ -212,7 +210,7 @@ def test_a_batch_over_the_limit_loses_only_its_largest_result(
         "[len(g) if isinstance(g, str) else str(g) for g in got]"
     )
 
-    result = run(asyncio.wait_for(with_tools.run_code(program, timeout=60), 90))
+    result = on_loop(asyncio.wait_for(with_tools.run_code(program, timeout=60), 90))
 
     assert result.status == "ok", result.text
     assert result.value is not None
@@ -223,21 +221,21 @@ def test_a_batch_over_the_limit_loses_only_its_largest_result(
 
 
 def test_a_program_over_the_websocket_limit_is_not_sent(
-    with_tools: KernelBackend, run: Run[Any]
+    with_tools: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = f"text = {'x' * 11_000_000!r}\nlen(text)"
 
     with pytest.raises(MessageTooLarge, match=r"the program's execute_request would be [\d,]+ "):
-        run(asyncio.wait_for(with_tools.run_code(program, timeout=20), 30))
+        on_loop(asyncio.wait_for(with_tools.run_code(program, timeout=20), 30))
 
-    after = run(asyncio.wait_for(with_tools.run_code("1 + 1", timeout=20), 30))
+    after = on_loop(asyncio.wait_for(with_tools.run_code("1 + 1", timeout=20), 30))
     assert after.value == "2"
 
 
 # -- several clients, other clients ---------------------------------------------------------
 
 
-def test_two_backends_on_one_gateway_at_once(gateway: Gateway, run: Run[Any]) -> None:
+def test_two_backends_on_one_gateway_at_once(gateway: Gateway, on_loop: OnLoop[Any]) -> None:
     async def two() -> tuple[list[RunResult], float, list[Any]]:
         backends = [KernelBackend(**gateway.backend_options()) for _ in range(2)]
         await asyncio.gather(*(kb.start() for kb in backends))
@@ -251,7 +249,7 @@ def test_two_backends_on_one_gateway_at_once(gateway: Gateway, run: Run[Any]) ->
         finally:
             await asyncio.gather(*(kb.shutdown() for kb in backends))
 
-    results, elapsed, dirs = run(two())
+    results, elapsed, dirs = on_loop(two())
 
     assert [r.value for r in results] == ["0", "1"]
     assert elapsed < 1.9  # the two one-second programs overlapped
@@ -292,7 +290,7 @@ async def plain_client_run(
 
 
 def test_forced_kernel_gives_a_python3_client_checkpoints_and_notices(
-    jupyter_path: Path, run: Run[Any], tmp_path: Path
+    jupyter_path: Path, on_loop: OnLoop[Any], tmp_path: Path
 ) -> None:
     require_kernel_gateway()
     root = tmp_path / "checkpoints"
@@ -303,7 +301,9 @@ def test_forced_kernel_gives_a_python3_client_checkpoints_and_notices(
         root, tmp_path, "--KernelGatewayApp.force_kernel_name=ptc-retry", env=whitelist
     )
     try:
-        name, error = run(plain_client_run(forced.url, "python3", PROGRAM, {"KERNEL_USER": "a"}))
+        name, error = on_loop(
+            plain_client_run(forced.url, "python3", PROGRAM, {"KERNEL_USER": "a"})
+        )
     finally:
         forced.stop()
 
@@ -318,18 +318,18 @@ def test_forced_kernel_gives_a_python3_client_checkpoints_and_notices(
 # -- what a gateway says, as the backend says it -------------------------------------------
 
 
-def start_error(run: Run[Any], **options: Any) -> str:
+def start_error(on_loop: OnLoop[Any], **options: Any) -> str:
     """The message of the error a backend with ``options`` raises from start()."""
     kb = KernelBackend(**options)
     started = time.monotonic()
     with pytest.raises(BackendError) as caught:
-        run(kb.start())
+        on_loop(kb.start())
     assert time.monotonic() - started < 10  # within seconds
     return f"{type(caught.value).__name__}: {caught.value}"
 
 
 def test_a_wrong_or_missing_token_is_a_clear_error_within_seconds(
-    gateway: Gateway, run: Run[Any]
+    gateway: Gateway, on_loop: OnLoop[Any]
 ) -> None:
     options = {**gateway.backend_options(), "token": "not-the-token"}
     hint = (
@@ -337,18 +337,18 @@ def test_a_wrong_or_missing_token_is_a_clear_error_within_seconds(
         "EG_AUTH_TOKEN of Enterprise Gateway) as token=..."
     )
 
-    wrong = start_error(run, **options)
-    missing = start_error(run, **{**options, "token": None})
+    wrong = start_error(on_loop, **options)
+    missing = start_error(on_loop, **{**options, "token": None})
 
     assert wrong == f"GatewayError: the gateway at {gateway.url} refused the token {hint}"
     assert missing == f"GatewayError: the gateway at {gateway.url} asks for a token {hint}"
 
 
 def test_a_url_without_the_gateways_base_path_is_a_clear_error(
-    gateway: Gateway, run: Run[Any]
+    gateway: Gateway, on_loop: OnLoop[Any]
 ) -> None:
     url = f"{gateway.url}/kernels"
-    said = start_error(run, **{**gateway.backend_options(), "gateway_url": url})
+    said = start_error(on_loop, **{**gateway.backend_options(), "gateway_url": url})
 
     assert said == (
         f"GatewayError: the gateway at {url} has no /api/kernels (HTTP 404: Not Found); is "
@@ -356,8 +356,10 @@ def test_a_url_without_the_gateways_base_path_is_a_clear_error(
     )
 
 
-def test_an_unknown_kernel_name_names_the_gateways_kernels(gateway: Gateway, run: Run[Any]) -> None:
-    said = start_error(run, **gateway.backend_options(), kernel_name="no-such-kernel")
+def test_an_unknown_kernel_name_names_the_gateways_kernels(
+    gateway: Gateway, on_loop: OnLoop[Any]
+) -> None:
+    said = start_error(on_loop, **gateway.backend_options(), kernel_name="no-such-kernel")
 
     start = (
         f"KernelStartError: the gateway at {gateway.url} has no kernel named 'no-such-kernel' "
@@ -373,7 +375,7 @@ def test_an_unknown_kernel_name_names_the_gateways_kernels(gateway: Gateway, run
 
 
 def test_a_user_the_gateway_refuses_is_told_to_name_another(
-    jupyter_path: Path, run: Run[Any], tmp_path: Path
+    jupyter_path: Path, on_loop: OnLoop[Any], tmp_path: Path
 ) -> None:
     """Enterprise Gateway refuses kernels for root (its default unauthorized_users) and, when
     a client names no KERNEL_USERNAME, starts them for the user it runs as."""
@@ -385,8 +387,8 @@ def test_a_user_the_gateway_refuses_is_told_to_name_another(
     )
     options = refusing.backend_options()
     try:
-        unnamed = start_error(run, **{**options, "env": {}})
-        refused = start_error(run, **{**options, "env": {"KERNEL_USERNAME": "mallory"}})
+        unnamed = start_error(on_loop, **{**options, "env": {}})
+        refused = start_error(on_loop, **{**options, "env": {"KERNEL_USERNAME": "mallory"}})
     finally:
         refusing.stop()
 
@@ -410,13 +412,13 @@ def test_a_user_the_gateway_refuses_is_told_to_name_another(
     )
 
 
-def test_a_gateway_at_its_kernel_limit_says_so(limited: Gateway, run: Run[Any]) -> None:
+def test_a_gateway_at_its_kernel_limit_says_so(limited: Gateway, on_loop: OnLoop[Any]) -> None:
     first = KernelBackend(**limited.backend_options())
-    run(first.start())
+    on_loop(first.start())
     try:
-        said = start_error(run, **limited.backend_options())
+        said = start_error(on_loop, **limited.backend_options())
     finally:
-        run(first.shutdown())
+        on_loop(first.shutdown())
 
     assert said == (
         f"KernelStartError: the gateway at {limited.url} runs as many kernels as it allows "
@@ -427,12 +429,12 @@ def test_a_gateway_at_its_kernel_limit_says_so(limited: Gateway, run: Run[Any]) 
 
 
 def test_a_kernel_that_exits_at_start_is_reported_once_the_gateway_gives_up(
-    limited: Gateway, run: Run[Any]
+    limited: Gateway, on_loop: OnLoop[Any]
 ) -> None:
     kb = KernelBackend(**limited.backend_options(), kernel_name="broken")
     started = time.monotonic()
     with pytest.raises(KernelStartError) as caught:
-        run(kb.start())
+        on_loop(kb.start())
 
     assert str(caught.value) == (
         f"the 'broken' kernel behind the gateway at {limited.url} exited before it answered, "
@@ -447,15 +449,16 @@ def test_a_kernel_that_exits_at_start_is_reported_once_the_gateway_gives_up(
 
 
 def test_gateway_that_goes_away_is_a_clear_error_within_seconds(
-    jupyter_path: Path, run: Run[Any], tmp_path: Path
+    jupyter_path: Path, on_loop: OnLoop[Any], tmp_path: Path
 ) -> None:
     require_kernel_gateway()
     doomed = Gateway(tmp_path / "checkpoints", tmp_path)
     kb = KernelBackend(gateway_url=doomed.url, token=TOKEN)
 
     async def stop_while_a_program_runs() -> float:
-        call = asyncio.ensure_future(kb.run_code("import time\ntime.sleep(60)"))
-        await asyncio.sleep(1)
+        program = "import time\nprint('waiting', flush=True)\ntime.sleep(60)"
+        call = asyncio.ensure_future(kb.run_code(program))
+        await until_printed(kb, "waiting")
         await asyncio.get_running_loop().run_in_executor(None, doomed.stop)
         stopped = time.monotonic()
         with pytest.raises(GatewayError, match="cannot reach the gateway"):
@@ -463,19 +466,19 @@ def test_gateway_that_goes_away_is_a_clear_error_within_seconds(
         return time.monotonic() - stopped
 
     try:
-        run(kb.start())
-        assert run(kb.run_code("6 * 7")).value == "42"
+        on_loop(kb.start())
+        assert on_loop(kb.run_code("6 * 7")).value == "42"
 
-        assert run(stop_while_a_program_runs()) < 5
+        assert on_loop(stop_while_a_program_runs()) < 5
         started = time.monotonic()
         with pytest.raises(GatewayError, match="cannot reach the gateway"):
-            run(kb.run_code("6 * 7"))
+            on_loop(kb.run_code("6 * 7"))
         with pytest.raises(GatewayError, match="cannot reach the gateway"):
-            run(KernelBackend(gateway_url=doomed.url, token=TOKEN).start())
+            on_loop(KernelBackend(gateway_url=doomed.url, token=TOKEN).start())
         assert time.monotonic() - started < 5
     finally:
         doomed.stop()
-        run(asyncio.wait_for(kb.shutdown(), 10))
+        on_loop(asyncio.wait_for(kb.shutdown(), 10))
 
 
 def test_gateway_options_are_checked_when_the_backend_is_made() -> None:

@@ -7,9 +7,6 @@ change resets the guard) and uses its own turn number.
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +16,7 @@ from ptc_retry.core.guard import RepeatedFailureGuard, canonical_arguments, fail
 from ptc_retry.core.notice import parse_notice
 from ptc_retry.kernel.config import PtcRetry
 
-from .helpers import Execution, Kernel
+from .helpers import Execution, Kernel, StartKernel
 
 # Over notice_min_bytes, so failures get the full notice. Its error message holds an
 # address that differs from run to run.
@@ -46,50 +43,26 @@ SENTENCE = "3 identical failures in a row: change the program, do not repeat it.
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("guard-checkpoints")
-
-
-@pytest.fixture
-def checkpoint_dir(root: Path) -> Path:
-    return root / "guard"
-
-
-@pytest.fixture(scope="module")
-def shared(jupyter_path: Path, root: Path) -> Iterator[Kernel]:
-    env = dict(os.environ)
-    env["PTC_RETRY_ROOT"] = str(root)
-    env["PTC_RETRY_SESSION"] = "guard"
-    kernel = Kernel("ptc-retry", env, [])
-    yield kernel
-    kernel.shutdown()
+def shared(start_shared_kernel: StartKernel) -> Kernel:
+    return start_shared_kernel("guard")
 
 
 @pytest.fixture
 def kernel(shared: Kernel) -> Kernel:
     # A new instruction lifts any pause a previous test left; then a fresh observe guard.
-    run(shared, "pass", {"new_instruction": True})
-    run(shared, '%config PtcRetry.guard_mode = "observe"')
-    run(shared, "%config PtcRetry.guard_exclude = []")
+    shared.execute("pass", {"new_instruction": True})
+    shared.execute('%config PtcRetry.guard_mode = "observe"')
+    shared.execute("%config PtcRetry.guard_exclude = []")
     return shared
 
 
 _turns = iter(range(100, 10_000))
 
 
-def run(kernel: Kernel, code: str, metadata: dict[str, Any] | None = None) -> Execution:
-    # Failures come back to back: without stop_on_error=False, ipykernel 6 may abort the next.
-    return kernel.execute(code, metadata)
-
-
-def call(kernel: Kernel, code: str, turn: int, **metadata: Any) -> Execution:
-    return run(kernel, code, {"turn": turn, **metadata})
-
-
 def fail(kernel: Kernel, turn: int, code: str = FAILING, **metadata: Any) -> Execution:
-    run = call(kernel, code, turn, **metadata)
-    assert run.status == "error", run.stdout
-    return run
+    executed = kernel.execute_call(code, turn=turn, **metadata)
+    assert executed.status == "error", executed.stdout
+    return executed
 
 
 def test_reported_exactly_at_the_limit_and_once_per_streak(kernel: Kernel) -> None:
@@ -151,9 +124,9 @@ def test_key_keeps_array_order_and_program_whitespace(kernel: Kernel, different:
 
 
 BREAKERS = {
-    "a success": lambda kernel, turn: call(kernel, "x = 1", turn),
-    "stderr output": lambda kernel, turn: call(
-        kernel, "import sys; print('warning', file=sys.stderr)", turn
+    "a success": lambda kernel, turn: kernel.execute_call("x = 1", turn=turn),
+    "stderr output": lambda kernel, turn: kernel.execute_call(
+        "import sys; print('warning', file=sys.stderr)", turn=turn
     ),
     "another error": lambda kernel, turn: fail(kernel, turn, FAILING.replace("Value", "Type")),
     "an excluded tool": lambda kernel, turn: fail(kernel, turn, tool="shell"),
@@ -163,7 +136,7 @@ BREAKERS = {
 
 @pytest.mark.parametrize("breaker", list(BREAKERS))
 def test_streak_breakers(kernel: Kernel, breaker: str) -> None:
-    run(kernel, '%config PtcRetry.guard_exclude = ["shell"]')
+    kernel.execute('%config PtcRetry.guard_exclude = ["shell"]')
     turn = next(_turns)
     next(_turns)  # turn + 1 is used by "a new turn"
     fail(kernel, turn)
@@ -175,7 +148,7 @@ def test_streak_breakers(kernel: Kernel, breaker: str) -> None:
 
 
 def test_excluded_tool_is_never_counted(kernel: Kernel) -> None:
-    run(kernel, '%config PtcRetry.guard_exclude = ["shell"]')
+    kernel.execute('%config PtcRetry.guard_exclude = ["shell"]')
     turn = next(_turns)
     runs = [fail(kernel, turn, tool="shell") for _ in range(4)]
     assert all(r.ptc["guard"] is None for r in runs)
@@ -185,25 +158,23 @@ def test_observe_runs_every_program(kernel: Kernel) -> None:
     turn = next(_turns)
     for _ in range(4):
         fail(kernel, turn)
-    run = call(kernel, "print('still running')", turn)
-    assert run.status == "ok" and run.stdout == "still running\n"
+    executed = kernel.execute_call("print('still running')", turn=turn)
+    assert executed.status == "ok" and executed.stdout == "still running\n"
 
 
 def pause_after_three(kernel: Kernel, code: str = FAILING) -> tuple[int, list[Execution]]:
-    run(kernel, '%config PtcRetry.guard_mode = "pause"')
+    kernel.execute('%config PtcRetry.guard_mode = "pause"')
     turn = next(_turns)
     runs = [fail(kernel, turn, code) for _ in range(3)]
     return turn, runs
 
 
-def test_pause_refuses_the_next_program_until_a_new_instruction(
-    kernel: Kernel, checkpoint_dir: Path
-) -> None:
+def test_pause_refuses_the_next_program_until_a_new_instruction(kernel: Kernel) -> None:
     turn, runs = pause_after_three(kernel)
     assert runs[2].ptc["guard"]["paused"] is True
     assert "programs pause until the user's next instruction" in runs[2].ptc["notice"]
 
-    refused = call(kernel, "print('must not run')", turn, call_id="refused_1")
+    refused = kernel.execute_call("print('must not run')", turn=turn, call_id="refused_1")
 
     assert refused.stdout == ""
     assert refused.status == "error"
@@ -220,13 +191,13 @@ def test_pause_refuses_the_next_program_until_a_new_instruction(
     assert (report["first_id"], report["last_id"], report["count"]) == (first, last, 3)
     displays = [o for o in refused.outputs if o["msg_type"] == "display_data"]
     assert [d["content"]["data"] for d in displays] == [{"application/json": report}]
-    history = (checkpoint_dir / "history.jsonl").read_text().splitlines()
+    history = (kernel.session_dir / "history.jsonl").read_text().splitlines()
     assert json.loads(history[-1])["status"] == "refused"
     assert json.loads(history[-1])["id"] == "refused_1"
-    saved = json.loads((checkpoint_dir / "by-id" / "refused_1.json").read_text())
+    saved = json.loads((kernel.session_dir / "by-id" / "refused_1.json").read_text())
     assert saved == {"code": "print('must not run')"}
 
-    lifted = call(kernel, "print('runs again')", turn, new_instruction=True)
+    lifted = kernel.execute_call("print('runs again')", turn=turn, new_instruction=True)
 
     assert lifted.status == "ok" and lifted.stdout == "runs again\n"
     assert lifted.ptc["guard"] is None
@@ -234,7 +205,7 @@ def test_pause_refuses_the_next_program_until_a_new_instruction(
 
 def test_pause_refuses_a_syntax_error_as_a_refusal(kernel: Kernel) -> None:
     turn, _ = pause_after_three(kernel)
-    refused = call(kernel, "print('unclosed'", turn)
+    refused = kernel.execute_call("print('unclosed'", turn=turn)
     assert refused.error["ename"] == "RetryGuardPaused"
     assert refused.reply["content"]["ename"] == "RetryGuardPaused"
     assert refused.ptc["status"] == "refused"
@@ -252,22 +223,22 @@ def test_a_models_program_cannot_lift_the_pause(
     kernel: Kernel, code: str, metadata: dict[str, Any]
 ) -> None:
     turn, _ = pause_after_three(kernel)
-    attempt = call(kernel, code, turn, **metadata)
+    attempt = kernel.execute_call(code, turn=turn, **metadata)
     if code == "%ptc_guard reset":  # only our magic: not a program, so not refused either
         assert attempt.status == "ok" and "nothing was reset" in attempt.stderr
         assert attempt.ptc["call_id"] is None
     else:
         assert attempt.error["ename"] == "RetryGuardPaused"
-    still = call(kernel, "print('x')", turn)
+    still = kernel.execute_call("print('x')", turn=turn)
     assert still.error["ename"] == "RetryGuardPaused"
 
 
 def test_a_persons_reset_cell_lifts_the_pause(kernel: Kernel) -> None:
     turn, _ = pause_after_three(kernel)
-    reset = run(kernel, "%ptc_guard reset")  # no ptc_retry metadata: a person's cell
+    reset = kernel.execute("%ptc_guard reset")  # no ptc_retry metadata: a person's cell
     assert reset.status == "ok", reset.error
     assert "starts fresh" in reset.stdout
-    after = call(kernel, "print('runs again')", turn)
+    after = kernel.execute_call("print('runs again')", turn=turn)
     assert after.status == "ok" and after.stdout == "runs again\n"
 
 
@@ -299,7 +270,7 @@ def test_the_report_holds_no_program_or_error_text(kernel: Kernel) -> None:
         "raise KeyError('hunter2-in-the-error')\n"
     )
     turn, runs = pause_after_three(kernel, program)
-    refused = call(kernel, "print(secret_value)", turn)
+    refused = kernel.execute_call("print(secret_value)", turn=turn)
     texts = [json.dumps(runs[2].ptc["guard"]), json.dumps(refused.ptc["guard"])]
     texts += [refused.error["evalue"], *refused.error["traceback"]]
     texts += [json.dumps(o["content"]) for o in refused.outputs if o["msg_type"] != "error"]
@@ -310,8 +281,8 @@ def test_changing_the_configuration_starts_the_guard_fresh(kernel: Kernel) -> No
     turn = next(_turns)
     fail(kernel, turn)
     fail(kernel, turn)
-    run(kernel, "%config PtcRetry.failure_limit = 4")
-    run(kernel, "%config PtcRetry.failure_limit = 3")
+    kernel.execute("%config PtcRetry.failure_limit = 4")
+    kernel.execute("%config PtcRetry.failure_limit = 3")
     assert fail(kernel, turn).ptc["guard"] is None
 
 
@@ -319,7 +290,7 @@ def test_status_magic_describes_the_streak(kernel: Kernel) -> None:
     turn = next(_turns)
     first = fail(kernel, turn)
     fail(kernel, turn)
-    status = run(kernel, "%ptc_guard")
+    status = kernel.execute("%ptc_guard")
     assert "mode observe, limit 3" in status.stdout
     assert "2 identical failure(s) of run_code (ValueError)" in status.stdout
     assert first.ptc["call_id"] in status.stdout
@@ -333,9 +304,9 @@ def test_status_magic_describes_the_streak(kernel: Kernel) -> None:
     ],
 )
 def test_bad_configuration_is_rejected_clearly(kernel: Kernel, line: str, message: str) -> None:
-    attempt = run(kernel, line)
+    attempt = kernel.execute(line)
     assert message in attempt.stderr  # IPython's %config reports the TraitError on stderr
-    assert "mode observe, limit 3" in run(kernel, "%ptc_guard").stdout  # unchanged
+    assert "mode observe, limit 3" in kernel.execute("%ptc_guard").stdout  # unchanged
 
 
 @pytest.mark.parametrize("limit", [1, 0, -3, True, 2.5, "3"])

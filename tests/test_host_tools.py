@@ -29,16 +29,11 @@ from ptc_retry.backend.results import RUN_CODE_DESCRIPTION
 from ptc_retry.core.notice import prompt_section
 from ptc_retry.core.sentences import CODE_PROMPT, TOOLS_PROMPT
 
-from . import test_backend_transports as transports
-from .helpers import Run, follow, history, line_of, raw
+from .gateway_server import KERNEL_GATEWAY
+from .helpers import OnLoop, StartBackend, follow, history, line_of, raw
 
-# The transports' fixtures: each test below runs on a local kernel and behind a real gateway.
-roots, gateway, transport, options = (
-    transports.roots,
-    transports.gateway,
-    transports.transport,
-    transports.options,
-)
+#: Each test that uses a backend runs on a local kernel and behind a real Kernel Gateway.
+TRANSPORTS = ["local", KERNEL_GATEWAY]
 
 
 class Host:
@@ -208,9 +203,9 @@ def answer(tools: HostTools, *calls: tuple[str, Any]) -> list[dict[str, Any]]:
     return asyncio.run(tools.answer(batch))
 
 
-def finished(backend: KernelBackend, run: Run[Any], program: str, call_id: str) -> RunResult:
+def finished(backend: KernelBackend, on_loop: OnLoop[Any], program: str, call_id: str) -> RunResult:
     """The result of ``program``, which must end well within 20 s: a hang fails here."""
-    result = run(asyncio.wait_for(backend.run_code(program, call_id=call_id), 20))
+    result = on_loop(asyncio.wait_for(backend.run_code(program, call_id=call_id), 20))
     assert result.status == "ok", result.text
     return result
 
@@ -384,16 +379,13 @@ def odd(transport: str) -> Iterator[Odd]:
 
 @pytest.fixture(scope="module")
 def backend(
-    host: Host, odd: Odd, options: dict[str, Any], run: Run[Any]
-) -> Iterator[KernelBackend]:
-    kb = KernelBackend(tools=host.tools() + odd.tools(), interrupt_grace=2, **options)
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
+    start_backend: StartBackend, host: Host, odd: Odd, options: dict[str, Any]
+) -> KernelBackend:
+    return start_backend(tools=host.tools() + odd.tools(), interrupt_grace=2, **options)
 
 
 def test_requests_allow_stdin_and_carry_the_catalog_only_with_tools(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     show = (
         "_parent = get_ipython().kernel.get_parent()\n"
@@ -401,19 +393,19 @@ def test_requests_allow_stdin_and_carry_the_catalog_only_with_tools(
         "(_parent['content']['allow_stdin'], [tool['name'] for tool in _tools])"
     )
 
-    result = run(backend.run_code(show, call_id="call_w1"))
+    result = on_loop(backend.run_code(show, call_id="call_w1"))
 
     names = [function.__name__ for function in Host().tools() + Odd().tools()]
     assert result.value is not None and ast.literal_eval(result.value) == (True, names)
 
 
 def test_a_batch_is_answered_in_one_reply(
-    backend: KernelBackend, host: Host, run: Run[Any]
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
     before = host.calls["add"]
     program = ask(("add", {"a": 40}), ("nope", {}), ("fail", {"message": "no"}))
 
-    result = run(backend.run_code(program, call_id="call_w2"))
+    result = on_loop(backend.run_code(program, call_id="call_w2"))
 
     assert result.status == "ok", result.text
     results, _ = answered(result.text)
@@ -424,12 +416,12 @@ def test_a_batch_is_answered_in_one_reply(
     assert host.calls["add"] == before + 1
 
 
-def test_the_calls_of_a_batch_run_at_once(backend: KernelBackend, run: Run[Any]) -> None:
+def test_the_calls_of_a_batch_run_at_once(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
     program = ask(
         ("nap", {"seconds": 0.5}), ("sleep", {"seconds": 0.5}), ("sleep", {"seconds": 0.5})
     )
 
-    result = run(backend.run_code(program, call_id="call_w3"))
+    result = on_loop(backend.run_code(program, call_id="call_w3"))
 
     results, seconds = answered(result.text)
     assert [r["result"] for r in results] == ["napped 0.5", "slept 0.5", "slept 0.5"]
@@ -437,7 +429,7 @@ def test_the_calls_of_a_batch_run_at_once(backend: KernelBackend, run: Run[Any])
 
 
 def test_an_empty_or_malformed_tool_request_gets_a_reply_without_results(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     for n, body in enumerate(['{"calls": []}', "{not json"]):
         program = (
@@ -445,28 +437,28 @@ def test_an_empty_or_malformed_tool_request_gets_a_reply_without_results(
             f"get_ipython().kernel.raw_input(TOOL_PROMPT + {body!r})"
         )
 
-        result = finished(backend, run, program, f"call_w9{n}")
+        result = finished(backend, on_loop, program, f"call_w9{n}")
 
         assert result.value == repr('{"results": []}'), body
 
 
-def test_input_gets_end_of_file(backend: KernelBackend, run: Run[Any]) -> None:
-    result = run(backend.run_code("input('your name? ')", call_id="call_w4", timeout=20))
+def test_input_gets_end_of_file(backend: KernelBackend, on_loop: OnLoop[Any]) -> None:
+    result = on_loop(backend.run_code("input('your name? ')", call_id="call_w4", timeout=20))
 
     assert (result.status, result.ename) == ("error", "EOFError")
 
 
 def test_a_tool_awaited_past_the_time_limit_is_cancelled_and_the_next_call_works(
-    backend: KernelBackend, host: Host, run: Run[Any]
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
     started = time.monotonic()
-    result = run(backend.run_code("await tools.hang()", call_id="call_w5", timeout=1))
+    result = on_loop(backend.run_code("await tools.hang()", call_id="call_w5", timeout=1))
 
     assert result.status == "timeout" and not result.restarted
     assert result.ename == "KeyboardInterrupt"
     assert time.monotonic() - started < 5
     assert host.cancelled["hang"] == host.calls["hang"] == 1
-    after = run(backend.run_code("await tools.add(a=1)", call_id="call_w6", timeout=20))
+    after = on_loop(backend.run_code("await tools.add(a=1)", call_id="call_w6", timeout=20))
     assert after.value == "3"
 
 
@@ -479,10 +471,10 @@ def test_a_tool_awaited_past_the_time_limit_is_cancelled_and_the_next_call_works
     ids=["awaited", "in a gather"],
 )
 def test_a_program_stopped_while_awaiting_a_tool_says_the_time_limit(
-    backend: KernelBackend, run: Run[Any], program: str
+    backend: KernelBackend, on_loop: OnLoop[Any], program: str
 ) -> None:
     started = time.monotonic()
-    result = run(backend.run_code(program, call_id=f"call_l{len(program)}", timeout=1))
+    result = on_loop(backend.run_code(program, call_id=f"call_l{len(program)}", timeout=1))
 
     assert time.monotonic() - started < 5
     assert result.ename in ("KeyboardInterrupt", "CancelledError")
@@ -492,15 +484,15 @@ def test_a_program_stopped_while_awaiting_a_tool_says_the_time_limit(
 
 
 def test_an_interrupted_replay_awaiting_tools_is_offered_going_on(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    run(backend.run_code("import asyncio\nnaps = 0.1", call_id="call_i1"))
+    on_loop(backend.run_code("import asyncio\nnaps = 0.1", call_id="call_i1"))
     replay = (
         "await ptc_retry.replay('call_i1', 'naps = 0.1', "
         "'await asyncio.gather(tools.nap(seconds=30))')"
     )
     with pytest.raises(asyncio.TimeoutError):  # the caller gives up: the backend interrupts
-        run(asyncio.wait_for(backend.run_code(replay, call_id="call_i2"), 1.5))
+        on_loop(asyncio.wait_for(backend.run_code(replay, call_id="call_i2"), 1.5))
 
     deadline = time.monotonic() + 20  # the kernel records it once the interrupt reached it
     while not any(h["id"] == "call_i2" for h in history(backend.session_dir)):
@@ -511,22 +503,24 @@ def test_an_interrupted_replay_awaiting_tools_is_offered_going_on(
 
 
 def test_a_call_cancelled_by_its_caller_cancels_its_tools(
-    backend: KernelBackend, host: Host, run: Run[Any]
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
     before = host.cancelled["hang"]
     with pytest.raises(asyncio.TimeoutError):
-        run(asyncio.wait_for(backend.run_code(ask(("hang", {})), call_id="call_w7"), 1))
+        on_loop(asyncio.wait_for(backend.run_code(ask(("hang", {})), call_id="call_w7"), 1))
 
     assert host.cancelled["hang"] == before + 1
-    after = run(backend.run_code(ask(("add", {"a": 2})), call_id="call_w8", timeout=20))
+    after = on_loop(backend.run_code(ask(("add", {"a": 2})), call_id="call_w8", timeout=20))
     assert answered(after.text)[0] == [{"id": 0, "ok": True, "result": 4}]
 
 
 # -- through the kernel's ``tools`` object ------------------------------------------------
 
 
-def test_a_program_awaits_a_tool_and_uses_its_result(backend: KernelBackend, run: Run[Any]) -> None:
-    result = run(
+def test_a_program_awaits_a_tool_and_uses_its_result(
+    backend: KernelBackend, on_loop: OnLoop[Any]
+) -> None:
+    result = on_loop(
         backend.run_code("total = await tools.add(a=1, b=41)\ntotal * 2", call_id="call_t1")
     )
 
@@ -534,7 +528,7 @@ def test_a_program_awaits_a_tool_and_uses_its_result(backend: KernelBackend, run
 
 
 def test_gather_of_three_half_second_tools_takes_about_half_a_second(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = (
         "import asyncio, time\n"
@@ -545,7 +539,7 @@ def test_gather_of_three_half_second_tools_takes_about_half_a_second(
         "time.monotonic() - started"
     )
 
-    result = run(backend.run_code(program, call_id="call_t2"))
+    result = on_loop(backend.run_code(program, call_id="call_t2"))
 
     assert result.status == "ok", result.text
     assert result.text.startswith("['napped 0.5', 'slept 0.5', 'slept 0.5']")
@@ -553,7 +547,7 @@ def test_gather_of_three_half_second_tools_takes_about_half_a_second(
 
 
 def test_a_host_error_reaches_the_program_as_a_tool_error(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = (
         "try:\n"
@@ -561,26 +555,26 @@ def test_a_host_error_reaches_the_program_as_a_tool_error(
         "except ptc_retry.ToolError as error:\n"
         "    print(error)"
     )
-    caught = run(backend.run_code(program, call_id="call_t3"))
+    caught = on_loop(backend.run_code(program, call_id="call_t3"))
     assert caught.status == "ok", caught.text
     assert "fail" in caught.text and "LookupError: no order 7" in caught.text
 
-    unknown = run(backend.run_code("await tools.search(q='x')", call_id="call_t40"))
+    unknown = on_loop(backend.run_code("await tools.search(q='x')", call_id="call_t40"))
     assert unknown.status == "error" and unknown.evalue is not None
     assert "'search'" in unknown.evalue and "hang" in unknown.evalue  # it lists the tools
     for n, (call, said) in enumerate(
         [("tools.add(a='x')", ["add", "'a'", "integer"]), ("tools.unjson()", ["unjson", "JSON"])]
     ):
-        failed = run(backend.run_code(f"await {call}", call_id=f"call_t4{n + 1}"))
+        failed = on_loop(backend.run_code(f"await {call}", call_id=f"call_t4{n + 1}"))
         assert (failed.status, failed.ename) == ("error", "ToolError"), failed.text
         assert all(words in failed.evalue for words in said), failed.evalue
 
-    after = run(backend.run_code("await tools.add(a=1)", call_id="call_t5"))
+    after = on_loop(backend.run_code("await tools.add(a=1)", call_id="call_t5"))
     assert after.value == "3"  # the agent's process went on
 
 
 def test_a_replay_reuses_the_recorded_results(
-    backend: KernelBackend, host: Host, run: Run[Any]
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
     program = (
         "first = await tools.add(a=10)\n"
@@ -588,12 +582,12 @@ def test_a_replay_reuses_the_recorded_results(
         "print(first + second)\n"
         "first / zero\n"
     )
-    failed = run(backend.handle_tool_call("run_code", raw(program), "call_t6"))
+    failed = on_loop(backend.handle_tool_call("run_code", raw(program), "call_t6"))
     assert "NameError" in failed
     calls = host.calls["add"]
 
     line = "await ptc_retry.replay('call_t6', 'first / zero', 'first / 2')"
-    replayed = run(backend.run_code(line, call_id="call_t7"))
+    replayed = on_loop(backend.run_code(line, call_id="call_t7"))
 
     assert replayed.status == "ok", replayed.text
     assert replayed.text.startswith("34")
@@ -613,17 +607,17 @@ print(sent, stock, check, reprot)
 
 
 def test_a_chain_of_fixes_the_notices_offer_makes_no_host_call_twice(
-    backend: KernelBackend, host: Host, run: Run[Any]
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
     before = Counter(host.calls)
-    first = run(backend.run_code(CHAIN, call_id="call_r1", turn=21))
+    first = on_loop(backend.run_code(CHAIN, call_id="call_r1", turn=21))
     assert first.ename == "NameError" and first.notice is not None
     offered = follow(first.notice, old="lenn", new="len")
     assert offered.endswith(", resume=True)")  # it ran for over a second
 
-    resumed = run(backend.run_code(offered, call_id="call_r2", turn=21))
+    resumed = on_loop(backend.run_code(offered, call_id="call_r2", turn=21))
     assert resumed.evalue == "name 'totl' is not defined"
-    replayed = run(
+    replayed = on_loop(
         backend.run_code(follow(resumed.notice, old="totl", new="total"), call_id="call_r3")
     )
     assert replayed.evalue == "name 'reprot' is not defined"
@@ -631,8 +625,8 @@ def test_a_chain_of_fixes_the_notices_offer_makes_no_host_call_twice(
     fix = follow(replayed.notice, old=", reprot)", new=")")
     cut = fix.index("reprot") + 3
     arrived = '{"code": ' + json.dumps(fix[:cut])[:-1]
-    saved = run(backend.handle_partial_tool_call("run_code", arrived, "call_r4"))
-    extended = run(backend.run_code(follow(saved, rest=fix[cut:]), call_id="call_r5"))
+    saved = on_loop(backend.handle_partial_tool_call("run_code", arrived, "call_r4"))
+    extended = on_loop(backend.run_code(follow(saved, rest=fix[cut:]), call_id="call_r5"))
 
     assert extended.status == "ok", extended.text
     assert extended.text.startswith("101 napped 1.05 114\n")
@@ -672,7 +666,7 @@ ODD_OUTCOMES = [
 
 @pytest.mark.parametrize(("call", "said"), ODD_OUTCOMES, ids=[c for c, _ in ODD_OUTCOMES])
 def test_an_odd_outcome_reaches_the_program_as_a_tool_error(
-    backend: KernelBackend, run: Run[Any], call: str, said: str
+    backend: KernelBackend, on_loop: OnLoop[Any], call: str, said: str
 ) -> None:
     """None of these may hang the program or end the agent's loop (this module's loop: a
     SystemExit or KeyboardInterrupt that escaped would end the test instead)."""
@@ -681,24 +675,24 @@ def test_an_odd_outcome_reaches_the_program_as_a_tool_error(
         f"try:\n    await tools.{call}\nexcept ptc_retry.ToolError as error:\n    print(error)"
     )
 
-    result = run(asyncio.wait_for(backend.run_code(program, timeout=20), 30))
+    result = on_loop(asyncio.wait_for(backend.run_code(program, timeout=20), 30))
 
     assert result.status == "ok", result.text
     assert result.text.startswith(f"tools.{name}: {said}"), result.text
-    after = run(asyncio.wait_for(backend.run_code("await tools.add(a=1)", timeout=20), 30))
+    after = on_loop(asyncio.wait_for(backend.run_code("await tools.add(a=1)", timeout=20), 30))
     assert after.value == "3"
 
 
 def test_nan_and_infinity_reach_the_program_as_floats(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    result = run(asyncio.wait_for(backend.run_code("await tools.floats()", timeout=20), 30))
+    result = on_loop(asyncio.wait_for(backend.run_code("await tools.floats()", timeout=20), 30))
 
     assert (result.status, result.value) == ("ok", "[nan, inf, -inf]"), result.text
 
 
 def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
-    backend: KernelBackend, odd: Odd, run: Run[Any]
+    backend: KernelBackend, odd: Odd, on_loop: OnLoop[Any]
 ) -> None:
     before = odd.calls["echo"]
     program = (
@@ -717,7 +711,7 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "        print(error)\n"
     )
 
-    result = run(asyncio.wait_for(backend.run_code(program, timeout=20), 30))
+    result = on_loop(asyncio.wait_for(backend.run_code(program, timeout=20), 30))
 
     assert result.status == "ok", result.text
     assert result.text.splitlines() == [
@@ -737,16 +731,16 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "tools.echo(s): got an unexpected keyword argument 's\\ud83d'",
     ]
     assert odd.calls["echo"] == before  # none reached the host
-    echoed = run(backend.run_code("await tools.echo(s='Great job \\U0001f600')", timeout=20))
+    echoed = on_loop(backend.run_code("await tools.echo(s='Great job \\U0001f600')", timeout=20))
     assert echoed.value == "'Great job \U0001f600'"  # the whole emoji travels
 
 
 def test_a_sync_tool_that_never_returns_ends_at_the_time_limit(
-    backend: KernelBackend, odd: Odd, run: Run[Any]
+    backend: KernelBackend, odd: Odd, on_loop: OnLoop[Any]
 ) -> None:
     started = time.monotonic()
 
-    result = run(asyncio.wait_for(backend.run_code("await tools.blocks()", timeout=1), 15))
+    result = on_loop(asyncio.wait_for(backend.run_code("await tools.blocks()", timeout=1), 15))
 
     # The time limit (1 s), the backend's margin (1 s) and the interrupt's grace (2 s), at most.
     assert time.monotonic() - started < 1 + 1 + 2
@@ -757,18 +751,18 @@ def test_a_sync_tool_that_never_returns_ends_at_the_time_limit(
     )
     assert odd.calls["blocks"] == 1
     # The next program waits for the stalled thread at most its own timeout, then runs.
-    after = run(asyncio.wait_for(backend.run_code("await tools.add(a=2)", timeout=5), 30))
+    after = on_loop(asyncio.wait_for(backend.run_code("await tools.add(a=2)", timeout=5), 30))
     assert after.value == "4"
 
 
 def test_a_result_over_a_gateways_limit_arrives_locally(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     if backend.gateway_url is not None:
         pytest.skip("through a gateway such a result gets a ToolError: test_gateway.py")
     program = "text = await tools.big(mb=12)\nlen(text)"
 
-    result = run(asyncio.wait_for(backend.run_code(program, timeout=30), 40))
+    result = on_loop(asyncio.wait_for(backend.run_code(program, timeout=30), 40))
 
     assert (result.status, result.value) == ("ok", "12000000"), result.text
 
@@ -777,7 +771,7 @@ def test_a_result_over_a_gateways_limit_arrives_locally(
 
 
 def test_wait_for_around_a_slow_tool_times_out_on_time_and_cancels_it_on_the_host(
-    backend: KernelBackend, host: Host, run: Run[Any]
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
     before = host.cancelled["hang"]
     program = (
@@ -790,7 +784,7 @@ def test_wait_for_around_a_slow_tool_times_out_on_time_and_cancels_it_on_the_hos
         "await tools.cancellations(tool='hang')"
     )
 
-    result = finished(backend, run, program, "call_b1")
+    result = finished(backend, on_loop, program, "call_b1")
 
     seconds = float(result.text.split("timed out after ")[1].split()[0])
     assert 1 <= seconds < 2
@@ -799,7 +793,7 @@ def test_wait_for_around_a_slow_tool_times_out_on_time_and_cancels_it_on_the_hos
 
 
 def test_a_call_in_a_background_task_lets_the_other_tasks_run(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = (
         "import asyncio, time\n"
@@ -811,14 +805,14 @@ def test_a_call_in_a_background_task_lets_the_other_tasks_run(
         "slept"
     )
 
-    result = finished(backend, run, program, "call_b2")
+    result = finished(backend, on_loop, program, "call_b2")
 
     assert result.text.startswith("napped 2")
     assert result.value is not None and 0.2 <= float(result.value) < 1
 
 
 def test_cancelling_a_task_cancels_its_call_and_a_late_result_answers_nothing_else(
-    backend: KernelBackend, host: Host, run: Run[Any]
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
     hangs, cancelled, sleeps = host.calls["hang"], host.cancelled["hang"], host.calls["sleep"]
     # One batch of three calls; the program cancels two of them and awaits the third.
@@ -836,7 +830,7 @@ def test_cancelling_a_task_cancels_its_call_and_a_late_result_answers_nothing_el
         "seen, await tools.add(a=5)"
     )
 
-    result = finished(backend, run, program, "call_b3")
+    result = finished(backend, on_loop, program, "call_b3")
 
     assert result.text.startswith("['CancelledError', 'CancelledError'] napped 1")
     assert result.value == f"({cancelled + 1}, 7)"  # the sleep's late 'slept 1' went nowhere
@@ -844,7 +838,7 @@ def test_cancelling_a_task_cancels_its_call_and_a_late_result_answers_nothing_el
 
 
 def test_input_from_a_thread_during_a_call_gets_its_own_answer(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = (
         "import asyncio, threading\n"
@@ -861,13 +855,13 @@ def test_input_from_a_thread_during_a_call_gets_its_own_answer(
         "napped, answers"
     )
 
-    result = finished(backend, run, program, "call_b4")
+    result = finished(backend, on_loop, program, "call_b4")
 
     assert result.value == "('napped 1', ['end of file'])"
 
 
 def test_an_interrupt_while_awaiting_a_tool_stops_the_program_and_cancels_the_call(
-    backend: KernelBackend, host: Host, run: Run[Any]
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
     hangs, cancelled = host.calls["hang"], host.cancelled["hang"]
     padding = "# " + "padding to pass notice_min_bytes " * 6 + "\n"
@@ -880,13 +874,13 @@ def test_an_interrupt_while_awaiting_a_tool_stops_the_program_and_cancels_the_ca
         await backend.transport.interrupt()
         return await running
 
-    result = run(asyncio.wait_for(interrupted(), 20))
+    result = on_loop(asyncio.wait_for(interrupted(), 20))
 
     assert (result.ename, result.restarted) == ("KeyboardInterrupt", False), result.text
     assert result.notice is not None and "To go on: await ptc_retry.resume(" in result.notice
     assert result.text.startswith("asking")
     assert host.cancelled["hang"] == cancelled + 1
-    assert run(backend.run_code("await tools.add(a=2)", call_id="call_b6")).value == "4"
+    assert on_loop(backend.run_code("await tools.add(a=2)", call_id="call_b6")).value == "4"
 
 
 # The kernel's stdin socket drops the input_requests it sends before the client's stdin
@@ -905,32 +899,32 @@ kernel.session.send = drop_one
 
 
 def test_the_backend_waits_until_input_requests_come_through(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    assert run(backend.run_code(DROP_ONE_INPUT_REQUEST, call_id="call_d1")).status == "ok"
+    assert on_loop(backend.run_code(DROP_ONE_INPUT_REQUEST, call_id="call_d1")).status == "ok"
 
-    tries = run(stdin_connected(backend.transport, 30))
+    tries = on_loop(stdin_connected(backend.transport, 30))
 
     assert tries == 2  # the first request was dropped: interrupted and asked again
-    after = run(backend.run_code("await tools.add(a=4)", call_id="call_d2"))
+    after = on_loop(backend.run_code("await tools.add(a=4)", call_id="call_d2"))
     assert after.value == "6"
-    assert run(backend.run_code("len(dropped)", call_id="call_d3")).value == "1"
+    assert on_loop(backend.run_code("len(dropped)", call_id="call_d3")).value == "1"
 
 
 # -- last: the kernel dies ----------------------------------------------------------------
 
 
 def test_the_kernel_dying_during_a_tool_call_cancels_it(
-    backend: KernelBackend, host: Host, run: Run[Any]
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
     before = host.cancelled["hang"]
     dying = "import os, threading\nthreading.Timer(1, os._exit, (3,)).start()\nawait tools.hang()"
 
-    result = run(backend.run_code(dying, call_id="call_x1", timeout=60))
+    result = on_loop(backend.run_code(dying, call_id="call_x1", timeout=60))
 
     assert (result.status, result.restarted) == ("died", True)
     assert host.cancelled["hang"] == before + 1
-    after = run(backend.run_code("await tools.add(a=3)", call_id="call_x2", timeout=20))
+    after = on_loop(backend.run_code("await tools.add(a=3)", call_id="call_x2", timeout=20))
     assert after.value == "5"
 
 

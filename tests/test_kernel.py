@@ -28,19 +28,21 @@ def test_failure_is_saved_byte_for_byte_and_noticed(kernel: Kernel, checkpoint_r
     raw = arguments_of(PROGRAM)
     assert len(PROGRAM.encode()) > 600
 
-    run = kernel.execute(PROGRAM, {"call_id": "call_7", "arguments": raw, "turn": 1, "step": 1})
+    executed = kernel.execute(
+        PROGRAM, {"call_id": "call_7", "arguments": raw, "turn": 1, "step": 1}
+    )
 
     saved = checkpoint_root / "test" / "by-id" / "call_7.json"
     assert saved.read_bytes() == raw.encode()
-    assert run.status == "error"
-    assert run.error["ename"] == "KeyError"
-    assert run.error["evalue"] == "'regoin'"
-    notice = run.error["traceback"][-1]
+    assert executed.status == "error"
+    assert executed.error["ename"] == "KeyError"
+    assert executed.error["evalue"] == "'regoin'"
+    notice = executed.error["traceback"][-1]
     assert "call_7" not in notice and str(saved) not in notice  # the short reference names it
     assert 'Saved as #1. Small fix? Send only: await ptc_retry.replay("#1"' in notice
     assert "\x1b[" not in notice
-    assert run.reply["content"]["traceback"][-1] == notice
-    assert run.ptc == {
+    assert executed.reply["content"]["traceback"][-1] == notice
+    assert executed.ptc == {
         "call_id": "call_7",
         "reference": "#1",
         "checkpoint": str(saved),
@@ -55,11 +57,13 @@ def test_one_line_replay_runs_the_corrected_program(kernel: Kernel, checkpoint_r
     kernel.execute(PROGRAM, {"call_id": "call_7", "arguments": arguments_of(PROGRAM), "step": 1})
     line = f"await ptc_retry.replay('call_7', {FIX[0]!r}, {FIX[1]!r})"
 
-    run = kernel.execute(line, {"call_id": "call_8", "arguments": arguments_of(line), "step": 2})
+    executed = kernel.execute(
+        line, {"call_id": "call_8", "arguments": arguments_of(line), "step": 2}
+    )
 
-    assert run.status == "ok", run.error
-    assert "regions: ['east', 'north', 'south']" in run.stdout
-    assert run.result == "{'north': 162.75, 'south': 95.75, 'east': 310.0}"
+    assert executed.status == "ok", executed.error
+    assert "regions: ['east', 'north', 'south']" in executed.stdout
+    assert executed.result == "{'north': 162.75, 'south': 95.75, 'east': 310.0}"
     names = kernel.execute("print(sorted(summary), round(mean_amount, 2), callable(by_region))")
     assert names.stdout == "['east', 'north', 'south'] 113.7 True\n"
     session = checkpoint_root / "test"
@@ -92,10 +96,10 @@ def test_replaying_a_replay_edits_the_corrected_program(kernel: Kernel) -> None:
 
 def test_replay_traceback_shows_the_corrected_programs_lines(kernel: Kernel) -> None:
     kernel.execute(PROGRAM, {"call_id": "t1"})
-    run = kernel.execute(
+    executed = kernel.execute(
         "await ptc_retry.replay('t1', 'import statistics', 'import statistics\\n')"
     )
-    text = ANSI.sub("", "\n".join(run.error["traceback"]))
+    text = ANSI.sub("", "\n".join(executed.error["traceback"]))
     assert 'totals.setdefault(row["regoin"], []).append(row["amount"])' in text
     assert "<ptc-retry" in text
 
@@ -109,9 +113,13 @@ def test_metadata_without_matching_code_saves_the_source(
 
 
 def test_successful_programs_are_checkpointed(kernel: Kernel, checkpoint_root: Path) -> None:
-    run = kernel.execute("answer = 6 * 7\nanswer")
-    assert run.result == "42"
-    assert run.ptc["call_id"] == "c1" and run.ptc["status"] == "ok" and run.ptc["notice"] is None
+    executed = kernel.execute("answer = 6 * 7\nanswer")
+    assert executed.result == "42"
+    assert (
+        executed.ptc["call_id"] == "c1"
+        and executed.ptc["status"] == "ok"
+        and executed.ptc["notice"] is None
+    )
     saved = checkpoint_root / "test" / "by-id" / "c1.json"
     assert json.loads(saved.read_text()) == {"code": "answer = 6 * 7\nanswer"}
 
@@ -143,30 +151,30 @@ def stock_check_of(size: int) -> str:
 def test_the_default_notice_threshold_is_notice_min_bytes(
     kernel: Kernel, checkpoint_root: Path, size: int, noticed: bool
 ) -> None:
-    run = kernel.execute(stock_check_of(size), {"call_id": f"b{size}"})
+    executed = kernel.execute(stock_check_of(size), {"call_id": f"b{size}"})
 
     saved = checkpoint_root / "test" / "by-id" / f"b{size}.json"
     assert saved.stat().st_size == size  # what notice_min_bytes is compared with
-    assert run.error["ename"] == "KeyError"
-    assert (run.ptc["notice"] is not None) is noticed
-    assert (parse_notice(run.error["traceback"][-1]) == "#1") is noticed
+    assert executed.error["ename"] == "KeyError"
+    assert (executed.ptc["notice"] is not None) is noticed
+    assert (parse_notice(executed.error["traceback"][-1]) == "#1") is noticed
     assert (checkpoint_root / "test" / "calls" / "1.json").exists() is noticed
 
 
 def test_short_failing_program_gets_no_notice(kernel: Kernel) -> None:
-    run = kernel.execute("1/0")
-    assert run.status == "error"
-    assert run.ptc["notice"] is None
-    assert not any("ptc-retry" in line for line in run.error["traceback"])
+    executed = kernel.execute("1/0")
+    assert executed.status == "error"
+    assert executed.ptc["notice"] is None
+    assert not any("ptc-retry" in line for line in executed.error["traceback"])
 
 
 def test_syntax_error_program_is_checkpointed_and_noticed(
     kernel: Kernel, checkpoint_root: Path
 ) -> None:
     broken = PROGRAM.replace("def by_region(rows):", "def by_region(rows)")
-    run = kernel.execute(broken, {"call_id": "s1"})
-    assert run.error["ename"] == "SyntaxError"
-    assert parse_notice(run.error["traceback"][-1]) == "#1"
+    executed = kernel.execute(broken, {"call_id": "s1"})
+    assert executed.error["ename"] == "SyntaxError"
+    assert parse_notice(executed.error["traceback"][-1]) == "#1"
     assert (checkpoint_root / "test" / "by-id" / "s1.json").exists()
     fixed = kernel.execute(
         "await ptc_retry.replay('#1', edits=[('def by_region(rows)', 'def by_region(rows):'), "
@@ -202,10 +210,10 @@ print(len(fetched), "pages")
 
 
 def test_keyboard_interrupt_is_noticed(kernel: Kernel) -> None:
-    run = kernel.execute(INTERRUPTED, {"call_id": "k1"})
-    assert run.error["ename"] == "KeyboardInterrupt"
-    assert run.ptc["status"] == "interrupted"
-    notice = run.error["traceback"][-1]
+    executed = kernel.execute(INTERRUPTED, {"call_id": "k1"})
+    assert executed.error["ename"] == "KeyboardInterrupt"
+    assert executed.ptc["status"] == "interrupted"
+    notice = executed.error["traceback"][-1]
     assert notice == '[ptc-retry] Interrupted; saved as #1. To go on: await ptc_retry.resume("#1")'
 
 
@@ -230,10 +238,10 @@ final_answer(f"{len(unpaid)} unpaid, {sum(i['total'] for i in unpaid):.2f} due")
 
 
 def test_control_flow_exceptions_get_no_notice(kernel: Kernel) -> None:
-    run = kernel.execute(FINAL_ANSWER)
-    assert run.error["ename"] == "FinalAnswerException"
-    assert run.ptc["notice"] is None
-    assert run.ptc["status"] == "ok"
+    executed = kernel.execute(FINAL_ANSWER)
+    assert executed.error["ename"] == "FinalAnswerException"
+    assert executed.ptc["notice"] is None
+    assert executed.ptc["status"] == "ok"
 
 
 def test_top_level_return_and_await_in_a_replayed_program(kernel: Kernel) -> None:
@@ -246,11 +254,11 @@ def test_top_level_return_and_await_in_a_replayed_program(kernel: Kernel) -> Non
         "value\n"
     )
     kernel.execute(program, {"call_id": "r1"})
-    run = kernel.execute(
+    executed = kernel.execute(
         "await ptc_retry.replay('r1', \"raise ValueError('boom')\", \"return 'returned'\")"
     )
-    assert run.status == "ok", run.error
-    assert run.result == "'returned'"
+    assert executed.status == "ok", executed.error
+    assert executed.result == "'returned'"
 
 
 def test_unicode_and_one_megabyte_programs_round_trip(
@@ -260,8 +268,8 @@ def test_unicode_and_one_megabyte_programs_round_trip(
     program = f"label = {text!r}\n" + "# filler line for a large program\n" * 30000 + "len(label)\n"
     assert len(program.encode()) > 1_000_000
     raw = json.dumps({"code": program})
-    run = kernel.execute(program, {"call_id": "big", "arguments": raw})
-    assert run.result == str(len(text))
+    executed = kernel.execute(program, {"call_id": "big", "arguments": raw})
+    assert executed.result == str(len(text))
     assert (checkpoint_root / "test" / "by-id" / "big.json").read_bytes() == raw.encode()
     replayed = kernel.execute("await ptc_retry.replay('big', 'len(label)', 'label[:5]')")
     assert replayed.result == repr(text[:5])
@@ -269,26 +277,26 @@ def test_unicode_and_one_megabyte_programs_round_trip(
 
 def test_replay_without_await_says_what_to_write(kernel: Kernel) -> None:
     kernel.execute(PROGRAM, {"call_id": "w1"})
-    run = kernel.execute(f"x = ptc_retry.replay('w1', {FIX[0]!r}, {FIX[1]!r})")
-    assert "await ptc_retry.replay('w1', ...)" in run.stderr
+    executed = kernel.execute(f"x = ptc_retry.replay('w1', {FIX[0]!r}, {FIX[1]!r})")
+    assert "await ptc_retry.replay('w1', ...)" in executed.stderr
 
 
 def test_previous_one_is_the_last_program(kernel: Kernel) -> None:
     kernel.execute(PROGRAM)
-    run = kernel.execute(f"await ptc_retry.replay(1, {FIX[0]!r}, {FIX[1]!r})")
-    assert run.status == "ok", run.error
-    assert run.ptc["call_id"] == "c2"
+    executed = kernel.execute(f"await ptc_retry.replay(1, {FIX[0]!r}, {FIX[1]!r})")
+    assert executed.status == "ok", executed.error
+    assert executed.ptc["call_id"] == "c2"
 
 
 def test_remote_connect_makes_the_kernel_a_session_and_says_where(
     kernel: Kernel, tmp_path: Path
 ) -> None:
-    run = kernel.execute(
+    executed = kernel.execute(
         "from ptc_retry.kernel.remote import connect\n"
         f"connect(1, session_id='remote', root_dir={str(tmp_path)!r})"
     )
-    assert run.status == "ok", run.error
-    answer = ast.literal_eval(run.result or "")
+    assert executed.status == "ok", executed.error
+    answer = ast.literal_eval(executed.result or "")
     assert answer == {"api": 1, "version": __version__, "session_dir": str(tmp_path / "remote")}
     assert (tmp_path / "remote").is_dir()
 

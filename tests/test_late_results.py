@@ -19,7 +19,6 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -30,17 +29,12 @@ from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.protocol import TOOL_RESULTS
 from ptc_retry.kernel.recording import CallRecord, Reuse, in_order
 
-from . import test_backend_transports as transports
-from .helpers import Kernel, Run, raw
+from .gateway_server import KERNEL_GATEWAY
+from .helpers import Kernel, OnLoop, StartBackend, raw, tool_call_lines
 from .test_tools_kernel import Host as Answering
 
-# The transports' fixtures: each backend test runs on a local kernel and behind a gateway.
-roots, gateway, transport, options = (
-    transports.roots,
-    transports.gateway,
-    transports.transport,
-    transports.options,
-)
+#: Each backend test runs on a local kernel and behind a real Kernel Gateway.
+TRANSPORTS = ["local", KERNEL_GATEWAY]
 
 #: What the text of a stopped program offers the model to send next.
 OFFERED = re.compile(r'await ptc_retry\.resume\("(?:[^"\\]|\\.)*"\)')
@@ -117,11 +111,8 @@ def shop(transport: str) -> Shop:
 
 
 @pytest.fixture(scope="module")
-def backend(shop: Shop, options: dict[str, Any], run: Run[Any]) -> Iterator[KernelBackend]:
-    kb = KernelBackend(tools=shop.tools(), interrupt_grace=2, **options)
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
+def backend(start_backend: StartBackend, shop: Shop, options: dict[str, Any]) -> KernelBackend:
+    return start_backend(tools=shop.tools(), interrupt_grace=2, **options)
 
 
 def program(*lines: str) -> str:
@@ -149,7 +140,7 @@ def late_lines(kb: KernelBackend, call_id: str) -> list[dict[str, Any]]:
 
 
 def test_a_sync_tool_that_outlives_the_time_limit_is_not_made_again_by_the_resume(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     code = program(
         "logged = await tools.note(text='checkout 7')",
@@ -158,11 +149,11 @@ def test_a_sync_tool_that_outlives_the_time_limit_is_not_made_again_by_the_resum
     )
     started = time.monotonic()
 
-    stopped = run(call(backend, raw(code), "call_t1", timeout=1))
+    stopped = on_loop(call(backend, raw(code), "call_t1", timeout=1))
 
     assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
     assert time.monotonic() - started < 3  # the kernel stopped waiting; the charge went on
-    resumed = run(call(backend, raw(offered(stopped)), "call_t2", timeout=20))
+    resumed = on_loop(call(backend, raw(offered(stopped)), "call_t2", timeout=20))
 
     assert resumed.startswith("noted checkout 7 receipt 7"), resumed
     assert "1 tool result reused" in resumed
@@ -173,7 +164,7 @@ def test_a_sync_tool_that_outlives_the_time_limit_is_not_made_again_by_the_resum
 
 
 def test_resumes_each_shorter_than_a_running_sync_call_make_it_once(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     # Every call of the model has the same short limit: each resume starts before the
     # charge has returned, so it matches the charge's failed line and must be given the
@@ -184,9 +175,9 @@ def test_resumes_each_shorter_than_a_running_sync_call_make_it_once(
         "receipt = await tools.charge(order=12, seconds=8)",
         "print(logged, receipt)",
     )
-    text = run(call(backend, raw(code), "call_s0", timeout=1))
+    text = on_loop(call(backend, raw(code), "call_s0", timeout=1))
 
-    *statuses, text = resumed_until_ok(backend, text, run, "call_s")
+    *statuses, text = resumed_until_ok(backend, text, on_loop, "call_s")
 
     assert "noted checkout 12 receipt 12" in text.splitlines(), (statuses, text)
     assert statuses[:2] == ["timeout", "timeout"]  # the first resume did start too soon
@@ -196,7 +187,7 @@ def test_resumes_each_shorter_than_a_running_sync_call_make_it_once(
     assert "tool result" in text and "reused" in text and "0 calls made live" in text, text
 
 
-def resumed_until_ok(kb: KernelBackend, text: str, run: Run[Any], name: str) -> list[str]:
+def resumed_until_ok(kb: KernelBackend, text: str, on_loop: OnLoop[Any], name: str) -> list[str]:
     """Send the resume each stopped program's text offers, every one with a 1 s limit, until
     one runs to its end; the statuses on the way, the last text last."""
     statuses = []
@@ -205,12 +196,12 @@ def resumed_until_ok(kb: KernelBackend, text: str, run: Run[Any], name: str) -> 
         statuses.append(kb.last_result.status)
         if kb.last_result.status == "ok":
             return [*statuses, text]
-        text = run(call(kb, raw(offered(text)), f"{name}_{attempt}", timeout=1))
+        text = on_loop(call(kb, raw(offered(text)), f"{name}_{attempt}", timeout=1))
     raise AssertionError(f"no resume ran to its end: {statuses}")
 
 
 def test_a_gather_of_more_slow_calls_than_are_kept_makes_each_once(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     # More calls still running (or queued for a worker thread) than the host keeps of
     # those that returned (32).
@@ -221,9 +212,9 @@ def test_a_gather_of_more_slow_calls_than_are_kept_makes_each_once(
         "receipts = await asyncio.gather(*[tools.charge(order=i, seconds=1) for i in range(48)])",
         "print(len(set(receipts)))",
     )
-    text = run(call(backend, raw(code), "call_m0", timeout=1))
+    text = on_loop(call(backend, raw(code), "call_m0", timeout=1))
 
-    *statuses, text = resumed_until_ok(backend, text, run, "call_m")
+    *statuses, text = resumed_until_ok(backend, text, on_loop, "call_m")
 
     assert "48" in text.splitlines(), (statuses, text)
     assert shop.calls == {"charge": 48}
@@ -231,7 +222,7 @@ def test_a_gather_of_more_slow_calls_than_are_kept_makes_each_once(
 
 
 def test_a_replay_of_a_resume_that_skipped_a_failed_call_gets_its_late_result(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     # #1 gives up on a slow charge and fails later; the fix resumes it (#2), which skips the
     # charge's statement and carries its failed line; the charge then returns on the host.
@@ -247,17 +238,17 @@ def test_a_replay_of_a_resume_that_skipped_a_failed_call_gets_its_late_result(
         "print(receipt, undefined_a)",
         "print(undefined_b)",
     )
-    run(call(backend, raw(code), "call_c1"))
+    on_loop(call(backend, raw(code), "call_c1"))
     fix = (
         'await ptc_retry.replay("call_c1", "print(receipt, undefined_a)", "print(receipt)",'
         " resume=True)"
     )
     # A short limit: the resume starts before the charge has returned (it waits at most 1 s).
-    run(call(backend, raw(fix), "call_c2", timeout=1))
+    on_loop(call(backend, raw(fix), "call_c2", timeout=1))
     assert shop.calls == {"charge": 1}
-    run(asyncio.sleep(4))  # the charge has returned by now
+    on_loop(asyncio.sleep(4))  # the charge has returned by now
 
-    fixed = run(
+    fixed = on_loop(
         call(
             backend,
             raw('await ptc_retry.replay("call_c2", "print(undefined_b)", "print(1)")'),
@@ -271,11 +262,11 @@ def test_a_replay_of_a_resume_that_skipped_a_failed_call_gets_its_late_result(
 
 
 def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     shop.calls.clear()
     code = program("receipt = await tools.charge(order=9, seconds=3)", "print(receipt)")
-    stopped = run(call(backend, raw(code), "call_g1", timeout=1))
+    stopped = on_loop(call(backend, raw(code), "call_g1", timeout=1))
     line = offered(stopped)
 
     async def give_up() -> None:  # the host cancels the resume while the backend waits
@@ -285,8 +276,8 @@ def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
         with contextlib.suppress(asyncio.CancelledError):
             await waiting
 
-    run(give_up())
-    resumed = run(call(backend, raw(line), "call_g3", timeout=20))
+    on_loop(give_up())
+    resumed = on_loop(call(backend, raw(line), "call_g3", timeout=20))
 
     assert resumed.startswith("receipt 9"), resumed
     assert shop.calls == {"charge": 1}
@@ -294,7 +285,7 @@ def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
 
 @pytest.mark.parametrize("stop", ["interrupt", "cancel"])
 def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
-    backend: KernelBackend, shop: Shop, run: Run[Any], stop: str
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any], stop: str
 ) -> None:
     shop.calls.clear()
     code = program(
@@ -317,10 +308,10 @@ def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
         await backend.transport.interrupt()  # a person presses stop
         return await running
 
-    stopped = run(asyncio.wait_for(stop_while_charging(), BOUND))
+    stopped = on_loop(asyncio.wait_for(stop_while_charging(), BOUND))
     # Cancelled, the loop never read a text: it goes on with the program by its call id.
     line = offered(stopped) if stopped is not None else f'await ptc_retry.resume("{call_id}")'
-    resumed = run(call(backend, raw(line), f"{call_id}_resumed", timeout=20))
+    resumed = on_loop(call(backend, raw(line), f"{call_id}_resumed", timeout=20))
 
     assert resumed.startswith("noted receipt 8"), resumed
     assert shop.calls == {"charge": 1, "note": 1}
@@ -328,7 +319,7 @@ def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
 
 
 def test_what_the_host_did_not_complete_is_made_again(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     shop.calls.clear()
     shop.first_slow.update({"reserve", "refund"})
@@ -338,9 +329,9 @@ def test_what_the_host_did_not_complete_is_made_again(
         "print(done)",
     )
 
-    stopped = run(call(backend, raw(code), "call_n1", timeout=1))
+    stopped = on_loop(call(backend, raw(code), "call_n1", timeout=1))
     # The async reserve was cancelled; the sync refund raised after the program stopped.
-    resumed = run(call(backend, raw(offered(stopped)), "call_n2", timeout=20))
+    resumed = on_loop(call(backend, raw(offered(stopped)), "call_n2", timeout=20))
 
     assert resumed.startswith("['reserved lamp', 'refunded 9']"), resumed
     assert shop.calls == {"reserve": 2, "refund": 2}
@@ -349,16 +340,16 @@ def test_what_the_host_did_not_complete_is_made_again(
 
 
 def test_a_sync_tool_that_never_returns_holds_the_next_program_back_only_its_timeout(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     shop.calls.clear()
-    stopped = run(call(backend, raw("await tools.stall()"), "call_h1", timeout=1))
+    stopped = on_loop(call(backend, raw("await tools.stall()"), "call_h1", timeout=1))
     assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
     started = time.monotonic()
     try:
-        after = run(backend.run_code("'next'", call_id="call_h2", timeout=2))
+        after = on_loop(backend.run_code("'next'", call_id="call_h2", timeout=2))
         waited = time.monotonic() - started
-        then = run(backend.run_code("'then'", call_id="call_h3", timeout=6))
+        then = on_loop(backend.run_code("'then'", call_id="call_h3", timeout=6))
         waited_then = time.monotonic() - started - waited
     finally:
         shop.let_go.set()
@@ -370,23 +361,23 @@ def test_a_sync_tool_that_never_returns_holds_the_next_program_back_only_its_tim
 
 
 def test_a_late_result_no_message_can_carry_never_stops_the_next_program(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
-    stopped = run(call(backend, raw("await tools.quote(seconds=1.5)"), "call_q1", timeout=1))
+    stopped = on_loop(call(backend, raw("await tools.quote(seconds=1.5)"), "call_q1", timeout=1))
     assert backend.last_result is not None and backend.last_result.status == "timeout", stopped
 
-    after = run(backend.run_code("'next'", call_id="call_q2", timeout=20))
-    again = run(backend.run_code("'and the next'", call_id="call_q3", timeout=20))
+    after = on_loop(backend.run_code("'next'", call_id="call_q2", timeout=20))
+    again = on_loop(backend.run_code("'and the next'", call_id="call_q3", timeout=20))
 
     assert (after.value, again.value) == ("'next'", "'and the next'")
 
 
 def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     """Last: it kills the kernel (the backend restarts it)."""
     shop.calls.clear()
-    pid = run(backend.run_code("import os\nos.getpid()", call_id="call_pid")).value
+    pid = on_loop(backend.run_code("import os\nos.getpid()", call_id="call_pid")).value
     shop.kernel_pid = int(pid or 0)
     code = program(
         "logged = await tools.note(text='order 10')",
@@ -394,11 +385,11 @@ def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
         "print(logged, paid)",
     )
 
-    died = run(call(backend, raw(code), "call_k1"))
+    died = on_loop(call(backend, raw(code), "call_k1"))
 
     assert backend.last_result is not None and backend.last_result.status == "died", died
     shop.kernel_pid = None  # the kernel is another one now: pay must not run again
-    resumed = run(call(backend, raw(offered(died)), "call_k2", timeout=20))
+    resumed = on_loop(call(backend, raw(offered(died)), "call_k2", timeout=20))
 
     assert "the kernel restarted after call_k1 ran" in resumed  # the whole program runs
     assert "noted order 10 paid 10" in resumed
@@ -409,24 +400,24 @@ def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
 
 
 def test_a_slow_call_running_when_the_kernel_dies_is_made_once_by_short_resumes(
-    backend: KernelBackend, shop: Shop, run: Run[Any]
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     """Also kills the kernel. The call's line was never written (the kernel died while it
     ran), so the resume knows it only by its place after the recorded calls."""
     shop.calls.clear()
-    pid = run(backend.run_code("import os\nos.getpid()", call_id="call_pid2")).value
+    pid = on_loop(backend.run_code("import os\nos.getpid()", call_id="call_pid2")).value
     shop.kernel_pid = int(pid or 0)
     code = program(
         "logged = await tools.note(text='order 11')",
         "paid = await tools.pay(order=11, seconds=8)",
         "print(logged, paid)",
     )
-    died = run(call(backend, raw(code), "call_d0"))
+    died = on_loop(call(backend, raw(code), "call_d0"))
     assert backend.last_result is not None and backend.last_result.status == "died", died
     shop.kernel_pid = None
-    text = run(call(backend, raw(offered(died)), "call_d1", timeout=1))
+    text = on_loop(call(backend, raw(offered(died)), "call_d1", timeout=1))
 
-    *statuses, text = resumed_until_ok(backend, text, run, "call_d")
+    *statuses, text = resumed_until_ok(backend, text, on_loop, "call_d")
 
     assert "noted order 11 paid 11" in text, (statuses, text)
     assert statuses[0] == "timeout"  # the first resume started while the payment ran
@@ -455,11 +446,6 @@ def test_a_calls_last_line_counts_for_reuse_and_the_listing() -> None:
     assert [row.split()[1:4] for row in listing[2:]] == [["1", "charge", "ok"], ["2", "note", "ok"]]
 
 
-def _recording(root: Path, call_id: str) -> list[dict[str, Any]]:
-    path = root / "test" / "tool-calls" / f"{call_id}.jsonl"
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
-
-
 def test_the_kernel_appends_only_what_its_recording_lacks(
     kernel: Kernel, checkpoint_root: Path
 ) -> None:
@@ -470,7 +456,7 @@ def test_the_kernel_appends_only_what_its_recording_lacks(
         "try:\n    await tools.flaky(key='db')\nexcept ptc_retry.ToolError:\n    pass"
     )
     assert host.run(kernel, code, call_id="p1").status == "ok"
-    before = _recording(checkpoint_root, "p1")
+    before = tool_call_lines(checkpoint_root / "test", "p1")
     entries: list[Any] = [
         {"program": "p1", "k": 1, "tool": "double", "arguments": {"x": 1}, "result": 99},
         {"program": "p1", "k": 2, "tool": "flaky", "arguments": {"key": "other"}, "result": 1},
@@ -484,7 +470,7 @@ def test_the_kernel_appends_only_what_its_recording_lacks(
     after = host.run(kernel, "'ran'", **{TOOL_RESULTS: entries})
 
     assert (after.status, after.result, after.stderr) == ("ok", "'ran'", "")
-    lines = _recording(checkpoint_root, "p1")
+    lines = tool_call_lines(checkpoint_root / "test", "p1")
     assert lines[: len(before)] == before
     # Only the last entry: k 1 had succeeded, the others were of another call, of no
     # program, malformed, or of a function the kernel runs.
@@ -493,4 +479,4 @@ def test_the_kernel_appends_only_what_its_recording_lacks(
     assert (late["ok"], late["result"], late["late"]) == (True, "up", True)
     assert late["statement"] == before[1]["statement"] == 1
     again = host.run(kernel, "'again'", **{TOOL_RESULTS: entries})
-    assert again.result == "'again'" and _recording(checkpoint_root, "p1") == lines
+    assert again.result == "'again'" and tool_call_lines(checkpoint_root / "test", "p1") == lines

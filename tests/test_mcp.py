@@ -14,7 +14,6 @@ import contextlib
 import importlib.util
 import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -29,7 +28,8 @@ import pytest
 
 from ptc_retry.core.notice import parse_notice
 
-from .helpers import ORDERS, ORDERS_FIX, Run
+from .helpers import ORDERS, ORDERS_FIX, OnLoop
+from .mcp_servers import free_port
 
 # Looked up, not imported: importing jupyter_mcp_server takes seconds, and every run of the
 # suite collects this module.
@@ -52,12 +52,6 @@ START_TIMEOUT = 60
 CALL_TIMEOUT = 60
 #: The corrected program's last line prints this (``ORDERS`` fixed).
 FIXED_OUTPUT = "mean order: 113.70"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class Server:
@@ -120,7 +114,7 @@ def jupyter(
 ) -> Iterator[str]:
     """A Jupyter Server with jupyter-mcp-server's extension; its URL."""
     workdir = tmp_path_factory.mktemp("jupyter-server")
-    port = _free_port()
+    port = free_port()
     command = [
         sys.executable,
         "-m",
@@ -155,7 +149,7 @@ def standalone(jupyter: str, root: Path, tmp_path_factory: pytest.TempPathFactor
     )
     with urllib.request.urlopen(request, timeout=CALL_TIMEOUT) as answer:
         kernel_id = json.load(answer)["id"]
-    port = _free_port()
+    port = free_port()
     command = [
         sys.executable,
         "-m",
@@ -207,7 +201,7 @@ def checkpoints(root: Path, reference: str) -> list[Any]:
 
 
 def test_as_an_extension_the_notice_reaches_the_model_and_its_replay_line_fixes_the_program(
-    jupyter: str, root: Path, run: Run[Any]
+    jupyter: str, root: Path, on_loop: OnLoop[Any]
 ) -> None:
     async def calls() -> tuple[Any, Any]:
         async with connect(f"{jupyter}/mcp", TOKEN) as client:
@@ -216,7 +210,7 @@ def test_as_an_extension_the_notice_reaches_the_model_and_its_replay_line_fixes_
             arguments = {"code": replay_line(failed), "timeout": CALL_TIMEOUT}
             return failed, await client.call_tool("execute_code", arguments)
 
-    failed, fixed = run(calls())
+    failed, fixed = on_loop(calls())
 
     lines = text(failed).splitlines()
     assert "KeyError: 'regoin'" in lines and "\x1b" not in text(failed)
@@ -230,13 +224,13 @@ def test_as_an_extension_the_notice_reaches_the_model_and_its_replay_line_fixes_
 
 
 def test_as_an_extension_a_failed_program_is_reported_with_is_error_false(
-    jupyter: str, run: Run[Any]
+    jupyter: str, on_loop: OnLoop[Any]
 ) -> None:
     async def call() -> Any:
         async with connect(f"{jupyter}/mcp", TOKEN) as client:
             return await client.call_tool("execute_code", {"code": "{}['missing']"})
 
-    failed = run(call())
+    failed = on_loop(call())
 
     # jupyter-mcp-server returns a failed program's traceback as an ordinary result: the
     # model learns of the failure only from the text (docs/integrations.md).
@@ -244,7 +238,7 @@ def test_as_an_extension_a_failed_program_is_reported_with_is_error_false(
 
 
 def test_as_an_extension_a_notebook_cell_gets_the_notice_and_the_replay_too(
-    jupyter: str, run: Run[Any]
+    jupyter: str, on_loop: OnLoop[Any]
 ) -> None:
     async def calls() -> tuple[Any, Any]:
         async with connect(f"{jupyter}/mcp", TOKEN) as client:
@@ -257,14 +251,14 @@ def test_as_an_extension_a_notebook_cell_gets_the_notice_and_the_replay_too(
             cell = {"cell_index": -1, "cell_source": replay_line(failed), "timeout": CALL_TIMEOUT}
             return failed, await client.call_tool("insert_execute_code_cell", cell)
 
-    failed, fixed = run(calls())
+    failed, fixed = on_loop(calls())
 
     assert text(failed).splitlines()[-1].startswith("[ptc-retry] Saved as #")
     assert FIXED_OUTPUT in text(fixed) and "Traceback" not in text(fixed), text(fixed)
 
 
 def test_standalone_on_a_ptc_retry_kernel_given_by_id_the_notice_and_the_replay_pass_through(
-    standalone: str, run: Run[Any]
+    standalone: str, on_loop: OnLoop[Any]
 ) -> None:
     async def calls() -> tuple[Any, Any]:
         async with connect(standalone, MCP_TOKEN) as client:
@@ -273,7 +267,7 @@ def test_standalone_on_a_ptc_retry_kernel_given_by_id_the_notice_and_the_replay_
             arguments = {"code": replay_line(failed), "timeout": CALL_TIMEOUT}
             return failed, await client.call_tool("execute_code", arguments)
 
-    failed, fixed = run(calls())
+    failed, fixed = on_loop(calls())
 
     assert failed.is_error is False
     assert text(failed).splitlines()[-1].startswith("[ptc-retry] Saved as #")

@@ -14,7 +14,7 @@ import pytest
 from ptc_retry.core.notice import parse_notice
 
 from .gateway_server import KERNEL_GATEWAY, TOKEN, start_gateway
-from .helpers import ORDERS, ORDERS_FIX, Run
+from .helpers import ORDERS, ORDERS_FIX, OnLoop
 from .mcp_servers import CALL_TIMEOUT, HeldClient, ptc_retry_command, server_env
 
 if importlib.util.find_spec("mcp") is None:
@@ -24,7 +24,7 @@ pytestmark = pytest.mark.kernel
 
 
 def test_a_failure_and_its_replay_through_a_kernel_gateway(
-    run: Run[Any], jupyter_path: Path, tmp_path: Path
+    on_loop: OnLoop[Any], jupyter_path: Path, tmp_path: Path
 ) -> None:
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
@@ -35,13 +35,13 @@ def test_a_failure_and_its_replay_through_a_kernel_gateway(
     parameters = StdioServerParameters(command=command, args=argv, env=server_env(tmp_path))
     try:
         with open(tmp_path / "server-stderr.log", "w") as err:
-            held = HeldClient(run, stdio_client(parameters, errlog=err))
+            held = HeldClient(on_loop, stdio_client(parameters, errlog=err))
             try:
                 client = held.client
                 assert f"Programs are saved in {root}" in client.instructions
 
                 def call(code: str) -> tuple[str, bool]:
-                    result = run(
+                    result = on_loop(
                         asyncio.wait_for(client.call_tool("run_code", {"code": code}), CALL_TIMEOUT)
                     )
                     return result.content[0].text, result.is_error

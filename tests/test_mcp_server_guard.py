@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import ORDERS, Run
+from .helpers import ORDERS, OnLoop
 from .mcp_servers import StdioServer, stdio_server
 
 if importlib.util.find_spec("mcp") is None:
@@ -22,17 +22,19 @@ pytestmark = pytest.mark.kernel
 
 @pytest.fixture(scope="module")
 def server(
-    run: Run[Any], jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory
+    on_loop: OnLoop[Any], jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StdioServer]:
-    with stdio_server(run, tmp_path_factory.mktemp("mcp-guard-root")) as started:
+    with stdio_server(on_loop, tmp_path_factory.mktemp("mcp-guard-root")) as started:
         yield started
 
 
-def test_a_program_the_paused_guard_refuses_is_an_error(run: Run[Any], server: StdioServer) -> None:
-    server.call(run, '%config PtcRetry.guard_mode = "pause"')
+def test_a_program_the_paused_guard_refuses_is_an_error(
+    on_loop: OnLoop[Any], server: StdioServer
+) -> None:
+    server.call(on_loop, '%config PtcRetry.guard_mode = "pause"')
     for _ in range(3):  # three identical failures in a row pause the guard
-        assert server.call(run, ORDERS)[1] is True
-    text, error = server.call(run, "print('must not run')")
+        assert server.call(on_loop, ORDERS)[1] is True
+    text, error = server.call(on_loop, "print('must not run')")
     assert error is True
     assert "RetryGuardPaused" in text
     assert "must not run" not in text

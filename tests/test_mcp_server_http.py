@@ -22,8 +22,16 @@ import pytest
 
 from ptc_retry.core.notice import parse_notice, prompt_section
 
-from .helpers import ORDERS, ORDERS_FIX, Run, history
-from .mcp_servers import CALL_TIMEOUT, HeldClient, cancel_after, sessions, start_http_server, stop
+from .helpers import ORDERS, ORDERS_FIX, OnLoop, history
+from .mcp_servers import (
+    CALL_TIMEOUT,
+    HeldClient,
+    call_until_printed,
+    cancel_once_printed,
+    sessions,
+    start_http_server,
+    stop,
+)
 
 if importlib.util.find_spec("mcp") is None:
     pytest.skip("the mcp SDK (the mcp extra) is not installed here", allow_module_level=True)
@@ -38,8 +46,8 @@ class HttpServer:
     def __init__(self, process: subprocess.Popen[bytes], url: str, root: Path, log: Path) -> None:
         self.process, self.url, self.root, self.log = process, url, root, log
 
-    def connect(self, run: Run[Any]) -> HeldClient:
-        return HeldClient(run, self.url)
+    def connect(self, on_loop: OnLoop[Any]) -> HeldClient:
+        return HeldClient(on_loop, self.url)
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +55,14 @@ def server(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     root = tmp_path_factory.mktemp("mcp-http-root")
     log = root.parent / f"{root.name}-server.log"
     options = ("--max-sessions", str(MAX_SESSIONS), "--idle-timeout", str(IDLE_TIMEOUT))
+    options += ("--progress-every", "1")  # the tests wait for what a program printed
     process, url = start_http_server(root, log, *options)
     yield HttpServer(process, url, root, log)
     stop(process)
 
 
-def call(run: Run[Any], client: Any, code: str) -> tuple[str, bool]:
-    result = run(asyncio.wait_for(client.call_tool("run_code", {"code": code}), CALL_TIMEOUT))
+def call(on_loop: OnLoop[Any], client: Any, code: str) -> tuple[str, bool]:
+    result = on_loop(asyncio.wait_for(client.call_tool("run_code", {"code": code}), CALL_TIMEOUT))
     (content,) = result.content
     return content.text, result.is_error
 
@@ -75,9 +84,9 @@ def session_of(client: Any) -> Path:
 
 
 def test_two_sessions_at_once_have_their_own_kernels_and_cross_nothing(
-    run: Run[Any], server: HttpServer
+    on_loop: OnLoop[Any], server: HttpServer
 ) -> None:
-    first, second = server.connect(run), server.connect(run)
+    first, second = server.connect(on_loop), server.connect(on_loop)
     try:
         a, b = first.client, second.client
 
@@ -89,19 +98,19 @@ def test_two_sessions_at_once_have_their_own_kernels_and_cross_nothing(
                 )
             )
 
-        run(
+        on_loop(
             asyncio.wait_for(
                 both("import os, time\nmine = 'A'\ntime.sleep(1)", "import os\nmine = 'B'"), 30
             )
         )
-        results = run(asyncio.wait_for(both("mine, os.getpid()", "mine, os.getpid()"), 30))
+        results = on_loop(asyncio.wait_for(both("mine, os.getpid()", "mine, os.getpid()"), 30))
         texts = [result.content[0].text for result in results]
         assert [text.split(",")[0] for text in texts] == ["('A'", "('B'"], texts
         pids = [int(text.rstrip(")").split(", ")[1]) for text in texts]
         assert pids[0] != pids[1]
         dirs = [session_of(a), session_of(b)]
         assert dirs[0] != dirs[1]
-        for directory, letter in zip(dirs, "AB"):
+        for directory, letter in zip(dirs, "AB", strict=True):
             codes = [
                 json.loads((directory / "by-id" / f"{h['id']}.json").read_text())["code"]
                 for h in history(directory)
@@ -116,17 +125,17 @@ def test_two_sessions_at_once_have_their_own_kernels_and_cross_nothing(
 
 
 def test_a_failing_program_is_an_error_and_its_one_line_replay_fixes_it(
-    run: Run[Any], server: HttpServer
+    on_loop: OnLoop[Any], server: HttpServer
 ) -> None:
-    held = server.connect(run)
+    held = server.connect(on_loop)
     try:
-        text, error = call(run, held.client, ORDERS)
+        text, error = call(on_loop, held.client, ORDERS)
         assert error is True
         reference = parse_notice(text.splitlines()[-1])
         assert reference is not None
         old, new = (json.dumps(part) for part in ORDERS_FIX)
         fixed, error = call(
-            run, held.client, f"await ptc_retry.replay({json.dumps(reference)}, {old}, {new})"
+            on_loop, held.client, f"await ptc_retry.replay({json.dumps(reference)}, {old}, {new})"
         )
         assert error is False
         assert "mean order: 113.70" in fixed
@@ -135,36 +144,36 @@ def test_a_failing_program_is_an_error_and_its_one_line_replay_fixes_it(
 
 
 def test_a_session_beyond_max_sessions_is_refused_with_a_clear_error(
-    run: Run[Any], server: HttpServer
+    on_loop: OnLoop[Any], server: HttpServer
 ) -> None:
     from mcp.shared.exceptions import MCPError
 
-    held = [server.connect(run) for _ in range(MAX_SESSIONS)]
+    held = [server.connect(on_loop) for _ in range(MAX_SESSIONS)]
     try:
         with pytest.raises(BaseException) as refused:
-            server.connect(run)
+            server.connect(on_loop)
         cause = refused.value
         while hasattr(cause, "exceptions"):  # the client's task groups wrap it
             cause = cause.exceptions[0]
         assert isinstance(cause, MCPError)
         assert "Too many open sessions: this server allows 2 (--max-sessions)" in str(cause)
-        assert call(run, held[0].client, "'the open ones go on'")[1] is False
+        assert call(on_loop, held[0].client, "'the open ones go on'")[1] is False
     finally:
         for client in held:
             client.close()
-    again = server.connect(run)  # room again once they ended
+    again = server.connect(on_loop)  # room again once they ended
     try:
-        assert call(run, again.client, "1 + 1") == ("2", False)
+        assert call(on_loop, again.client, "1 + 1") == ("2", False)
     finally:
         again.close()
 
 
 def test_an_idle_session_ends_and_its_kernel_is_shut_down(
-    run: Run[Any], server: HttpServer
+    on_loop: OnLoop[Any], server: HttpServer
 ) -> None:
-    held = server.connect(run)
+    held = server.connect(on_loop)
     try:
-        text, _ = call(run, held.client, "import os; os.getpid()")
+        text, _ = call(on_loop, held.client, "import os; os.getpid()")
         pid = int(text)
         assert alive(pid)
         deadline = time.monotonic() + IDLE_TIMEOUT + 30
@@ -172,7 +181,7 @@ def test_an_idle_session_ends_and_its_kernel_is_shut_down(
             time.sleep(0.5)
         assert not alive(pid), f"the kernel of an idle session still runs after {IDLE_TIMEOUT} s"
         with pytest.raises(Exception, match="Session not found|terminated"):
-            call(run, held.client, "1")
+            call(on_loop, held.client, "1")
     finally:
         try:
             held.close()
@@ -180,16 +189,18 @@ def test_an_idle_session_ends_and_its_kernel_is_shut_down(
             pass  # its session is gone already
 
 
-def test_a_host_that_goes_away_mid_program_loses_nothing(run: Run[Any], server: HttpServer) -> None:
-    held = server.connect(run)
+def test_a_host_that_goes_away_mid_program_loses_nothing(
+    on_loop: OnLoop[Any], server: HttpServer
+) -> None:
+    held = server.connect(on_loop)
     directory = session_of(held.client)
     code = "import time\nprint('working')\ntime.sleep(120)\nprint('never')"
 
     async def leave_mid_program() -> None:
-        asyncio.ensure_future(held.client.call_tool("run_code", {"code": code}))
-        await asyncio.sleep(2)
+        _, printed = call_until_printed(held.client, code, "working")
+        await printed
 
-    run(leave_mid_program())
+    on_loop(leave_mid_program())
     held.close()  # the host goes: its session ends, and the kernel is shut down
     saved = [json.loads(path.read_text())["code"] for path in (directory / "by-id").glob("*.json")]
     assert code in saved
@@ -197,16 +208,16 @@ def test_a_host_that_goes_away_mid_program_loses_nothing(run: Run[Any], server: 
 
 
 def test_a_cancelled_call_interrupts_its_program_in_its_own_session(
-    run: Run[Any], server: HttpServer
+    on_loop: OnLoop[Any], server: HttpServer
 ) -> None:
-    held = server.connect(run)
+    held = server.connect(on_loop)
     try:
         directory = session_of(held.client)
         code = "import time\nprint('waiting')\ntime.sleep(120)"
 
-        run(cancel_after(held.client, code, 2.5))
+        on_loop(cancel_once_printed(held.client, code, "waiting"))
         started = time.monotonic()
-        assert call(run, held.client, "'free again'") == ("'free again'", False)
+        assert call(on_loop, held.client, "'free again'") == ("'free again'", False)
         assert time.monotonic() - started < 20  # the interrupt stopped it: no 120 s wait
         assert [line["status"] for line in history(directory)] == ["interrupted", "ok"]
     finally:
@@ -214,12 +225,12 @@ def test_a_cancelled_call_interrupts_its_program_in_its_own_session(
 
 
 def test_a_program_longer_than_the_idle_timeout_runs_to_its_end_in_a_live_session(
-    run: Run[Any], server: HttpServer
+    on_loop: OnLoop[Any], server: HttpServer
 ) -> None:
-    held = server.connect(run)
+    held = server.connect(on_loop)
     try:
         code = f"import time\ntime.sleep({IDLE_TIMEOUT + 2})\n'finished'"
-        assert call(run, held.client, code) == ("'finished'", False)
-        assert call(run, held.client, "'still open'") == ("'still open'", False)
+        assert call(on_loop, held.client, code) == ("'finished'", False)
+        assert call(on_loop, held.client, "'still open'") == ("'still open'", False)
     finally:
         held.close()

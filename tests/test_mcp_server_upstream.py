@@ -21,7 +21,7 @@ import pytest
 from ptc_retry.core.notice import parse_notice
 
 from . import test_mcp_upstream
-from .helpers import Run
+from .helpers import OnLoop
 from .mcp_servers import HeldClient, StdioServer, start_http_server, stdio_server, stop
 from .test_mcp_upstream import BROKEN, NPX, TIME_SERVER, child_processes, needs_npx, needs_sdk
 
@@ -35,7 +35,7 @@ ASK = "now = await tools.time_get_current_time(timezone='UTC')\nnow['timezone']"
 
 @pytest.fixture(scope="module")
 def server(
-    run: Run[Any], jupyter_path: Path, files: Path, tmp_path_factory: pytest.TempPathFactory
+    on_loop: OnLoop[Any], jupyter_path: Path, files: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[StdioServer]:
     servers: dict[str, Any] = {"broken": {"command": BROKEN[0], "args": BROKEN[1:]}}
     if NPX is not None:
@@ -47,7 +47,7 @@ def server(
     config.write_text(json.dumps({"mcpServers": servers}, indent=2))
     root = tmp_path_factory.mktemp("mcp-upstream-root")
     options = ("--upstream", UPSTREAM_TIME, "--config", str(config))
-    with stdio_server(run, root, *options) as started:
+    with stdio_server(on_loop, root, *options) as started:
         yield started
 
 
@@ -69,13 +69,13 @@ def test_the_instructions_list_the_upstream_tools_and_name_the_server_that_did_n
     assert "boom: no API token" in server.errlog.read_text()
 
 
-def test_a_program_calls_an_upstream_tool(run: Run[Any], server: StdioServer) -> None:
-    assert server.call(run, ASK) == ("'UTC'", False)
+def test_a_program_calls_an_upstream_tool(on_loop: OnLoop[Any], server: StdioServer) -> None:
+    assert server.call(on_loop, ASK) == ("'UTC'", False)
 
 
 @needs_npx
 def test_the_one_line_replay_of_a_program_that_wrote_a_file_leaves_one_write(
-    run: Run[Any], server: StdioServer, files: Path
+    on_loop: OnLoop[Any], server: StdioServer, files: Path
 ) -> None:
     report = files / "report.txt"
     program = f"""\
@@ -84,14 +84,14 @@ text = "".join(f"{{row['city']}}: {{row['orders']}} orders\\n" for row in rows)
 print(await tools.filesystem_write_file(path={str(report)!r}, content=text))
 print("orders in all:", sum(row["ordres"] for row in rows))
 """
-    failed, error = server.call(run, program)
+    failed, error = server.call(on_loop, program)
     assert error is True and "KeyError: 'ordres'" in failed, failed
     written = report.stat()
     reference = parse_notice(failed.splitlines()[-1])
     assert reference is not None, failed
 
     line = f"await ptc_retry.replay({reference!r}, 'row[\"ordres\"]', 'row[\"orders\"]')"
-    fixed, error = server.call(run, line)
+    fixed, error = server.call(on_loop, line)
 
     assert error is False and "orders in all: 195" in fixed, fixed
     # One write on disk: the file the failed program wrote, not written since.
@@ -106,12 +106,12 @@ print("orders in all:", sum(row["ordres"] for row in rows))
 
 
 def test_over_http_each_session_has_its_own_upstream_process_closed_with_it(
-    run: Run[Any], jupyter_path: Path, tmp_path: Path
+    on_loop: OnLoop[Any], jupyter_path: Path, tmp_path: Path
 ) -> None:
     log = tmp_path / "server.log"
     process, url = start_http_server(tmp_path / "root", log, "--upstream", UPSTREAM_TIME)
     try:
-        first, second = HeldClient(run, url), HeldClient(run, url)
+        first, second = HeldClient(on_loop, url), HeldClient(on_loop, url)
         try:
             both = child_processes("mcp-server-time", process.pid)
             assert len(both) == 2, both
@@ -124,7 +124,9 @@ def test_over_http_each_session_has_its_own_upstream_process_closed_with_it(
             time.sleep(0.1)
         try:
             assert set(left) < set(both)
-            result = run(asyncio.wait_for(second.client.call_tool("run_code", {"code": ASK}), 60))
+            result = on_loop(
+                asyncio.wait_for(second.client.call_tool("run_code", {"code": ASK}), 60)
+            )
             assert (result.content[0].text, result.is_error) == ("'UTC'", False)
         finally:
             second.close()

@@ -41,10 +41,7 @@ from ptc_retry.mcp.upstream import (
 )
 from ptc_retry.mcp.upstream_config import parse_spec, read_config
 
-from . import test_backend
-from .helpers import Run, raw
-
-options = test_backend.options  # KernelBackend keyword arguments inside temporary directories
+from .helpers import OnLoop, StartBackend, raw
 
 NPX = shutil.which("npx")
 needs_npx = pytest.mark.skipif(
@@ -263,7 +260,9 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def upstreams(files: Path, notes_server: tuple[str, Path], run: Run[Any]) -> Iterator[Upstreams]:
+def upstreams(
+    files: Path, notes_server: tuple[str, Path], on_loop: OnLoop[Any]
+) -> Iterator[Upstreams]:
     """The servers of every test below, each as a host would configure it."""
     servers: dict[str, Any] = {
         "time": {"command": TIME_SERVER, "args": ["--local-timezone", "UTC"]},
@@ -276,33 +275,34 @@ def upstreams(files: Path, notes_server: tuple[str, Path], run: Run[Any]) -> Ite
             "args": ["-y", "@modelcontextprotocol/server-filesystem", str(files)],
         }
     started = Upstreams.from_config({"mcpServers": servers}, startup_timeout=120)
-    run(started.start())
+    on_loop(started.start())
     yield started
-    run(started.close())
+    on_loop(started.close())
 
 
 @pytest.fixture(scope="module")
 def backend(
-    upstreams: Upstreams, options: dict[str, Any], run: Run[Any]
-) -> Iterator[KernelBackend]:
-    kb = KernelBackend(**options)
-    upstreams.register(kb)
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
+    start_backend: StartBackend, upstreams: Upstreams, options: dict[str, Any]
+) -> KernelBackend:
+    """The module's backend, whose programs can call every started upstream's tools."""
+    started = start_backend(**options)
+    upstreams.register(started)
+    return started
 
 
 def test_an_upstream_that_does_not_start_is_named_with_its_stderr_and_the_rest_go_on(
-    upstreams: Upstreams, backend: KernelBackend, run: Run[Any]
+    upstreams: Upstreams, backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     failure = str(upstreams.failures["broken"])
     assert failure.startswith("upstream 'broken' (")
     assert "did not start" in failure and "boom: no API token" in failure
     assert list(upstreams.failures) == ["broken"]
 
-    result = run(backend.run_code("await tools.time_get_current_time(timezone='UTC')", timeout=30))
+    result = on_loop(
+        backend.run_code("await tools.time_get_current_time(timezone='UTC')", timeout=30)
+    )
     assert result.status == "ok", result.text
-    assert run(backend.run_code("1 + 1")).value == "2"
+    assert on_loop(backend.run_code("1 + 1")).value == "2"
 
 
 def test_the_prompt_lists_each_tool_with_its_signature_and_its_hints(
@@ -326,9 +326,9 @@ def test_the_prompt_lists_each_tool_with_its_signature_and_its_hints(
 
 
 def test_help_shows_the_signature_and_the_description(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    result = run(backend.run_code("help(tools.time_convert_time)", timeout=30))
+    result = on_loop(backend.run_code("help(tools.time_convert_time)", timeout=30))
 
     assert result.status == "ok", result.text
     shown = " ".join(result.text.replace("(", "( ").split())  # pydoc may wrap the signature
@@ -337,7 +337,7 @@ def test_help_shows_the_signature_and_the_description(
 
 
 def test_a_program_gets_the_structured_content_and_can_gather_calls(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = (
         "import asyncio\n"
@@ -351,7 +351,7 @@ def test_a_program_gets_the_structured_content_and_can_gather_calls(
         "moved['target']['datetime'][11:16]"
     )
 
-    result = run(backend.run_code(program, timeout=30))
+    result = on_loop(backend.run_code(program, timeout=30))
 
     assert result.status == "ok", result.text
     assert result.text.startswith("dict UTC Asia/Tokyo")
@@ -359,7 +359,7 @@ def test_a_program_gets_the_structured_content_and_can_gather_calls(
 
 
 def test_an_upstream_error_is_a_tool_error_in_the_program(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = (
         "try:\n"
@@ -368,7 +368,7 @@ def test_an_upstream_error_is_a_tool_error_in_the_program(
         "    print(error)\n"
     )
 
-    result = run(backend.run_code(program, timeout=30))
+    result = on_loop(backend.run_code(program, timeout=30))
 
     assert result.status == "ok", result.text
     assert "tools.time_get_current_time: UpstreamError: upstream 'time': " in result.text
@@ -377,7 +377,7 @@ def test_an_upstream_error_is_a_tool_error_in_the_program(
 
 @needs_npx
 def test_a_replay_of_a_program_that_wrote_a_file_does_not_write_it_again(
-    backend: KernelBackend, files: Path, run: Run[Any]
+    backend: KernelBackend, files: Path, on_loop: OnLoop[Any]
 ) -> None:
     report = files / "report.txt"
     program = f"""\
@@ -396,14 +396,14 @@ worst = max(rates, key=rates.get)
 print("worst return rate:", worst, rates[worst])
 print("orders in all:", sum(row["ordres"] for row in rows))
 """
-    failed = run(backend.handle_tool_call("run_code", raw(program), "call_up1"))
+    failed = on_loop(backend.handle_tool_call("run_code", raw(program), "call_up1"))
     assert "KeyError: 'ordres'" in failed, failed
     written = report.stat()
     reference = parse_notice(failed)
     assert reference is not None, failed
 
     line = f"await ptc_retry.replay({reference!r}, 'row[\"ordres\"]', 'row[\"orders\"]')"
-    fixed = run(backend.handle_tool_call("run_code", raw(line), "call_up2"))
+    fixed = on_loop(backend.handle_tool_call("run_code", raw(line), "call_up2"))
 
     assert "orders in all: 284" in fixed, fixed
     assert "worst return rate: Nice 0.097" in fixed
@@ -419,9 +419,11 @@ print("orders in all:", sum(row["ordres"] for row in rows))
 
 @needs_npx
 def test_a_path_outside_the_servers_directories_is_its_error(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    result = run(backend.run_code("await tools.filesystem_read_text_file(path='/etc/hostname')"))
+    result = on_loop(
+        backend.run_code("await tools.filesystem_read_text_file(path='/etc/hostname')")
+    )
 
     assert (result.status, result.ename) == ("error", "ToolError"), result.text
     assert "upstream 'filesystem'" in (result.evalue or "")
@@ -446,7 +448,7 @@ def child_processes(word: str, parent: int | None = None) -> list[int]:
 
 
 def test_an_upstream_that_dies_fails_its_call_naming_it_and_the_next_call_restarts_it(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     (pid,) = child_processes("mcp-server-time")
     os.kill(pid, signal.SIGKILL)
@@ -455,14 +457,14 @@ def test_an_upstream_that_dies_fails_its_call_naming_it_and_the_next_call_restar
         time.sleep(0.05)
     ask = "(await tools.time_get_current_time(timezone='UTC'))['timezone']"
 
-    died = run(backend.run_code(ask, timeout=30))
+    died = on_loop(backend.run_code(ask, timeout=30))
 
     assert (died.status, died.ename) == ("error", "ToolError"), died.text
     assert "upstream 'time' stopped" in (died.evalue or "")
     assert "next call starts the server again" in (died.evalue or "")
 
     started = time.monotonic()
-    again = run(backend.run_code(ask, timeout=30))
+    again = on_loop(backend.run_code(ask, timeout=30))
     assert (again.status, again.value) == ("ok", "'UTC'"), again.text
     assert time.monotonic() - started < 20
     assert len(child_processes("mcp-server-time")) == 1
@@ -520,7 +522,7 @@ SILENT = "import sys, time; print('listening, never answering', file=sys.stderr)
 
 
 def test_an_http_upstreams_call_is_reused_by_a_replay(
-    backend: KernelBackend, notes_server: tuple[str, Path], run: Run[Any]
+    backend: KernelBackend, notes_server: tuple[str, Path], on_loop: OnLoop[Any]
 ) -> None:
     _, notes = notes_server
     program = (
@@ -528,29 +530,29 @@ def test_an_http_upstreams_call_is_reused_by_a_replay(
         "print(saved)\n"
         "total = len(saved) / zero\n"
     )
-    failed = run(backend.run_code(program, timeout=30))
+    failed = on_loop(backend.run_code(program, timeout=30))
     assert failed.status == "error" and "noted: buy milk" in failed.text, failed.text
 
     line = f"await ptc_retry.replay({failed.call_id!r}, '/ zero', '/ 2')"
-    fixed = run(backend.run_code(line, timeout=30))
+    fixed = on_loop(backend.run_code(line, timeout=30))
 
     assert fixed.status == "ok" and "noted: buy milk" in fixed.text, fixed.text
     assert notes.read_text() == "buy milk\n"  # one call reached the server
 
 
 def test_a_program_stopped_by_its_time_limit_cancels_its_upstream_call(
-    backend: KernelBackend, notes_server: tuple[str, Path], run: Run[Any]
+    backend: KernelBackend, notes_server: tuple[str, Path], on_loop: OnLoop[Any]
 ) -> None:
     events = notes_server[1].parent / "events.txt"
     started = time.monotonic()
 
-    stopped = run(backend.run_code("await tools.notes_wait(seconds=60)", timeout=2))
+    stopped = on_loop(backend.run_code("await tools.notes_wait(seconds=60)", timeout=2))
 
     assert stopped.status == "timeout", stopped.text
     assert time.monotonic() - started < 10
-    run(_eventually(events.exists, 10))  # the loop runs while the cancellation goes out
+    on_loop(_eventually(events.exists, 10))  # the loop runs while the cancellation goes out
     assert events.read_text() == "wait cancelled\n"  # the upstream's handler was cancelled too
-    after = run(backend.run_code("await tools.notes_wait(seconds=0)", timeout=20))
+    after = on_loop(backend.run_code("await tools.notes_wait(seconds=0)", timeout=20))
     assert (after.status, after.value) == ("ok", "{'result': 'waited'}"), after.text
 
 

@@ -31,7 +31,7 @@ from ptc_retry.native.partial import (
 )
 from ptc_retry.tokens import load_tokenizer
 
-from .helpers import Run, history, line_of, raw
+from .helpers import OnLoop, history, line_of, raw
 
 # A letter with every kind of character a model streams: accents, CJK, an emoji (a surrogate
 # pair when escaped), a tab, quotes, a backslash and Windows line ends.
@@ -771,29 +771,20 @@ round(total * 1.1, 2)
 
 
 @pytest.fixture(scope="module")
-def backend(
-    run: Run[Any], jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[KernelBackend]:
-    kb = KernelBackend(
-        mode="native",
-        root=tmp_path_factory.mktemp("checkpoints"),
-        env={"IPYTHONDIR": str(tmp_path_factory.mktemp("ipython"))},
-    )
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
+def options(options: dict[str, Any]) -> dict[str, Any]:
+    return {**options, "mode": "native"}
 
 
 def test_a_cut_off_program_runs_nothing_and_its_completion_gives_the_uncut_result(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     whole = raw(PROGRAM)
-    uncut = run(backend.handle_tool_call("run_code", whole, "k_whole"))
+    uncut = on_loop(backend.handle_tool_call("run_code", whole, "k_whole"))
     kernel_calls = len(history(backend.kernel_session_dir))
     cut = cut_inside(whole, "sum(")
     _, rest = rest_of(cut, {"code": PROGRAM})
 
-    text = run(backend.handle_partial_tool_call("run_code", cut, "k_cut"))
+    text = on_loop(backend.handle_partial_tool_call("run_code", cut, "k_cut"))
 
     assert text == partial_notice("k_cut", "code", PROGRAM[: PROGRAM.index("sum(")])
     assert "after 'total = '" in text
@@ -801,7 +792,9 @@ def test_a_cut_off_program_runs_nothing_and_its_completion_gives_the_uncut_resul
     assert (backend.session_dir / "by-id" / "k_cut.partial").read_bytes() == cut.encode()
     assert line_of(backend.session_dir, "k_cut")["status"] == "partial"
 
-    done = run(backend.handle_tool_call(EDIT_TOOL, {"call_id": "k_cut", "append": rest}, "k_done"))
+    done = on_loop(
+        backend.handle_tool_call(EDIT_TOOL, {"call_id": "k_cut", "append": rest}, "k_done")
+    )
 
     assert uncut == "3 items: café, crêpe, café\ntotal: 11.25 €\n12.38"
     assert done == f"completed k_cut (run_code): {uncut}"
@@ -812,34 +805,34 @@ def test_a_cut_off_program_runs_nothing_and_its_completion_gives_the_uncut_resul
 
 
 def test_a_cut_off_completion_of_a_program_is_completed_in_turn(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     whole = json.dumps({"code": PROGRAM})  # escaped: "caf\u00e9", "cr\u00eape"
     cut = whole[: whole.index("\\u00e9") + 3]  # inside the escape
-    run(backend.handle_partial_tool_call("run_code", cut, "k_c1"))
+    on_loop(backend.handle_partial_tool_call("run_code", cut, "k_c1"))
     _, rest = rest_of(cut, {"code": PROGRAM})
     completion = json.dumps({"call_id": "k_c1", "append": rest})
     second = cut_inside(completion, "\\u00eape")
 
-    text = run(backend.handle_partial_tool_call(EDIT_TOOL, second, "k_c2"))
+    text = on_loop(backend.handle_partial_tool_call(EDIT_TOOL, second, "k_c2"))
     _, more = rest_of(second, {"append": rest})
 
     assert text == partial_notice("k_c2", "append", rest[: -len(more)])
-    done = run(backend.handle_tool_call(EDIT_TOOL, {"call_id": "k_c2", "append": more}, "k_c3"))
+    done = on_loop(backend.handle_tool_call(EDIT_TOOL, {"call_id": "k_c2", "append": more}, "k_c3"))
 
     assert done == "completed k_c1 (run_code): 3 items: café, crêpe, café\ntotal: 11.25 €\n12.38"
 
 
 def test_cut_off_calls_of_one_message_are_numbered_for_previous_ordinal(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     step = backend.next_step()
-    first = run(backend.handle_tool_call("run_code", raw("print('one')"), "k_m1", step=step))
-    run(backend.handle_partial_tool_call("run_code", '{"code": "print(\'tw', "k_m2", step=step))
+    first = on_loop(backend.handle_tool_call("run_code", raw("print('one')"), "k_m1", step=step))
+    on_loop(backend.handle_partial_tool_call("run_code", '{"code": "print(\'tw', "k_m2", step=step))
     assert first == "one"
     assert [line_of(backend.session_dir, i)["ordinal"] for i in ("k_m1", "k_m2")] == [1, 2]
 
-    done = run(
+    done = on_loop(
         backend.handle_tool_call(EDIT_TOOL, {"previous_ordinal": 2, "append": "o')"}, "k_m3")
     )
 
@@ -847,7 +840,7 @@ def test_cut_off_calls_of_one_message_are_numbered_for_previous_ordinal(
 
 
 def test_every_cut_after_a_program_ended_runs_it_in_native_mode(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = "print(sum([3, 4, 5]))\n"
     arguments = {"code": program, "description": "Sum «three»", "tags": ["a", "b"], "n": 25}
@@ -859,7 +852,7 @@ def test_every_cut_after_a_program_ended_runs_it_in_native_mode(
         without = f' without "{cut.cut_key}" (cut off)' if cut.cut_key is not None else ""
         call_id = f"k_after_{end}"
 
-        text = run(backend.handle_partial_tool_call("run_code", whole[:end], call_id))
+        text = on_loop(backend.handle_partial_tool_call("run_code", whole[:end], call_id))
 
         assert text == f"{ran} call ran{without}.\n12", (end, text)
         assert line_of(backend.session_dir, call_id)["status"] == "ok"
@@ -867,12 +860,12 @@ def test_every_cut_after_a_program_ended_runs_it_in_native_mode(
 
 
 def test_a_program_cut_after_it_ended_runs_in_the_message_it_was_sent_in(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     step = backend.next_step()
-    first = run(backend.handle_tool_call("run_code", raw("print('one')"), "k_s1", step=step))
+    first = on_loop(backend.handle_tool_call("run_code", raw("print('one')"), "k_s1", step=step))
     cut = json.dumps({"code": "print('two')", "note": "second"})[:-8]
-    second = run(backend.handle_partial_tool_call("run_code", cut, "k_s2", step=step))
+    second = on_loop(backend.handle_partial_tool_call("run_code", cut, "k_s2", step=step))
 
     assert (first, second.splitlines()[-1]) == ("one", "two")
     assert backend.last_tool_result is not None and backend.last_tool_result.call_id == "k_s2"
@@ -882,18 +875,18 @@ def test_a_program_cut_after_it_ended_runs_in_the_message_it_was_sent_in(
 
 
 def test_a_failing_program_cut_after_it_ended_is_fixed_by_the_patch_its_notice_shows(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = "".join(f"row_{i} = {{'id': {i}, 'note': 'padding {i}'}}\n" for i in range(14))
     program += "print(row_13['nite'])\n"  # a typo, after more than 500 bytes
     cut = json.dumps({"code": program, "description": "Show the last note"})[:-10]
 
-    failed = run(backend.handle_partial_tool_call("run_code", cut, "k_f1"))
+    failed = on_loop(backend.handle_partial_tool_call("run_code", cut, "k_f1"))
 
     assert failed.startswith('[ptc-retry] Cut off after "code" arrived whole; ')
     assert "KeyError: 'nite'" in failed
     offered = failed.rpartition("editPreviousToolCalling(")[2][:-1]  # the notice's example
     fix = json.loads(offered.replace("<old>", "'nite'").replace("<new>", "'note'"))
     assert fix["patch"][0]["path"] == "code"
-    fixed = run(backend.handle_tool_call(EDIT_TOOL, fix, "k_f2"))
+    fixed = on_loop(backend.handle_tool_call(EDIT_TOOL, fix, "k_f2"))
     assert fixed == "replayed k_f1 (run_code) with 1 patch entry: padding 13"

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import random
 import string
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ from ptc_retry.core.fs import default_root
 from ptc_retry.core.notice import failure_notice, parse_notice, prompt_section, resume_call
 from ptc_retry.tokens import load_tokenizer
 
-from .helpers import Run, raw
+from .helpers import OnLoop, raw
 
 SESSION_DIRS = [
     default_root() / "k3f9a1c2b7d",  # a kernel's session under the default root
@@ -59,11 +58,10 @@ def long_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def backend(run: Run[Any], jupyter_path: Path, long_root: Path) -> Iterator[KernelBackend]:
-    kb = KernelBackend(root=long_root, session_id="s0e7a1c2d")
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
+def options(long_root: Path) -> dict[str, Any]:
+    """The module's backend keeps its checkpoints under ``long_root``, in a session of a
+    typical id's length."""
+    return {"root": long_root, "session_id": "s0e7a1c2d"}
 
 
 # -- the notice, as a real kernel writes it -------------------------------------------------
@@ -71,23 +69,23 @@ def backend(run: Run[Any], jupyter_path: Path, long_root: Path) -> Iterator[Kern
 
 @pytest.mark.parametrize("shape", ID_SHAPES)
 def test_the_notice_costs_at_most_40_tokens_with_real_call_ids_and_a_long_root(
-    backend: KernelBackend, run: Run[Any], count: Any, shape: str
+    backend: KernelBackend, on_loop: OnLoop[Any], count: Any, shape: str
 ) -> None:
     prefix, length = ID_SHAPES[shape]
     for seed in range(3):
         call_id = _id(prefix, length, seed)
         program = PROGRAM.replace("10.5", f"1{seed}.5")  # no repeated failure: no guard
-        result = run(backend.run_code(program, call_id=call_id, arguments=raw(program)))
+        result = on_loop(backend.run_code(program, call_id=call_id, arguments=raw(program)))
         assert result.status == "error" and result.notice is not None
         assert call_id not in result.notice and str(backend.session_dir) not in result.notice
         assert count(result.notice) <= 40, result.notice
 
 
 def test_the_notice_names_the_program_and_shows_the_call_to_send_as_a_template(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     backend.new_turn()
-    result = run(backend.run_code(PROGRAM, call_id=_id("call_", 24, 7)))
+    result = on_loop(backend.run_code(PROGRAM, call_id=_id("call_", 24, 7)))
     ref = result.reference
     assert ref is not None and ref.startswith("#")
     # The statements before the failure ran in no time: skipping them is not offered.

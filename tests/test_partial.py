@@ -8,7 +8,6 @@ once locally and once behind a real Jupyter Kernel Gateway.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,15 +24,11 @@ from ptc_retry.core.partial import CutPlace, cut_arguments, string_prefix
 from ptc_retry.core.sentences import CUT_BEFORE_CODE, CUT_NOT_KEPT
 from ptc_retry.tokens import load_tokenizer
 
-from . import test_backend_transports as transports
-from .helpers import Run, line_of, raw
+from .gateway_server import KERNEL_GATEWAY
+from .helpers import OnLoop, line_of, raw
 
-roots, gateway, transport, options = (
-    transports.roots,
-    transports.gateway,
-    transports.transport,
-    transports.options,
-)
+#: Each backend test runs on a local kernel and behind a real Kernel Gateway.
+TRANSPORTS = ["local", KERNEL_GATEWAY]
 
 # About 5 KB, with string literals, quotes, an accent (\u00e9 in ASCII JSON) and comments.
 LINES = ["data = {}"]
@@ -120,17 +115,9 @@ def test_the_notice_quotes_where_the_program_stops_and_stays_short() -> None:
 
 
 @pytest.fixture(scope="module")
-def backend(options: dict[str, Any], run: Run[Any]) -> Iterator[KernelBackend]:
-    kb = KernelBackend(**options)
-    run(kb.start())
-    yield kb
-    run(kb.shutdown())
-
-
-@pytest.fixture(scope="module")
-def expected(backend: KernelBackend, run: Run[Any]) -> str:
+def expected(backend: KernelBackend, on_loop: OnLoop[Any]) -> str:
     """What the program prints when it arrives whole."""
-    text = run(backend.handle_tool_call("run_code", ARGUMENTS, "call_whole"))
+    text = on_loop(backend.handle_tool_call("run_code", ARGUMENTS, "call_whole"))
     assert text.startswith("110 "), text
     return text
 
@@ -141,10 +128,10 @@ def _extend_line(reference: str, rest: str) -> str:
 
 @pytest.mark.parametrize("cut", sorted(CUTS))
 def test_a_cut_call_goes_on_from_where_it_stopped(
-    backend: KernelBackend, expected: str, run: Run[Any], cut: str
+    backend: KernelBackend, expected: str, on_loop: OnLoop[Any], cut: str
 ) -> None:
     arrived = ARGUMENTS[: CUTS[cut]]
-    text = run(backend.handle_partial_tool_call("run_code", arrived, f"call_{cut}"))
+    text = on_loop(backend.handle_partial_tool_call("run_code", arrived, f"call_{cut}"))
 
     result = backend.last_result
     assert result is not None and result.status == "partial"
@@ -155,7 +142,7 @@ def test_a_cut_call_goes_on_from_where_it_stopped(
     held, whole = cut_arguments(arrived).string("code") or ("", True)
     assert not whole
     rest = PROGRAM[len(held) :]
-    extended = run(
+    extended = on_loop(
         backend.handle_tool_call("run_code", _extend_line(result.reference, rest), f"x_{cut}")
     )
     assert extended == expected
@@ -171,11 +158,11 @@ def test_a_cut_call_goes_on_from_where_it_stopped(
 
 
 def test_a_cut_in_a_later_key_that_never_finished_its_name_names_nothing(
-    backend: KernelBackend, expected: str, run: Run[Any]
+    backend: KernelBackend, expected: str, on_loop: OnLoop[Any]
 ) -> None:
     arguments = json.dumps({"code": PROGRAM, "timeout": 30})
     arrived = arguments[: arguments.index('"timeout"') + 4]  # inside a later key's name
-    text = run(backend.handle_partial_tool_call("run_code", arrived, "call_later_key"))
+    text = on_loop(backend.handle_partial_tool_call("run_code", arrived, "call_later_key"))
     assert text == f"{cut_after_arguments('run_code', ['code'])}\n{expected}"
     assert text.startswith(
         '[ptc-retry] Cut off after "code" arrived whole; run_code takes nothing else, so the '
@@ -240,10 +227,12 @@ def test_a_key_given_twice_takes_its_last_value() -> None:
 
 
 def test_a_kernel_asked_to_run_nothing_of_a_whole_program_says_how_to_run_it(
-    backend: KernelBackend, short_expected: str, run: Run[Any]
+    backend: KernelBackend, short_expected: str, on_loop: OnLoop[Any]
 ) -> None:
     arrived = json.dumps({"code": SHORT, "note": "x"})[:-5]
-    result = run(backend.run_code(CUT_OFF_CELL, arguments=arrived, partial=True, call_id="c_k1"))
+    result = on_loop(
+        backend.run_code(CUT_OFF_CELL, arguments=arrived, partial=True, call_id="c_k1")
+    )
 
     assert result.status == "partial" and result.reference is not None
     assert result.notice == (
@@ -255,12 +244,12 @@ def test_a_kernel_asked_to_run_nothing_of_a_whole_program_says_how_to_run_it(
     if tokenizer.available:
         assert tokenizer.count(partial_notice("#12", SHORT, whole=True)) <= 40
     line = result.notice.partition("To run it: ")[2]
-    assert run(backend.handle_tool_call("run_code", raw(line))) == short_expected
+    assert on_loop(backend.handle_tool_call("run_code", raw(line))) == short_expected
 
 
 @pytest.fixture(scope="module")
-def short_expected(backend: KernelBackend, run: Run[Any]) -> str:
-    text = run(backend.handle_tool_call("run_code", raw(SHORT), "call_short_whole"))
+def short_expected(backend: KernelBackend, on_loop: OnLoop[Any]) -> str:
+    text = on_loop(backend.handle_tool_call("run_code", raw(SHORT), "call_short_whole"))
     assert text.rstrip() == "12 é"
     return text
 
@@ -273,7 +262,7 @@ def _cut_line(arrived: str) -> str:
 
 @pytest.mark.parametrize("encoding", sorted(ENCODINGS))
 def test_every_cut_after_the_program_ended_runs_it_as_the_whole_call(
-    backend: KernelBackend, short_expected: str, run: Run[Any], encoding: str
+    backend: KernelBackend, short_expected: str, on_loop: OnLoop[Any], encoding: str
 ) -> None:
     if backend.gateway_url is not None and encoding != "compact-utf-8":
         pytest.skip("the backend reads the cut before any transport: one encoding is enough")
@@ -283,7 +272,7 @@ def test_every_cut_after_the_program_ended_runs_it_as_the_whole_call(
     for end in range(start, len(whole)):  # every byte, so also inside « and »
         arrived = whole[:end]
         call_id = f"call_after_{encoding}_{end}"
-        text = run(backend.handle_partial_tool_call("run_code", arrived, call_id))
+        text = on_loop(backend.handle_partial_tool_call("run_code", arrived, call_id))
         shown = arrived.decode("utf-8", errors="ignore")
         assert text == f"{_cut_line(shown)}\n{short_expected}", (end, text)
         assert "Send only what follows" not in text
@@ -295,7 +284,7 @@ def test_every_cut_after_the_program_ended_runs_it_as_the_whole_call(
         assert not (by_id / f"{call_id}.partial").exists()
         assert line_of(by_id.parent, call_id)["status"] == "ok"
     # Whole, the closing brace included: an ordinary call, with its ordinary line.
-    text = run(backend.handle_partial_tool_call("run_code", whole, f"call_{encoding}_whole"))
+    text = on_loop(backend.handle_partial_tool_call("run_code", whole, f"call_{encoding}_whole"))
     assert text.startswith('[ptc-retry] Ignored "description", "options", "tags", "timeout"')
     assert text.endswith(short_expected)
 
@@ -314,7 +303,7 @@ def test_the_line_names_what_the_call_went_without() -> None:
 
 
 def test_a_failing_program_cut_after_it_ended_is_replayed_without_calling_a_tool_again(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     paid: list[str] = []
 
@@ -331,7 +320,7 @@ def test_a_failing_program_cut_after_it_ended_is_replayed_without_calling_a_tool
     )
     arguments = json.dumps({"code": program, "description": "Pay INV-7 and show it"})
     arrived = arguments[: arguments.index("and show")]
-    text = run(backend.handle_partial_tool_call("run_code", arrived, "call_pay"))
+    text = on_loop(backend.handle_partial_tool_call("run_code", arrived, "call_pay"))
 
     assert text.startswith(
         '[ptc-retry] Cut off after "code" arrived whole; run_code takes nothing else, so the '
@@ -345,7 +334,7 @@ def test_a_failing_program_cut_after_it_ended_is_replayed_without_calling_a_tool
     offered = result.notice.partition("Send only: ")[2]
     line = offered.replace('"<old>"', '"uper"').replace('"<new>"', '"upper"')
     assert line.startswith(f'await ptc_retry.replay("{result.reference}"')
-    fixed = run(backend.handle_tool_call("run_code", raw(line), "call_pay_fix"))
+    fixed = on_loop(backend.handle_tool_call("run_code", raw(line), "call_pay_fix"))
     assert "PAID INV-7" in fixed.splitlines()
     assert paid == ["INV-7"]  # the host paid once
 
@@ -354,22 +343,22 @@ def test_a_failing_program_cut_after_it_ended_is_replayed_without_calling_a_tool
     "arrived", ['{"co', "", '{"timeout": 3', '{"code": 5', '{"code": "print(1)", "code": 5']
 )
 def test_a_call_cut_before_its_program_began_saves_nothing(
-    backend: KernelBackend, run: Run[Any], arrived: str
+    backend: KernelBackend, on_loop: OnLoop[Any], arrived: str
 ) -> None:
-    text = run(backend.handle_partial_tool_call("run_code", arrived, "call_nothing"))
+    text = on_loop(backend.handle_partial_tool_call("run_code", arrived, "call_nothing"))
     assert text == CUT_BEFORE_CODE.render()
     assert backend.last_result is None  # nothing ran
     line = "await ptc_retry.extend('call_nothing', 'x')"
-    refused = run(backend.handle_tool_call("run_code", raw(line)))
+    refused = on_loop(backend.handle_tool_call("run_code", raw(line)))
     assert "ReplayError" in refused and "call_nothing" in refused
 
 
 def test_a_continuation_cut_off_in_turn_is_extended_again(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = "parts = ['one', 'two', 'three']\nprint('-'.join(parts))\n"
     arrived = json.dumps({"code": program})[:30]
-    run(backend.handle_partial_tool_call("run_code", arrived, "call_chain1"))
+    on_loop(backend.handle_partial_tool_call("run_code", arrived, "call_chain1"))
     first = backend.last_result
     assert first is not None and first.reference is not None
     held = (cut_arguments(arrived).string("code") or ("", False))[0]
@@ -377,115 +366,117 @@ def test_a_continuation_cut_off_in_turn_is_extended_again(
     continuation = json.loads(_extend_line(first.reference, program[len(held) :]))["code"]
     arguments = json.dumps({"code": continuation})
     arrived_again = arguments[: arguments.index("three")]
-    run(backend.handle_partial_tool_call("run_code", arrived_again, "call_chain2"))
+    on_loop(backend.handle_partial_tool_call("run_code", arrived_again, "call_chain2"))
     second = backend.last_result
     assert second is not None and second.reference is not None
     held_again = (cut_arguments(arrived_again).string("code") or ("", False))[0]
-    text = run(
+    text = on_loop(
         backend.handle_tool_call(
             "run_code", _extend_line(second.reference, continuation[len(held_again) :])
         )
     )
     assert text.rstrip() == "one-two-three"
-    names = run(backend.run_code("parts"))  # the program's names are the kernel's now
+    names = on_loop(backend.run_code("parts"))  # the program's names are the kernel's now
     assert names.value == "['one', 'two', 'three']"
 
 
 def test_a_combined_program_that_fails_gets_the_notice_and_is_replayed(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     program = "prices = {'tea': 3, 'milk': 2}\n" * 8 + "print(prices['cofee'])\n"
     arrived = json.dumps({"code": program})[:-20]
-    run(backend.handle_partial_tool_call("run_code", arrived, "call_fails"))
+    on_loop(backend.handle_partial_tool_call("run_code", arrived, "call_fails"))
     cut = backend.last_result
     assert cut is not None and cut.reference is not None
     held = (cut_arguments(arrived).string("code") or ("", False))[0]
     rest = program[len(held) :] + "# " + "padding " * 30  # long enough for a notice
-    failed = run(backend.handle_tool_call("run_code", _extend_line(cut.reference, rest)))
+    failed = on_loop(backend.handle_tool_call("run_code", _extend_line(cut.reference, rest)))
     assert "KeyError: 'cofee'" in failed
     combined = backend.last_result
     assert combined is not None and combined.reference is not None
     assert f"ptc_retry.replay({json.dumps(combined.reference)}" in failed
     line = f"await ptc_retry.replay({combined.reference!r}, 'cofee', 'tea')"
-    assert run(backend.handle_tool_call("run_code", raw(line))).rstrip() == "3"
+    assert on_loop(backend.handle_tool_call("run_code", raw(line))).rstrip() == "3"
 
 
 def test_extending_a_call_that_was_not_cut_off_is_refused(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    run(backend.handle_tool_call("run_code", raw("whole = 1"), "call_not_cut"))
+    on_loop(backend.handle_tool_call("run_code", raw("whole = 1"), "call_not_cut"))
     line = "await ptc_retry.extend('call_not_cut', 'more = 2')"
-    text = run(backend.handle_tool_call("run_code", raw(line)))
+    text = on_loop(backend.handle_tool_call("run_code", raw(line)))
     assert "ReplayError: " in text
     assert "was not cut off (its status is ok)" in text and "ptc_retry.replay" in text
 
 
 @pytest.mark.parametrize("newline", ["\n", "\r\n"])
-def test_unicode_and_crlf_programs(backend: KernelBackend, run: Run[Any], newline: str) -> None:
+def test_unicode_and_crlf_programs(
+    backend: KernelBackend, on_loop: OnLoop[Any], newline: str
+) -> None:
     program = newline.join(["mot = 'naïve 日本 😀'", "print(mot, len(mot))"]) + newline
     arguments = json.dumps({"code": program}, ensure_ascii=False)
     arrived = arguments[: arguments.index("本") + 1]
-    run(backend.handle_partial_tool_call("run_code", arrived, f"call_u{len(newline)}"))
+    on_loop(backend.handle_partial_tool_call("run_code", arrived, f"call_u{len(newline)}"))
     cut = backend.last_result
     assert cut is not None and cut.reference is not None
     held = (cut_arguments(arrived).string("code") or ("", False))[0]
     assert held.endswith("日本")
-    text = run(
+    text = on_loop(
         backend.handle_tool_call("run_code", _extend_line(cut.reference, program[len(held) :]))
     )
     assert text.rstrip() == "naïve 日本 😀 10"
 
 
 def test_a_cut_off_call_is_no_failure_for_the_guard_and_takes_a_new_instruction(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     backend.new_turn()
-    run(backend.run_code('%config PtcRetry.guard_mode = "pause"'))
+    on_loop(backend.run_code('%config PtcRetry.guard_mode = "pause"'))
     try:
         for _ in range(2):
-            run(backend.run_code("1 / 0"))
-        run(backend.handle_partial_tool_call("run_code", '{"code": "1 / ', "call_g1"))
-        third = run(backend.run_code("1 / 0"))  # the third identical failure in a row
+            on_loop(backend.run_code("1 / 0"))
+        on_loop(backend.handle_partial_tool_call("run_code", '{"code": "1 / ', "call_g1"))
+        third = on_loop(backend.run_code("1 / 0"))  # the third identical failure in a row
         assert third.metadata is not None and third.metadata["guard"]["paused"] is True
         backend.new_turn()  # the new instruction reaches the kernel with a cut-off call
-        run(backend.handle_partial_tool_call("run_code", '{"code": "print(', "call_g2"))
-        assert run(backend.run_code("print('runs')")).text.rstrip() == "runs"
+        on_loop(backend.handle_partial_tool_call("run_code", '{"code": "print(', "call_g2"))
+        assert on_loop(backend.run_code("print('runs')")).text.rstrip() == "runs"
     finally:
-        run(backend.run_code('%config PtcRetry.guard_mode = "observe"'))
+        on_loop(backend.run_code('%config PtcRetry.guard_mode = "observe"'))
 
 
 def test_a_kernel_without_ptc_retry_keeps_nothing_and_says_so(
-    jupyter_path: Path, tmp_path: Path, run: Run[Any]
+    jupyter_path: Path, tmp_path: Path, on_loop: OnLoop[Any]
 ) -> None:
     stock = KernelBackend(kernel_name="python3", extension=False, root=tmp_path)
-    run(stock.start())
+    on_loop(stock.start())
     try:
         arrived = '{"code": "print(\'ran\')\\nx = '
         assert (
-            run(stock.handle_partial_tool_call("run_code", arrived, "call_s1"))
+            on_loop(stock.handle_partial_tool_call("run_code", arrived, "call_s1"))
             == CUT_NOT_KEPT.render()
         )
         assert stock.last_result is not None and stock.last_result.text == "[no output]"
         # A whole program needs nothing of ptc-retry: it runs there too.
         whole = '{"code": "print(\'ran\')", "no'
-        text = run(stock.handle_partial_tool_call("run_code", whole, "call_s2"))
+        text = on_loop(stock.handle_partial_tool_call("run_code", whole, "call_s2"))
         assert text == f"{cut_after_arguments('run_code', ['code'])}\nran"
     finally:
-        run(stock.shutdown())
+        on_loop(stock.shutdown())
 
 
 def test_bytes_cut_inside_a_character_leave_that_character_out(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     arrived = '{"code": "print(\'caf\u00e9'.encode()[:-1]  # the stream stopped inside é
-    text = run(backend.handle_partial_tool_call("run_code", arrived, "call_b1"))
+    text = on_loop(backend.handle_partial_tool_call("run_code", arrived, "call_b1"))
     cut = backend.last_result
     assert cut is not None and cut.reference is not None
     assert text.endswith(f'extend("{cut.reference}", "<rest>")') and "\ufffd" not in text
     if backend.gateway_url is None:
         by_id = Path(str(cut.checkpoint)).parent
         assert (by_id / "call_b1.partial").read_bytes() == arrived[:-1]
-    extended = run(backend.handle_tool_call("run_code", _extend_line(cut.reference, "é')\n")))
+    extended = on_loop(backend.handle_tool_call("run_code", _extend_line(cut.reference, "é')\n")))
     assert extended.rstrip() == "café"
 
 
@@ -499,22 +490,22 @@ def test_bytes_cut_inside_a_character_leave_that_character_out(
     ],
 )
 def test_arguments_that_cannot_be_kept_say_so_and_save_nothing(
-    backend: KernelBackend, run: Run[Any], arrived: str | bytes, said: str
+    backend: KernelBackend, on_loop: OnLoop[Any], arrived: str | bytes, said: str
 ) -> None:
-    text = run(backend.handle_partial_tool_call("run_code", arrived, "call_bad"))
+    text = on_loop(backend.handle_partial_tool_call("run_code", arrived, "call_bad"))
     assert said in text and "send the whole call again" in text.lower()
     assert backend.last_result is None  # the kernel was not asked
 
 
 def test_a_cut_off_call_is_extended_not_replayed_or_resumed(
-    backend: KernelBackend, run: Run[Any]
+    backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    run(backend.handle_partial_tool_call("run_code", '{"code": "total = 1 +', "call_r1"))
+    on_loop(backend.handle_partial_tool_call("run_code", '{"code": "total = 1 +', "call_r1"))
     lines = ("await ptc_retry.replay('call_r1', '1', '2')", "await ptc_retry.resume('call_r1')")
     for line in lines:
-        text = run(backend.handle_tool_call("run_code", raw(line)))
+        text = on_loop(backend.handle_tool_call("run_code", raw(line)))
         assert "ReplayError" in text and "was cut off mid-stream and never ran" in text
         assert 'await ptc_retry.extend("#' in text
     itself = "await ptc_retry.extend('call_r2', '1')"
-    text = run(backend.handle_tool_call("run_code", raw(itself), "call_r2"))
+    text = on_loop(backend.handle_tool_call("run_code", raw(itself), "call_r2"))
     assert "is this extend call itself; extend the call that was cut off" in text

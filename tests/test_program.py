@@ -24,7 +24,7 @@ def fresh_namespace(**names: Any) -> dict[str, Any]:
     return {"__builtins__": builtins, "__name__": "__main__", **names}
 
 
-def run(source: str, namespace: dict[str, Any] | None = None, **kwargs: Any) -> Any:
+def execute_program(source: str, namespace: dict[str, Any] | None = None, **kwargs: Any) -> Any:
     namespace = fresh_namespace() if namespace is None else namespace
     return asyncio.run(run_program(source, FILENAME, namespace, **kwargs))
 
@@ -47,34 +47,34 @@ def run_as_module(source: str) -> dict[str, Any]:
 
 
 def test_last_expression_is_the_result() -> None:
-    assert run("x = 20\nx + 1") == 21
+    assert execute_program("x = 20\nx + 1") == 21
 
 
 def test_no_last_expression_gives_none() -> None:
-    assert run("x = 1\nif x:\n    x + 1") is None
+    assert execute_program("x = 1\nif x:\n    x + 1") is None
 
 
 def test_empty_program_gives_none() -> None:
-    assert run("# nothing to do\n") is None
+    assert execute_program("# nothing to do\n") is None
 
 
 def test_top_level_return_ends_the_program_with_its_value() -> None:
     namespace = fresh_namespace()
-    assert run("a = 1\nreturn a + 1\nb = 2", namespace) == 2
+    assert execute_program("a = 1\nreturn a + 1\nb = 2", namespace) == 2
     assert "b" not in namespace
 
 
 def test_bare_top_level_return_gives_none() -> None:
-    assert run("return\n42") is None
+    assert execute_program("return\n42") is None
 
 
 def test_return_inside_top_level_block_ends_the_program() -> None:
     source = "for i in range(10):\n    if i == 3:\n        return i\n'not reached'"
-    assert run(source) == 3
+    assert execute_program(source) == 3
 
 
 def test_statements_after_a_return_that_did_not_run_still_run() -> None:
-    assert run("if False:\n    return 1\nx = 2\nx") == 2
+    assert execute_program("if False:\n    return 1\nx = 2\nx") == 2
 
 
 def test_return_leaves_with_and_finally_normally() -> None:
@@ -97,14 +97,13 @@ def test_return_leaves_with_and_finally_normally() -> None:
         "        events.append('finally')\n"
     )
     namespace = fresh_namespace()
-    assert run(source, namespace) == "value"
+    assert execute_program(source, namespace) == "value"
     assert namespace["events"] == ["finally", "clean exit"]
 
 
-@pytest.mark.skipif(sys.version_info < (3, 10), reason="match needs Python 3.10")
 def test_return_inside_a_match_case_ends_the_program() -> None:
     source = "match [1, 2]:\n    case [first, *rest]:\n        return first, rest\n'not reached'"
-    assert run(source) == (1, [2])
+    assert execute_program(source) == (1, [2])
 
 
 def test_return_inside_nested_function_is_untouched() -> None:
@@ -115,14 +114,17 @@ def test_return_inside_nested_function_is_untouched() -> None:
         "g = lambda: 'from lambda'\n"
         "(f(), C().m(), g())"
     )
-    assert run(source, namespace) == ("from f", "from m", "from lambda")
+    assert execute_program(source, namespace) == ("from f", "from m", "from lambda")
 
 
 # --- top-level await --------------------------------------------------------------------
 
 
 def test_top_level_await() -> None:
-    assert run("import asyncio\nawait asyncio.sleep(0)\nawait asyncio.sleep(0, result=7)") == 7
+    assert (
+        execute_program("import asyncio\nawait asyncio.sleep(0)\nawait asyncio.sleep(0, result=7)")
+        == 7
+    )
 
 
 def test_top_level_async_for_and_async_with() -> None:
@@ -134,7 +136,7 @@ def test_top_level_async_for_and_async_with() -> None:
         "async with contextlib.AsyncExitStack() as stack:\n    inside = True\n"
         "[m async for m in numbers()], total"
     )
-    assert run(source) == ([0, 1, 2], 3)
+    assert execute_program(source) == ([0, 1, 2], 3)
 
 
 # --- names ------------------------------------------------------------------------------
@@ -184,16 +186,15 @@ BINDINGS: list[tuple[str, str, set[str]]] = [
     ("comprehension variable stays in it", "x = [i for i in range(3)]", {"x"}),
     ("class body names stay in the class", "class C:\n    inner = 1", {"C"}),
 ]
-if sys.version_info >= (3, 10):
-    BINDINGS.append(
-        (
-            "match captures",
-            "match [1, 2, 3, {'k': 4, 'r': 5}]:\n"
-            "    case [a, *rest, {'k': v, **others}] as whole:\n"
-            "        pass",
-            {"a", "rest", "v", "others", "whole"},
-        )
+BINDINGS.append(
+    (
+        "match captures",
+        "match [1, 2, 3, {'k': 4, 'r': 5}]:\n"
+        "    case [a, *rest, {'k': v, **others}] as whole:\n"
+        "        pass",
+        {"a", "rest", "v", "others", "whole"},
     )
+)
 if sys.version_info >= (3, 12):
     BINDINGS.append(("type alias", "type Alias = int", {"Alias"}))
 
@@ -203,7 +204,7 @@ if sys.version_info >= (3, 12):
 )
 def test_names_bound_at_top_level_land_in_namespace(source: str, names: set[str]) -> None:
     namespace = fresh_namespace()
-    run(source, namespace)
+    execute_program(source, namespace)
     assert user_names(namespace) == names
     assert user_names(namespace) == user_names(run_as_module(source))
 
@@ -216,65 +217,65 @@ def test_names_bound_in_a_block_with_a_top_level_return_land_in_namespace(
 ) -> None:
     namespace = fresh_namespace()
     block = "if True:\n" + textwrap.indent(source, "    ") + "\n    return 'done'\n'not reached'"
-    assert run(block, namespace) == "done"
+    assert execute_program(block, namespace) == "done"
     assert user_names(namespace) == names
 
 
 def test_values_land_in_namespace() -> None:
     namespace = fresh_namespace()
-    run("a, (b, *c) = 1, (2, 3, 4)\nimport os.path as p", namespace)
+    execute_program("a, (b, *c) = 1, (2, 3, 4)\nimport os.path as p", namespace)
     assert (namespace["a"], namespace["b"], namespace["c"]) == (1, 2, [3, 4])
     assert namespace["p"] is sys.modules["os.path"]
 
 
 def test_del_removes_a_name_from_namespace() -> None:
     namespace = fresh_namespace(old=1)
-    run("del old", namespace)
+    execute_program("del old", namespace)
     assert "old" not in namespace
 
 
 def test_names_used_but_not_bound_are_read_from_namespace() -> None:
     namespace = fresh_namespace(base=40)
-    assert run("def f():\n    return base + 1\nf() + len('x')", namespace) == 42
+    assert execute_program("def f():\n    return base + 1\nf() + len('x')", namespace) == 42
 
 
 def test_comprehension_variable_does_not_clobber_a_top_level_name() -> None:
     namespace = fresh_namespace()
-    run("x = 'kept'\nsquares = [x * x for x in range(3)]", namespace)
+    execute_program("x = 'kept'\nsquares = [x * x for x in range(3)]", namespace)
     assert namespace["x"] == "kept"
     assert namespace["squares"] == [0, 1, 4]
 
 
 def test_walrus_in_comprehension_binds_the_last_value() -> None:
     namespace = fresh_namespace()
-    run("[(last := i) for i in range(3)]", namespace)
+    execute_program("[(last := i) for i in range(3)]", namespace)
     assert namespace["last"] == 2
     assert "i" not in namespace
 
 
 def test_functions_see_later_changes_to_top_level_names() -> None:
     # Names are globals, not closure cells: like a cell, a function reads the current value.
-    assert run("n = 1\ndef f():\n    return n\nn = 2\nf()") == 2
+    assert execute_program("n = 1\ndef f():\n    return n\nn = 2\nf()") == 2
 
 
 def test_global_statement_at_top_level_binds_in_namespace() -> None:
     namespace = fresh_namespace(counter=1)
-    run("global counter\ncounter += 1", namespace)
+    execute_program("global counter\ncounter += 1", namespace)
     assert namespace["counter"] == 2
     source = "if counter:\n    global counter\n    counter += 1\n    return counter"
-    assert run(source, namespace) == 3
+    assert execute_program(source, namespace) == 3
     assert namespace["counter"] == 3
 
 
 def test_nothing_but_the_program_names_land_in_namespace() -> None:
     namespace = fresh_namespace()
-    run("a = 1\ndef f():\n    pass", namespace)
+    execute_program("a = 1\ndef f():\n    pass", namespace)
     assert set(namespace) == {"__builtins__", "__name__", "a", "f"}
 
 
 def test_builtins_are_added_when_the_namespace_lacks_them() -> None:
     namespace: dict[str, Any] = {}
-    assert run("len('abc')", namespace) == 3
+    assert execute_program("len('abc')", namespace) == 3
 
 
 def test_functions_and_classes_get_plain_qualnames_and_pickle() -> None:
@@ -282,7 +283,9 @@ def test_functions_and_classes_get_plain_qualnames_and_pickle() -> None:
     module = type(sys)("ptc_retry_test_module")
     sys.modules[module.__name__] = module
     try:
-        run("class Point:\n    def norm(self):\n        return 0\ndef f():\n    pass", namespace)
+        execute_program(
+            "class Point:\n    def norm(self):\n        return 0\ndef f():\n    pass", namespace
+        )
         module.__dict__.update(namespace)
         point_class, function = namespace["Point"], namespace["f"]
         assert point_class.__qualname__ == "Point"
@@ -295,7 +298,7 @@ def test_functions_and_classes_get_plain_qualnames_and_pickle() -> None:
 
 
 def test_locals_at_top_level_is_the_namespace() -> None:
-    assert run("locals() is globals()") is True
+    assert execute_program("locals() is globals()") is True
 
 
 def test_misplaced_future_import_is_a_syntax_error() -> None:
@@ -309,7 +312,7 @@ def test_future_import_at_the_top_applies() -> None:
         "from __future__ import annotations\ndef f(a: Undefined) -> None:\n    pass\n"
         "f.__annotations__"
     )
-    assert run(source) == {"a": "Undefined", "return": "None"}
+    assert execute_program(source) == {"a": "Undefined", "return": "None"}
 
 
 # --- errors and tracebacks --------------------------------------------------------------
@@ -318,7 +321,7 @@ def test_future_import_at_the_top_applies() -> None:
 def test_exception_traceback_points_at_the_program_line() -> None:
     source = "a = 1\nb = {}\nb['missing']\nc = 3\n"
     with pytest.raises(KeyError) as info:
-        run(source)
+        execute_program(source)
     frame = traceback.extract_tb(info.value.__traceback__)[-1]
     assert (frame.filename, frame.lineno, frame.name) == (FILENAME, 3, "<module>")
     assert frame.line == "b['missing']"
@@ -328,7 +331,7 @@ def test_exception_traceback_points_at_the_program_line() -> None:
 def test_exception_inside_a_program_function_points_at_its_line() -> None:
     source = "def f():\n    return 1 / 0\n\nf()\n"
     with pytest.raises(ZeroDivisionError) as info:
-        run(source)
+        execute_program(source)
     frames = traceback.extract_tb(info.value.__traceback__)
     assert [(f.lineno, f.name) for f in frames if f.filename == FILENAME] == [
         (4, "<module>"),
@@ -338,7 +341,7 @@ def test_exception_inside_a_program_function_points_at_its_line() -> None:
 
 def test_syntax_error_has_filename_and_lineno() -> None:
     with pytest.raises(SyntaxError) as info:
-        run("a = 1\nb = (2,\nc = 3 +\n")
+        execute_program("a = 1\nb = (2,\nc = 3 +\n")
     assert info.value.filename == FILENAME
     assert info.value.lineno in (2, 3)
 
@@ -353,7 +356,7 @@ def test_syntax_error_found_after_parsing_quotes_the_line() -> None:
 
 def test_import_star_works_at_top_level() -> None:
     namespace = fresh_namespace()
-    run("from os.path import *\njoin('a', 'b')", namespace)
+    execute_program("from os.path import *\njoin('a', 'b')", namespace)
     assert "join" in namespace and "splitext" in namespace
 
 
@@ -378,7 +381,7 @@ def test_top_level_yield_is_a_syntax_error(source: str) -> None:
 
 
 def test_yield_inside_a_function_is_fine() -> None:
-    assert run("def gen():\n    yield 1\n    yield 2\nlist(gen())") == [1, 2]
+    assert execute_program("def gen():\n    yield 1\n    yield 2\nlist(gen())") == [1, 2]
 
 
 @pytest.mark.parametrize(
@@ -393,7 +396,7 @@ def test_top_level_nonlocal_stays_a_syntax_error(source: str) -> None:
 def test_nothing_runs_when_a_later_statement_fails_to_compile() -> None:
     namespace = fresh_namespace()
     with pytest.raises(SyntaxError):
-        run("ran = True\nclass C:\n    return 1\n", namespace)
+        execute_program("ran = True\nclass C:\n    return 1\n", namespace)
     assert "ran" not in namespace
 
 
@@ -409,14 +412,14 @@ def test_await_in_a_plain_nested_function_stays_a_syntax_error() -> None:
 def test_unicode_source() -> None:
     namespace = fresh_namespace()
     source = "naïve = 'café ☕'\nλ = len(naïve)  # 注释\nλ"
-    assert run(source, namespace) == 6
+    assert execute_program(source, namespace) == 6
     assert namespace["naïve"] == "café ☕"
 
 
 def test_unicode_line_separator_in_a_string_keeps_line_numbers() -> None:
     source = "s = 'a\u2028b'\nraise ValueError(s)\n"
     with pytest.raises(ValueError) as info:
-        run(source)
+        execute_program(source)
     frame = traceback.extract_tb(info.value.__traceback__)[-1]
     assert frame.lineno == 2
     assert frame.line == "raise ValueError(s)"
@@ -427,7 +430,7 @@ def test_transformed_text_runs_and_source_is_what_tracebacks_show() -> None:
     transformed = "x = 1\nraise RuntimeError('boom')\n"
     namespace = fresh_namespace()
     with pytest.raises(RuntimeError):
-        run(source, namespace, transformed=transformed)
+        execute_program(source, namespace, transformed=transformed)
     assert namespace["x"] == 1
     assert linecache.getline(FILENAME, 1) == "%time x = 1\n"
 

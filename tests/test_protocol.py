@@ -162,12 +162,12 @@ def test_kernel_info_describes_python(kernel: Kernel) -> None:
 def test_interrupt_stops_a_running_program_and_the_kernel_goes_on(kernel: Kernel) -> None:
     # stop_on_error False (kernel.send): ipykernel 6 may otherwise abort the next request.
     msg_id = kernel.send("import time\nprint('start', flush=True)\ntime.sleep(60)")
-    time.sleep(1.0)
+    kernel.wait_for_output(msg_id, "start")
     kernel.manager.interrupt_kernel()
-    run = kernel.collect(msg_id, timeout=30)
-    assert run.error["ename"] == "KeyboardInterrupt"
-    assert run.ptc["status"] == "interrupted"
-    assert "start" in run.stdout
+    executed = kernel.collect(msg_id, timeout=30)
+    assert executed.error["ename"] == "KeyboardInterrupt"
+    assert executed.ptc["status"] == "interrupted"
+    assert "start" in executed.stdout
     assert kernel.execute("2 + 2").result == "4"
 
 

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +11,7 @@ from ptc_retry.core.notice import parse_notice
 from ptc_retry.core.program import compile_program, statement_spans
 from ptc_retry.kernel.resume import edited_statement
 
-from .helpers import Execution, Kernel
+from .helpers import Execution, Kernel, StartKernel, latest_line_of
 
 # Four top-level statements (the first is a magic): the third is slow and counts
 # its runs in `slow_runs`, the fourth fails on a misspelt name. Over notice_min_bytes.
@@ -39,47 +36,29 @@ FIX = ("totl", "total")
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("resume-checkpoints")
-
-
-@pytest.fixture(scope="module")
-def kernel(jupyter_path: Path, root: Path) -> Iterator[Kernel]:
-    env = dict(os.environ, PTC_RETRY_ROOT=str(root), PTC_RETRY_SESSION="resume")
+def kernel(start_shared_kernel: StartKernel) -> Kernel:
     # The slow statement takes 0.3 s: enough, here, for the notice to offer skipping it.
-    shared = Kernel("ptc-retry", env, ["--PtcRetry.resume_min_seconds=0.2"])
-    yield shared
-    shared.shutdown()
+    return start_shared_kernel("resume", args=("--PtcRetry.resume_min_seconds=0.2",))
 
 
 _turns = iter(range(1, 10_000))
 
 
-def run(kernel: Kernel, code: str, **metadata: Any) -> Execution:
-    # Failures and replays come back to back: ipykernel 6 may abort the next otherwise.
-    return kernel.execute(code, metadata or None)
-
-
-def history(root: Path, call_id: str) -> dict[str, Any]:
-    lines = (root / "resume" / "history.jsonl").read_text().splitlines()
-    return [json.loads(line) for line in lines if json.loads(line)["id"] == call_id][-1]
-
-
 def failed_program(kernel: Kernel, call_id: str, turn: int, program: str = PROGRAM) -> Execution:
-    run(kernel, "slow_runs = 0")
-    failed = run(kernel, program, call_id=call_id, turn=turn)
+    kernel.execute_call("slow_runs = 0")
+    failed = kernel.execute_call(program, call_id=call_id, turn=turn)
     assert failed.error["ename"] == "NameError"
     return failed
 
 
 def slow_runs(kernel: Kernel) -> str:
-    return run(kernel, "print(slow_runs)").stdout.strip()
+    return kernel.execute_call("print(slow_runs)").stdout.strip()
 
 
-def test_the_failed_statement_is_recorded_and_noticed(kernel: Kernel, root: Path) -> None:
+def test_the_failed_statement_is_recorded_and_noticed(kernel: Kernel, module_root: Path) -> None:
     failed = failed_program(kernel, "r1", next(_turns))
 
-    line = history(root, "r1")
+    line = latest_line_of(module_root / "resume", "r1")
     assert line["failed_statement"] == {"index": 3, "lines": [15, 15]}
     assert line["completed"] == 3
     assert parse_notice(failed.ptc["notice"]) == failed.ptc["reference"]
@@ -89,27 +68,26 @@ def test_the_failed_statement_is_recorded_and_noticed(kernel: Kernel, root: Path
     )
 
 
-def test_resume_runs_only_the_failed_statement(kernel: Kernel, root: Path) -> None:
+def test_resume_runs_only_the_failed_statement(kernel: Kernel, module_root: Path) -> None:
     turn = next(_turns)
     failed_program(kernel, "r2", turn)
 
-    fixed = run(
-        kernel, f"await ptc_retry.replay('r2', {FIX[0]!r}, {FIX[1]!r}, resume=True)", turn=turn
+    fixed = kernel.execute_call(
+        f"await ptc_retry.replay('r2', {FIX[0]!r}, {FIX[1]!r}, resume=True)", turn=turn
     )
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "total: 4.15\n"  # no %time output: the first statement did not run
     assert fixed.stderr == ""
     assert slow_runs(kernel) == "1"
-    assert history(root, fixed.ptc["call_id"])["resumed_from"] == 3
+    assert latest_line_of(module_root / "resume", fixed.ptc["call_id"])["resumed_from"] == 3
 
 
 def test_an_edit_in_an_earlier_statement_starts_there(kernel: Kernel) -> None:
     turn = next(_turns)
     failed_program(kernel, "r3", turn)
 
-    fixed = run(
-        kernel,
+    fixed = kernel.execute_call(
         f"await ptc_retry.replay('r3', edits=[('0.3', '0.2'), {FIX!r}], resume=True)",
         turn=turn,
     )
@@ -120,30 +98,35 @@ def test_an_edit_in_an_earlier_statement_starts_there(kernel: Kernel) -> None:
 
 
 def test_a_failure_inside_a_function_is_located_at_its_top_level_call(
-    kernel: Kernel, root: Path
+    kernel: Kernel, module_root: Path
 ) -> None:
     program = PROGRAM.replace("prices[item]", "prices[item.upper()]")
-    run(kernel, program, call_id="r4", turn=next(_turns))
-    assert history(root, "r4")["failed_statement"] == {"index": 2, "lines": [14, 14]}
+    kernel.execute_call(program, call_id="r4", turn=next(_turns))
+    assert latest_line_of(module_root / "resume", "r4")["failed_statement"] == {
+        "index": 2,
+        "lines": [14, 14],
+    }
 
 
 def test_a_resumed_program_that_fails_again_can_be_resumed_again(
-    kernel: Kernel, root: Path
+    kernel: Kernel, module_root: Path
 ) -> None:
     turn = next(_turns)
     failed_program(kernel, "r5", turn)
-    again = run(kernel, "await ptc_retry.resume('r5')", call_id="r5b", turn=turn)
+    again = kernel.execute_call("await ptc_retry.resume('r5')", call_id="r5b", turn=turn)
     assert again.error["ename"] == "NameError"
-    assert history(root, "r5b")["failed_statement"]["index"] == 3
-    fixed = run(kernel, f"await ptc_retry.replay('r5b', {FIX[0]!r}, {FIX[1]!r}, resume=True)")
+    assert latest_line_of(module_root / "resume", "r5b")["failed_statement"]["index"] == 3
+    fixed = kernel.execute_call(
+        f"await ptc_retry.replay('r5b', {FIX[0]!r}, {FIX[1]!r}, resume=True)"
+    )
     assert fixed.stdout == "total: 4.15\n"
     assert slow_runs(kernel) == "1"
 
 
 def test_a_target_that_did_not_fail_runs_whole_and_says_so(kernel: Kernel) -> None:
-    run(kernel, "slow_runs = 0")
-    run(kernel, PROGRAM.replace(*FIX), call_id="r6")
-    again = run(kernel, "await ptc_retry.resume('r6')")
+    kernel.execute_call("slow_runs = 0")
+    kernel.execute_call(PROGRAM.replace(*FIX), call_id="r6")
+    again = kernel.execute_call("await ptc_retry.resume('r6')")
     assert (
         again.stderr
         == "ptc-retry: r6 did not fail, so there is nothing to skip: running the whole program.\n"
@@ -153,27 +136,29 @@ def test_a_target_that_did_not_fail_runs_whole_and_says_so(kernel: Kernel) -> No
 
 def test_the_budget_ends_in_a_full_run(kernel: Kernel) -> None:
     turn = next(_turns)
-    run(kernel, "%config PtcRetry.max_resumes_per_turn = 2")
+    kernel.execute_call("%config PtcRetry.max_resumes_per_turn = 2")
     try:
         failed_program(kernel, "r7", turn)
-        resumes = [run(kernel, "await ptc_retry.resume('r7')", turn=turn) for _ in range(3)]
+        resumes = [kernel.execute_call("await ptc_retry.resume('r7')", turn=turn) for _ in range(3)]
         assert [r.error["ename"] for r in resumes] == ["NameError"] * 3
         assert [r.stderr for r in resumes[:2]] == ["", ""]
         assert "used its 2 resumes (PtcRetry.max_resumes_per_turn): running the whole" in (
             resumes[2].stderr
         )
         assert slow_runs(kernel) == "2"  # only the last resume ran the slow step again
-        fresh = run(kernel, "await ptc_retry.resume('r7')", turn=next(_turns))
+        fresh = kernel.execute_call("await ptc_retry.resume('r7')", turn=next(_turns))
         assert fresh.stderr == ""  # a new turn, a new budget
     finally:
-        run(kernel, "%config PtcRetry.max_resumes_per_turn = 3")
+        kernel.execute_call("%config PtcRetry.max_resumes_per_turn = 3")
 
 
 def test_after_a_restart_everything_runs_and_it_says_so(kernel: Kernel) -> None:
     failed_program(kernel, "r8", next(_turns))
     kernel.restart()
 
-    fixed = run(kernel, f"await ptc_retry.replay('r8', {FIX[0]!r}, {FIX[1]!r}, resume=True)")
+    fixed = kernel.execute_call(
+        f"await ptc_retry.replay('r8', {FIX[0]!r}, {FIX[1]!r}, resume=True)"
+    )
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stderr.startswith(

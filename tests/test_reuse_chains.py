@@ -17,16 +17,16 @@ from typing import Any
 from ptc_retry.backend.code_mode import CUT_OFF_CELL
 
 from . import test_tools_kernel as tools_kernel
-from .helpers import Execution, Kernel, follow
-from .test_tools_kernel import Host, history_line, recording
+from .helpers import Execution, Kernel, follow, latest_line_of, tool_call_lines
+from .test_tools_kernel import Host
 
 # test_tools_kernel's fixtures: a kernel of this module's own, and the host that counts calls.
-root, shared, host = tools_kernel.root, tools_kernel.shared, tools_kernel.host
+shared, host = tools_kernel.shared, tools_kernel.host
 
 _turns = iter(range(1, 10_000))
 
 
-def run(host: Host, kernel: Kernel, code: str, turn: int) -> Execution:
+def run_turn(host: Host, kernel: Kernel, code: str, turn: int) -> Execution:
     """Run ``code`` as the agent's program of ``turn``; its result has the reply metadata."""
     result = host.run(kernel, code, turn=turn)
     assert result.ptc is not None, result.error
@@ -60,29 +60,29 @@ print(sent, total, fetched, check, reprot)
 
 
 def test_replay_then_resume_then_replay_sends_nothing_twice(
-    shared: Kernel, host: Host, root: Any
+    shared: Kernel, host: Host, module_root: Any
 ) -> None:
     turn = next(_turns)
-    first = run(host, shared, REPLAY_RESUME_REPLAY, turn)
+    first = run_turn(host, shared, REPLAY_RESUME_REPLAY, turn)
     assert undefined(first) == "rowz"
 
     # It failed at once: the notice offers a replay. The replay runs whole and is slow.
-    second = run(host, shared, follow(first.ptc["notice"], old="rowz", new="rows"), turn)
+    second = run_turn(host, shared, follow(first.ptc["notice"], old="rowz", new="rows"), turn)
     assert undefined(second) == "totl"
     offered = follow(second.ptc["notice"], old="totl", new="total")
     assert offered.endswith(", resume=True)")
 
-    third = run(host, shared, offered, turn)  # from the failed statement on
+    third = run_turn(host, shared, offered, turn)  # from the failed statement on
     assert undefined(third) == "reprot"
-    assert history_line(root, third.ptc["call_id"])["resumed_from"] == 4
+    assert latest_line_of(module_root / "tools", third.ptc["call_id"])["resumed_from"] == 4
     # Its recording holds its whole program: the calls of the statements it skipped first.
-    lines = recording(root, third.ptc["call_id"])
+    lines = tool_call_lines(module_root / "tools", third.ptc["call_id"])
     assert [(line["k"], line["tool"], line["reused_from"]) for line in lines[:2]] == [
         (1, "count", second.ptc["call_id"]), (2, "slow", second.ptc["call_id"])
     ]  # fmt: skip
     assert (lines[2]["k"], lines[2]["tool"], lines[2]["reused"]) == (3, "double", False)
 
-    fourth = run(host, shared, follow(third.ptc["notice"], old="reprot", new="'ok'"), turn)
+    fourth = run_turn(host, shared, follow(third.ptc["notice"], old="reprot", new="'ok'"), turn)
 
     assert fourth.status == "ok", fourth.error
     assert fourth.stdout == "1 3 slept 6 ok\n"
@@ -112,15 +112,15 @@ def test_resume_then_resume_then_an_extended_replay_sends_nothing_twice(
     shared: Kernel, host: Host
 ) -> None:
     turn = next(_turns)
-    first = run(host, shared, RESUME_RESUME_EXTEND, turn)
+    first = run_turn(host, shared, RESUME_RESUME_EXTEND, turn)
     assert undefined(first) == "dialy"
 
-    second = run(host, shared, follow(first.ptc["notice"], old="dialy", new="daily"), turn)
+    second = run_turn(host, shared, follow(first.ptc["notice"], old="dialy", new="daily"), turn)
     assert undefined(second) == "weeklt"
     offered = follow(second.ptc["notice"], old="weeklt", new="weekly")
     assert offered.endswith(", resume=True)")  # the resume's own slow call took over 1 s
 
-    third = run(host, shared, offered, turn)
+    third = run_turn(host, shared, offered, turn)
     assert undefined(third) == "totl"
     # The model's next call, the fix the notice offers, is cut off mid-stream.
     fix = follow(third.ptc["notice"], old=", totl)", new=")")
@@ -129,7 +129,7 @@ def test_resume_then_resume_then_an_extended_replay_sends_nothing_twice(
     cut_off = send_cut_off(host, shared, fix[:cut], turn)
     assert cut_off.ptc is not None and cut_off.ptc["status"] == "partial"
 
-    extended = run(host, shared, follow(cut_off.ptc["notice"], rest=fix[cut:]), turn)
+    extended = run_turn(host, shared, follow(cut_off.ptc["notice"], rest=fix[cut:]), turn)
 
     assert extended.status == "ok", extended.error
     assert extended.stdout == "1 slept slept 1\n"
@@ -155,7 +155,7 @@ print(sent, pages)
 
 
 def test_a_program_stopped_by_the_time_limit_goes_on_and_is_fixed_sending_nothing_twice(
-    shared: Kernel, host: Host, root: Any
+    shared: Kernel, host: Host, module_root: Any
 ) -> None:
     turn = next(_turns)
     stopped = host.run(shared, STOPPED, turn=turn, time_limit=1)
@@ -163,16 +163,18 @@ def test_a_program_stopped_by_the_time_limit_goes_on_and_is_fixed_sending_nothin
     offered = follow(stopped.ptc["notice"])
     assert offered.startswith("await ptc_retry.resume(")
 
-    resumed = run(host, shared, offered, turn)  # from the statement that was stopped
+    resumed = run_turn(host, shared, offered, turn)  # from the statement that was stopped
     assert undefined(resumed) == "reprot"
     made = host.calls()
-    fixed = run(host, shared, follow(resumed.ptc["notice"], old="reprot", new="report"), turn)
+    fixed = run_turn(host, shared, follow(resumed.ptc["notice"], old="reprot", new="report"), turn)
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "1 5\n"
     assert host.counts["stopped email"] == 1 and host.calls() == made
     # Resumed or replayed whole (as the notice offers), its recording holds both calls.
-    assert [line["tool"] for line in recording(root, fixed.ptc["call_id"])] == ["count", "slow"]
+    assert [
+        line["tool"] for line in tool_call_lines(module_root / "tools", fixed.ptc["call_id"])
+    ] == ["count", "slow"]
 
 
 # -- failed calls the program caught ---------------------------------------------------------------
@@ -193,11 +195,13 @@ def test_a_caught_failed_call_goes_live_and_the_email_after_it_is_not_sent_again
 ) -> None:
     turn = next(_turns)
     host.failing.add("caught stock")
-    failed = run(host, shared, CAUGHT, turn)
+    failed = run_turn(host, shared, CAUGHT, turn)
     assert failed.stdout == "" and failed.error is not None
     assert host.counts["caught email"] == 1
 
-    fixed = run(host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn)
+    fixed = run_turn(
+        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
+    )
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "caught stock: up 1\n"
@@ -225,7 +229,7 @@ def test_a_retry_loop_gets_the_success_that_followed_its_failures(
 ) -> None:
     turn = next(_turns)
     host.failing.add("retried stock")
-    failed = run(host, shared, RETRYING, turn)
+    failed = run_turn(host, shared, RETRYING, turn)
     assert failed.error is not None
     calls = host.calls()
     assert calls == [
@@ -234,7 +238,9 @@ def test_a_retry_loop_gets_the_success_that_followed_its_failures(
         ("count", {"name": "retried email"}),
     ]
 
-    fixed = run(host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn)
+    fixed = run_turn(
+        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
+    )
 
     assert fixed.status == "ok", fixed.error
     # The first attempt got the recorded success: the loop ended at once, nothing went live.
@@ -280,10 +286,12 @@ def test_a_retry_loop_that_gave_up_and_now_succeeds_at_once_does_not_email_again
     host = Outages()
     host.down["gave-up stock"] = 2
     turn = next(_turns)
-    failed = run(host, shared, GAVE_UP, turn)
+    failed = run_turn(host, shared, GAVE_UP, turn)
     assert failed.error is not None and host.counts["gave-up email"] == 1
 
-    fixed = run(host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn)
+    fixed = run_turn(
+        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
+    )
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "0 gave-up stock: up 1\n"  # the service is back: one attempt
@@ -306,21 +314,23 @@ print(got[0], type(got[1]).__name__, got[2], sent, undefined_name)
 
 
 def test_a_gather_with_one_failed_call_makes_only_that_call_again(
-    shared: Kernel, host: Host, root: Any
+    shared: Kernel, host: Host, module_root: Any
 ) -> None:
     turn = next(_turns)
     host.failing.add("gathered price")
-    failed = run(host, shared, GATHERED, turn)
+    failed = run_turn(host, shared, GATHERED, turn)
     assert failed.error is not None and len(host.calls()) == 4
 
-    fixed = run(host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn)
+    fixed = run_turn(
+        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
+    )
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "2 str 6 1\n"  # the price service answered this time
     assert host.calls()[4:] == [("flaky", {"key": "gathered price"})]
     reference = failed.ptc["reference"]
     assert fixed.stderr == f"ptc-retry: 3 tool results reused from {reference}; 1 call made live.\n"
-    lines = recording(root, fixed.ptc["call_id"])
+    lines = tool_call_lines(module_root / "tools", fixed.ptc["call_id"])
     assert sorted((line["k"], line["reused"]) for line in lines) == [
         (1, True), (2, False), (3, True), (4, True)
     ]  # fmt: skip
@@ -343,11 +353,11 @@ def test_a_host_call_inside_a_recorded_function_that_failed_is_not_made_again(
     shared: Kernel, host: Host
 ) -> None:
     turn = next(_turns)
-    failed = run(host, shared, NOTIFYING, turn)
+    failed = run_turn(host, shared, NOTIFYING, turn)
     assert undefined(failed) == "sufix"
     assert host.counts["within email"] == 1
 
-    fixed = run(host, shared, follow(failed.ptc["notice"], old="{sufix}", new="sent"), turn)
+    fixed = run_turn(host, shared, follow(failed.ptc["notice"], old="{sufix}", new="sent"), turn)
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "1 sent\n"
@@ -372,10 +382,10 @@ def test_a_reused_recorded_function_makes_none_of_its_calls_and_the_next_is_reus
     shared: Kernel, host: Host
 ) -> None:
     turn = next(_turns)
-    failed = run(host, shared, NOTIFIED, turn)
+    failed = run_turn(host, shared, NOTIFIED, turn)
     assert undefined(failed) == "reprot"
 
-    fixed = run(host, shared, follow(failed.ptc["notice"], old=", reprot", new=""), turn)
+    fixed = run_turn(host, shared, follow(failed.ptc["notice"], old=", reprot", new=""), turn)
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "1 1\n"
@@ -399,14 +409,14 @@ def test_a_chain_of_fixes_keeps_the_calls_made_within_a_reused_recorded_call(
     shared: Kernel, host: Host
 ) -> None:
     turn = next(_turns)
-    failed = run(host, shared, CHAINED_HELPER, turn)
+    failed = run_turn(host, shared, CHAINED_HELPER, turn)
     # The first fix reuses the helper's result: the email within it is not made.
-    second = run(host, shared, follow(failed.ptc["notice"], old="typo_one", new="1"), turn)
+    second = run_turn(host, shared, follow(failed.ptc["notice"], old="typo_one", new="1"), turn)
     assert undefined(second) == "typo_two"
     # The second edits the helper, which runs again: its email is reused all the same.
     edits = [("return await", "print(to)\n    return await"), ("typo_two", "2")]
     reference = second.ptc["reference"]
-    third = run(host, shared, f"await ptc_retry.replay({reference!r}, edits={edits!r})", turn)
+    third = run_turn(host, shared, f"await ptc_retry.replay({reference!r}, edits={edits!r})", turn)
 
     assert third.status == "ok", third.error
     assert third.stdout == "chained helper email\n1 1 2\n"
@@ -430,9 +440,9 @@ def test_a_recorded_function_that_changed_its_argument_runs_again_without_its_ca
     shared: Kernel, host: Host
 ) -> None:
     turn = next(_turns)
-    failed = run(host, shared, CHANGING_ITS_ARGUMENT, turn)
+    failed = run_turn(host, shared, CHANGING_ITS_ARGUMENT, turn)
 
-    fixed = run(host, shared, follow(failed.ptc["notice"], old=", typo", new=""), turn)
+    fixed = run_turn(host, shared, follow(failed.ptc["notice"], old=", typo", new=""), turn)
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "['argument lamp']\n"  # not [], as a reused result would leave it
@@ -456,20 +466,20 @@ print("sent:", snet)
 
 
 def test_a_replay_of_a_program_that_replayed_and_did_more_sends_nothing_twice(
-    shared: Kernel, host: Host, root: Any
+    shared: Kernel, host: Host, module_root: Any
 ) -> None:
     turn = next(_turns)
-    report = run(host, shared, REPORT, turn)
+    report = run_turn(host, shared, REPORT, turn)
     assert report.error is not None
     reference = json.dumps(report.ptc["reference"])
 
-    both = run(host, shared, REPLAY_AND_MORE.format(reference=reference), turn)
+    both = run_turn(host, shared, REPLAY_AND_MORE.format(reference=reference), turn)
     assert undefined(both) == "snet"
     # Said of the replay, counted exactly: the email after it is the program's own call.
     said = f"ptc-retry: 1 tool result reused from {report.ptc['reference']}; 0 calls made live.\n"
     assert both.stderr == said
 
-    fixed = run(host, shared, follow(both.ptc["notice"], old="snet", new="sent"), turn)
+    fixed = run_turn(host, shared, follow(both.ptc["notice"], old="snet", new="sent"), turn)
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "numbers: 1\nsent: 1\n"
@@ -481,7 +491,10 @@ def test_a_replay_of_a_program_that_replayed_and_did_more_sends_nothing_twice(
     assert fixed.stderr == (
         f"ptc-retry: 2 tool results reused from {both.ptc['reference']}; 0 calls made live.\n"
     )
-    assert history_line(root, fixed.ptc["call_id"])["tool_calls"] == {"reused": 2, "live": 0}
+    assert latest_line_of(module_root / "tools", fixed.ptc["call_id"])["tool_calls"] == {
+        "reused": 2,
+        "live": 0,
+    }
 
 
 DIES_IN_THE_RESUME = """\
@@ -499,7 +512,7 @@ def test_a_resume_that_killed_its_kernel_is_resumed_without_sending_anything_twi
     start_kernel: Any, host: Host
 ) -> None:
     kernel = start_kernel()  # a kernel of its own: the resume kills it
-    failed = run(host, kernel, DIES_IN_THE_RESUME, next(_turns))  # #1
+    failed = run_turn(host, kernel, DIES_IN_THE_RESUME, next(_turns))  # #1
     offered = follow(failed.ptc["notice"], old="reprot", new="report")
     assert offered.endswith(", resume=True)")
     host.run_dying(kernel, offered)  # #2 runs from the failed statement on, and dies

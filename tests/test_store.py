@@ -7,9 +7,9 @@ import os
 import re
 import stat
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -19,6 +19,8 @@ from ptc_retry.core.errors import AmbiguousReferenceError, CheckpointError, Stor
 from ptc_retry.core.fs import default_root
 from ptc_retry.core.layout import sanitize
 from ptc_retry.core.store import CheckpointStore
+
+from .helpers import finished_call
 
 OpenStore = Callable[..., CheckpointStore]
 
@@ -41,13 +43,6 @@ def open_store(root: Path) -> Iterator[OpenStore]:
     yield open_
     for store in opened:
         store.close()
-
-
-def run(store: CheckpointStore, code: str = "x = 1", **kwargs: Any) -> Any:
-    """Begin and finish one call with ``{"code": code}`` as its arguments."""
-    call = store.begin(json.dumps({"code": code}), **kwargs)
-    store.finish(call, "ok")
-    return call
 
 
 def mode(path: Path) -> int:
@@ -94,7 +89,7 @@ def test_begin_saves_under_a_fresh_id_when_the_file_exists_from_before(
     open_store: OpenStore,
 ) -> None:
     store = open_store()
-    run(store)
+    finished_call(store)
     store.close()
     assert open_store().begin("{}").id == "c2"
 
@@ -117,8 +112,8 @@ def test_permissions_are_0700_and_0600_whatever_the_umask(
     old = os.umask(umask)
     try:
         store = open_store()
-        run(store, step=1)
-        run(store, step=2)
+        finished_call(store, step=1)
+        finished_call(store, step=2)
     finally:
         os.umask(old)
     for directory in (store.root, store.session_dir, *store.session_dir.iterdir()):
@@ -292,8 +287,8 @@ def test_deduplicated_long_ids_stay_loadable(open_store: OpenStore) -> None:
 
 def test_a_call_id_sent_twice_is_refused_with_both_programs(open_store: OpenStore) -> None:
     store = open_store()
-    run(store, "x = 1", call_id="call_7")
-    run(store, "x = 2", call_id="call_7")
+    finished_call(store, "x = 1", call_id="call_7")
+    finished_call(store, "x = 2", call_id="call_7")
 
     with pytest.raises(AmbiguousReferenceError) as refused:
         store.load_code("call_7")
@@ -310,7 +305,7 @@ def test_an_id_sent_again_whose_call_never_finished_stays_refused_after_reopens(
     open_store: OpenStore, root: Path
 ) -> None:
     first = open_store()
-    run(first, "x = 1", call_id="call_7")
+    finished_call(first, "x = 1", call_id="call_7")
     first.begin(json.dumps({"code": "boom()"}), call_id="call_7")  # its kernel died
     first.close()
 
@@ -325,8 +320,10 @@ def test_an_id_that_differs_from_another_only_in_case_names_its_own_program(
     open_store: OpenStore,
 ) -> None:
     store = open_store()
-    run(store, "x = 1", call_id="Call_A")
-    second = run(store, "x = 2", call_id="call_a")  # saved as call_a.2: one file on any disk
+    finished_call(store, "x = 1", call_id="Call_A")
+    second = finished_call(
+        store, "x = 2", call_id="call_a"
+    )  # saved as call_a.2: one file on any disk
 
     assert second.id == "call_a.2"
     assert store.load_code("call_a") == ("call_a.2", "x = 2")
@@ -392,13 +389,13 @@ def test_history_append_does_not_reopen_the_file(
 
 def test_torn_last_line_is_skipped_and_next_append_starts_fresh(open_store: OpenStore) -> None:
     store = open_store()
-    run(store)
+    finished_call(store)
     store.close()
     history = store.session_dir / "history.jsonl"
     with open(history, "a") as f:
         f.write('{"id":"c2","sta')  # a crash mid-write
     store = open_store()
-    run(store)
+    finished_call(store)
     assert [line["id"] for line in store.history()] == ["c1", "c2"]
     assert history.read_text().splitlines()[1] == '{"id":"c2","sta'
 
@@ -406,7 +403,7 @@ def test_torn_last_line_is_skipped_and_next_append_starts_fresh(open_store: Open
 def test_latest_ids_are_newest_first(open_store: OpenStore) -> None:
     store = open_store()
     for _ in range(7):
-        run(store)
+        finished_call(store)
     assert store.latest_ids() == ["c7", "c6", "c5", "c4", "c3"]
     assert store.latest_ids(2) == ["c7", "c6"]
 
@@ -416,7 +413,7 @@ def test_latest_ids_are_newest_first(open_store: OpenStore) -> None:
 
 def test_reopen_continues_counter_and_marks_orphans_unfinished(open_store: OpenStore) -> None:
     store = open_store()
-    run(store)
+    finished_call(store)
     crashed = store.begin('{"code": "import os; os._exit(1)"}')  # no finish: the kernel died
     store.close()
     store = open_store()
@@ -430,7 +427,7 @@ def test_reopen_continues_counter_and_marks_orphans_unfinished(open_store: OpenS
 
 def test_reopen_makes_the_crashed_call_the_previous_program(open_store: OpenStore) -> None:
     store = open_store()
-    run(store)
+    finished_call(store)
     store.begin('{"code": "crash()"}')
     store.close()
     store = open_store()
@@ -450,8 +447,8 @@ def test_reopen_deletes_stale_temp_files(open_store: OpenStore) -> None:
 
 def test_sessions_on_one_root_do_not_see_each_other(open_store: OpenStore) -> None:
     a, b = open_store("a"), open_store("b")
-    run(a, call_id="only_in_a")
-    run(a)
+    finished_call(a, call_id="only_in_a")
+    finished_call(a)
     assert b.begin("{}").id == "c1"
     assert [line["id"] for line in b.history()] == []
     with pytest.raises(CheckpointError):
@@ -480,7 +477,7 @@ def test_closed_store_refuses_to_record(open_store: OpenStore) -> None:
 def test_previous_holds_the_previous_steps_calls_in_ordinal_order(open_store: OpenStore) -> None:
     store = open_store()
     for _ in range(3):
-        run(store, turn=1, step=1)
+        finished_call(store, turn=1, step=1)
     assert previous_ids(store) == []
     first = store.begin("{}", turn=1, step=2)
     assert first.ordinal == 1
@@ -499,8 +496,8 @@ def test_previous_holds_the_previous_steps_calls_in_ordinal_order(open_store: Op
 
 def test_previous_with_step_none_holds_the_call_before(open_store: OpenStore) -> None:
     store = open_store()
-    run(store, "a = 1")
-    run(store, "b = 2")
+    finished_call(store, "a = 1")
+    finished_call(store, "b = 2")
     call = store.begin("c = 3")
     assert call.ordinal == 1
     assert previous_ids(store) == ["c2"]
@@ -516,7 +513,7 @@ def test_hard_link_refused_falls_back_to_symlinks(
 ) -> None:
     monkeypatch.setattr(os, "link", refuse)
     store = open_store()
-    run(store, "a = 1", turn=1, step=1)
+    finished_call(store, "a = 1", turn=1, step=1)
     store.begin("{}", turn=1, step=2)
     assert os.readlink(store.session_dir / "previous" / "1.json") == os.path.join(
         "..", "by-id", "c1.json"
@@ -530,8 +527,8 @@ def test_symlink_refused_falls_back_to_copies(
     monkeypatch.setattr(os, "link", refuse)
     monkeypatch.setattr(os, "symlink", refuse)
     store = open_store()
-    run(store, "a = 1", turn=1, step=1)
-    run(store, "b = 2", turn=1, step=1)
+    finished_call(store, "a = 1", turn=1, step=1)
+    finished_call(store, "b = 2", turn=1, step=1)
     store.begin("{}", turn=1, step=2)
     one = store.session_dir / "previous" / "1.json"
     assert not one.is_symlink()
@@ -547,7 +544,7 @@ def test_copied_previous_entry_follows_replace_arguments(
     monkeypatch.setattr(os, "link", refuse)
     monkeypatch.setattr(os, "symlink", refuse)
     store = open_store()
-    call = run(store, "old")
+    call = finished_call(store, "old")
     store.begin("{}")
     store.replace_arguments(call, json.dumps({"code": "new"}))
     assert store.load_code(1) == ("c1", "new")
@@ -565,14 +562,14 @@ def test_load_returns_id_raw_text_and_object(open_store: OpenStore) -> None:
 
 def test_load_of_unknown_id_lists_recent_ids(open_store: OpenStore) -> None:
     store = open_store()
-    run(store)
+    finished_call(store)
     with pytest.raises(CheckpointError, match=r"'nope'.*does not exist.*c1"):
         store.load("nope")
 
 
 def test_load_of_missing_previous_position_says_how_many_exist(open_store: OpenStore) -> None:
     store = open_store()
-    run(store)
+    finished_call(store)
     store.begin("{}")
     with pytest.raises(
         CheckpointError, match=r'holds the 1 call\(s\).*write "#2".*#2 \(c2\), #1 \(c1\)'
@@ -585,7 +582,7 @@ def test_load_of_missing_previous_position_says_how_many_exist(open_store: OpenS
 @pytest.mark.parametrize("target", [True, 1.0, None, b"c1"])
 def test_load_rejects_targets_that_are_not_str_or_int(open_store: OpenStore, target: Any) -> None:
     store = open_store()
-    run(store)
+    finished_call(store)
     with pytest.raises(CheckpointError, match=r"call id \(str\)"):
         store.path_for(target)
 
@@ -625,7 +622,7 @@ def test_load_code_requires_a_code_string(
 
 def test_load_of_checkpoint_deleted_from_under_the_store(open_store: OpenStore) -> None:
     store = open_store()
-    call = run(store)
+    call = finished_call(store)
     store.begin("{}")
     call.path.unlink()
     with pytest.raises(CheckpointError, match="c1"):
@@ -638,7 +635,7 @@ def test_load_reports_a_file_deleted_between_check_and_read(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = open_store()
-    call = run(store)
+    call = finished_call(store)
     real_path_for = store.path_for
 
     def path_then_delete(target: Any) -> Path:
@@ -656,7 +653,7 @@ def test_threads_get_distinct_ids_and_whole_history_lines(open_store: OpenStore)
 
     def work() -> None:
         for _ in range(50):
-            run(store)
+            finished_call(store)
 
     threads = [threading.Thread(target=work) for _ in range(8)]
     for thread in threads:
@@ -672,7 +669,7 @@ def test_threads_get_distinct_ids_and_whole_history_lines(open_store: OpenStore)
 
 def test_every_call_gets_the_next_session_number(open_store: OpenStore) -> None:
     store = open_store()
-    calls = [run(store, call_id=call_id) for call_id in ("call_a", None, "toolu_01b")]
+    calls = [finished_call(store, call_id=call_id) for call_id in ("call_a", None, "toolu_01b")]
 
     assert [call.reference for call in calls] == ["#1", "#2", "#3"]
     assert [line["n"] for line in store.history()] == [1, 2, 3]
@@ -682,12 +679,12 @@ def test_every_call_gets_the_next_session_number(open_store: OpenStore) -> None:
 
 def test_numbers_continue_after_a_reopen_and_orphans_get_theirs(open_store: OpenStore) -> None:
     first = open_store()
-    run(first, call_id="a")
+    finished_call(first, call_id="a")
     orphan = first.begin('{"code": "crash()"}', call_id="b")  # never finished: the kernel died
     first.close()
 
     second = open_store()
-    after = run(second, call_id="c")
+    after = finished_call(second, call_id="c")
 
     assert second.history()[1] == {**second.history()[1], "id": "b", "n": 2, "status": "unfinished"}
     assert orphan.n == 2 and after.reference == "#3"
@@ -698,8 +695,8 @@ def test_a_reference_the_session_never_gave_is_refused_with_its_range(
     open_store: OpenStore,
 ) -> None:
     store = open_store()
-    run(store)
-    run(store)
+    finished_call(store)
+    finished_call(store)
     with pytest.raises(CheckpointError, match=r"no program #3 in this session .*#1 to #2"):
         store.load_code("#3")
     with pytest.raises(CheckpointError, match="not a reference"):
@@ -710,7 +707,7 @@ def test_a_number_claimed_by_two_calls_is_refused_not_guessed(
     open_store: OpenStore, root: Path
 ) -> None:
     store = open_store()
-    run(store, call_id="first")
+    finished_call(store, call_id="first")
     store.close()
     history = root / "s" / "history.jsonl"
     line = json.loads(history.read_text())
@@ -727,8 +724,8 @@ def test_a_sent_id_that_looks_like_a_reference_makes_that_reference_ambiguous(
     open_store: OpenStore,
 ) -> None:
     store = open_store()
-    run(store, call_id="real")
-    run(store, call_id="#1")  # saved as _1-<hash>: sanitized
+    finished_call(store, call_id="real")
+    finished_call(store, call_id="#1")  # saved as _1-<hash>: sanitized
 
     with pytest.raises(CheckpointError, match="#1 is ambiguous"):
         store.load_code("#1")
@@ -739,13 +736,13 @@ def test_link_number_makes_calls_n_point_at_the_checkpoint(
     open_store: OpenStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     store = open_store()
-    call = run(store, "y = 2", call_id="call_long_id")
+    call = finished_call(store, "y = 2", call_id="call_long_id")
     path = store.link_number(call)
 
     assert path == store.session_dir / "calls" / "1.json" and path.is_symlink()
     assert json.loads(path.read_text()) == {"code": "y = 2"}
     monkeypatch.setattr(os, "symlink", refuse)
-    copied = store.link_number(run(store, "z = 3"))
+    copied = store.link_number(finished_call(store, "z = 3"))
     assert not copied.is_symlink() and json.loads(copied.read_text()) == {"code": "z = 3"}
 
 
@@ -753,7 +750,7 @@ def test_a_number_a_notice_gave_an_unfinished_call_survives_the_reopen(
     open_store: OpenStore,
 ) -> None:
     first = open_store()
-    run(first, call_id="a")
+    finished_call(first, call_id="a")
     dying = first.begin('{"code": "boom()"}', call_id="b")
     first.link_number(dying)  # the notice went out, then the kernel died
     first.close()

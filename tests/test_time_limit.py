@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .helpers import Execution, Kernel
+from .helpers import Execution, Kernel, StartKernel
 
 # Queues three batches, prints, then waits for a worker that never answers: only the
 # time limit ends it. Over notice_min_bytes, so the notice is the full one. Four
@@ -31,22 +28,13 @@ while True:
 
 
 @pytest.fixture(scope="module")
-def kernel(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kernel]:
-    root = tmp_path_factory.mktemp("time-limit-checkpoints")
-    env = dict(os.environ, PTC_RETRY_ROOT=str(root), PTC_RETRY_SESSION="limit")
-    shared = Kernel("ptc-retry", env, [])
-    yield shared
-    shared.shutdown()
-
-
-def run(kernel: Kernel, code: str, **metadata: Any) -> Execution:
-    # The next request follows an error at once: ipykernel 6 may abort it otherwise.
-    return kernel.execute(code, metadata or None, timeout=30)
+def kernel(start_shared_kernel: StartKernel) -> Kernel:
+    return start_shared_kernel("limit")
 
 
 def timed(kernel: Kernel, code: str, **metadata: Any) -> tuple[Execution, float]:
     started = time.monotonic()
-    execution = run(kernel, code, **metadata)
+    execution = kernel.execute_call(code, **metadata)
     return execution, time.monotonic() - started
 
 
@@ -92,11 +80,11 @@ def test_every_kind_of_program_is_stopped(kernel: Kernel, program: str, ename: s
         "time limit of 0.5 s reached",
     )
     assert stopped.ptc["status"] == "interrupted"
-    assert run(kernel, "print('next')").stdout == "next\n"
+    assert kernel.execute_call("print('next')").stdout == "next\n"
 
 
 def test_a_replay_is_stopped_too(kernel: Kernel) -> None:
-    run(kernel, "import time\nprint('saved')", call_id="quick")
+    kernel.execute_call("import time\nprint('saved')", call_id="quick")
     stopped, seconds = timed(
         kernel,
         "await ptc_retry.replay('quick', \"print('saved')\", 'while True: time.sleep(0.01)')",
@@ -108,21 +96,20 @@ def test_a_replay_is_stopped_too(kernel: Kernel) -> None:
 
 
 def test_the_trait_limits_every_program(kernel: Kernel) -> None:
-    run(kernel, "%config PtcRetry.time_limit = 0.5")
+    kernel.execute_call("%config PtcRetry.time_limit = 0.5")
     try:
         stopped, seconds = timed(kernel, "while True:\n    pass")
         assert stopped.error["evalue"] == "time limit of 0.5 s reached"
         assert seconds < 5
         assert "[ptc-retry] Stopped by the time limit (0.5 s)." == stopped.ptc["notice"]
     finally:
-        run(kernel, "%config PtcRetry.time_limit = None")
+        kernel.execute_call("%config PtcRetry.time_limit = None")
 
 
 def test_a_stopped_program_resumes_after_its_completed_statements(kernel: Kernel) -> None:
-    run(kernel, LOOPING, call_id="loop2", time_limit=0.5)
+    kernel.execute_call(LOOPING, call_id="loop2", time_limit=0.5)
 
-    resumed = run(
-        kernel,
+    resumed = kernel.execute_call(
         "await ptc_retry.replay('loop2', 'while True:\\n    pass', 'len(steps)', resume=True)",
     )
 
@@ -134,9 +121,9 @@ def test_a_stopped_program_resumes_after_its_completed_statements(kernel: Kernel
 def test_no_interrupt_leaks_into_the_next_program(kernel: Kernel) -> None:
     # A limit that passes just as the program ends, again and again.
     for _ in range(15):
-        racing = run(kernel, "import time\ntime.sleep(0.05)", time_limit=0.05)
+        racing = kernel.execute_call("import time\ntime.sleep(0.05)", time_limit=0.05)
         assert racing.ptc["status"] in ("ok", "interrupted")
-        following = run(kernel, "x = sum(range(100000))")
+        following = kernel.execute_call("x = sum(range(100000))")
         assert following.status == "ok", following.error
 
 
@@ -145,10 +132,10 @@ def test_a_thread_runs_only_while_a_limited_program_runs(kernel: Kernel) -> None
         "import threading\n"
         "print(sum(t.name == 'ptc-retry time limit' for t in threading.enumerate()))"
     )
-    assert run(kernel, names).stdout == "0\n"
-    assert run(kernel, names, time_limit=30).stdout == "1\n"
+    assert kernel.execute_call(names).stdout == "0\n"
+    assert kernel.execute_call(names, time_limit=30).stdout == "1\n"
     time.sleep(0.1)
-    assert run(kernel, names).stdout == "0\n"
+    assert kernel.execute_call(names).stdout == "0\n"
 
 
 def test_a_persons_interrupt_still_works_under_a_limit(kernel: Kernel) -> None:
@@ -171,12 +158,12 @@ def test_a_persons_interrupt_still_works_under_a_limit(kernel: Kernel) -> None:
     assert interrupted.error["ename"] == "KeyboardInterrupt"
     assert interrupted.error["evalue"] == ""  # the person's interrupt, not the limit
     assert interrupted.ptc["status"] == "interrupted"
-    assert run(kernel, "print('next')").stdout == "next\n"
+    assert kernel.execute_call("print('next')").stdout == "next\n"
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "float('nan')"])
 def test_a_bad_limit_is_rejected_in_one_clear_line(kernel: Kernel, value: str) -> None:
-    attempt = run(kernel, f"%config PtcRetry.time_limit = {value}")
+    attempt = kernel.execute_call(f"%config PtcRetry.time_limit = {value}")
     assert attempt.stderr.count("\n") == 1
     assert (
         "PtcRetry.time_limit must be a number of seconds > 0, or None (or inf) for no limit, "

@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import queue
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import pytest
 
@@ -27,7 +26,14 @@ from ptc_retry.core.protocol import (
     tool_reply,
 )
 
-from .helpers import Execution, Kernel
+from .helpers import (
+    Execution,
+    Kernel,
+    StartKernel,
+    latest_line_of,
+    tool_call_lines,
+    wait_until,
+)
 from .test_faults_kernel import SUBSHELLS, create_subshell
 
 #: The host's tools, as a backend sends them with each program.
@@ -116,12 +122,13 @@ class Host:
         with self._serving(kernel):
             return kernel.collect(self._send(kernel, code, catalog, allow_stdin, fields))
 
-    def run_interrupted(self, kernel: Kernel, code: str, after: float) -> tuple[Execution, float]:
-        """Run ``code`` and interrupt the kernel ``after`` seconds; the execution and how
-        long the program went on after the interrupt."""
+    def run_interrupted(self, kernel: Kernel, code: str) -> tuple[Execution, float]:
+        """Run ``code`` and interrupt the kernel once it has asked for its first batch of
+        tool calls; the execution and how long the program went on after the interrupt."""
+        asked = len(self.batches)
         with self._serving(kernel):
             msg_id = self._send(kernel, code, True, True, {})
-            time.sleep(after)
+            wait_until(lambda: len(self.batches) > asked, 30, "a batch of tool calls")
             kernel.manager.interrupt_kernel()
             interrupted_at = time.monotonic()
             execution = kernel.collect(msg_id, timeout=30)
@@ -201,32 +208,14 @@ class Host:
 
 
 @pytest.fixture(scope="module")
-def root(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return tmp_path_factory.mktemp("tool-checkpoints")
-
-
-@pytest.fixture(scope="module")
-def shared(jupyter_path: Path, root: Path) -> Iterator[Kernel]:
+def shared(start_shared_kernel: StartKernel) -> Kernel:
     """One ptc-retry kernel for the module, session ``tools``."""
-    env = dict(os.environ, PTC_RETRY_ROOT=str(root), PTC_RETRY_SESSION="tools")
-    kernel = Kernel("ptc-retry", env, [])
-    yield kernel
-    kernel.shutdown()
+    return start_shared_kernel("tools")
 
 
 @pytest.fixture
 def host() -> Host:
     return Host()
-
-
-def recording(root: Path, call_id: str) -> list[dict[str, Any]]:
-    path = root / "tools" / "tool-calls" / f"{call_id}.jsonl"
-    return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
-
-
-def history_line(root: Path, call_id: str) -> dict[str, Any]:
-    lines = (root / "tools" / "history.jsonl").read_text("utf-8").splitlines()
-    return [json.loads(line) for line in lines if json.loads(line)["id"] == call_id][-1]
 
 
 _turns = iter(range(1, 10_000))
@@ -235,36 +224,40 @@ _turns = iter(range(1, 10_000))
 
 
 def test_a_call_returns_the_host_result(shared: Kernel, host: Host) -> None:
-    run = host.run(shared, "a = await tools.double(x=21)\nb = await tools.double(4)\na + b")
-    assert run.status == "ok", run.error
-    assert run.result == "50"
+    executed = host.run(shared, "a = await tools.double(x=21)\nb = await tools.double(4)\na + b")
+    assert executed.status == "ok", executed.error
+    assert executed.result == "50"
     assert host.calls() == [("double", {"x": 21}), ("double", {"x": 4})]  # positional by order
-    assert run.ptc is not None and run.ptc["tool_calls"] == {"reused": 0, "live": 2}
+    assert executed.ptc is not None and executed.ptc["tool_calls"] == {"reused": 0, "live": 2}
 
 
-def test_gather_of_three_calls_is_one_batch(shared: Kernel, host: Host, root: Path) -> None:
+def test_gather_of_three_calls_is_one_batch(shared: Kernel, host: Host, module_root: Path) -> None:
     code = "import asyncio\nawait asyncio.gather(*(tools.double(x=i) for i in (1, 2, 3)))"
-    run = host.run(shared, code, call_id="gathered")
-    assert run.result == "[2, 4, 6]"
+    executed = host.run(shared, code, call_id="gathered")
+    assert executed.result == "[2, 4, 6]"
     assert len(host.batches) == 1
     assert [call["arguments"] for call in host.batches[0]] == [{"x": 1}, {"x": 2}, {"x": 3}]
     # Made by tasks gather started, each call still knows the statement that awaits them.
-    assert [line["statement"] for line in recording(root, "gathered")] == [1, 1, 1]
+    assert [line["statement"] for line in tool_call_lines(module_root / "tools", "gathered")] == [
+        1,
+        1,
+        1,
+    ]
 
 
 def test_a_failed_host_call_raises_tool_error_naming_the_tool(shared: Kernel, host: Host) -> None:
     host.failing.add("db")
-    run = host.run(shared, "await tools.flaky(key='db')")
-    assert run.error is not None and run.error["ename"] == "ToolError"
-    assert run.error["evalue"] == "tools.flaky: ConnectionError: db is down"
+    executed = host.run(shared, "await tools.flaky(key='db')")
+    assert executed.error is not None and executed.error["ename"] == "ToolError"
+    assert executed.error["evalue"] == "tools.flaky: ConnectionError: db is down"
 
 
 def test_an_unknown_tool_is_an_attribute_error_listing_the_tools(
     shared: Kernel, host: Host
 ) -> None:
-    run = host.run(shared, "await tools.dubble(x=1)")
-    assert run.error is not None
-    assert run.error["traceback"] == [
+    executed = host.run(shared, "await tools.dubble(x=1)")
+    assert executed.error is not None
+    assert executed.error["traceback"] == [
         "AttributeError: there is no tool 'dubble'; the tools are: big, count, double, flaky, slow"
     ]
     assert host.batches == []
@@ -283,23 +276,23 @@ def test_arguments_that_do_not_fit_are_refused_in_the_kernel(shared: Kernel, hos
 
 
 def test_help_shows_the_signature_and_description(shared: Kernel, host: Host) -> None:
-    run = host.run(shared, "help(tools.double)")
+    executed = host.run(shared, "help(tools.double)")
     # pydoc indents blank lines up to Python 3.12 and leaves them empty from 3.13 on.
-    shown = "\n".join(line.rstrip() for line in run.stdout.splitlines())
+    shown = "\n".join(line.rstrip() for line in executed.stdout.splitlines())
     assert "async double(x: int)\n    Twice x.\n\n    x: the number" in shown
 
 
 def test_without_a_catalog_a_call_says_no_backend_is_attached(shared: Kernel, host: Host) -> None:
-    run = host.run(shared, "await tools.double(x=1)", catalog=False)
-    assert run.error is not None and run.error["ename"] == "ToolError"
-    assert "no agent backend is attached to this kernel" in run.error["evalue"]
+    executed = host.run(shared, "await tools.double(x=1)", catalog=False)
+    assert executed.error is not None and executed.error["ename"] == "ToolError"
+    assert "no agent backend is attached to this kernel" in executed.error["evalue"]
     assert host.batches == []
 
 
 def test_a_request_without_stdin_gets_a_clear_tool_error(shared: Kernel, host: Host) -> None:
-    run = host.run(shared, "await tools.double(x=1)", allow_stdin=False)
-    assert run.error is not None and run.error["ename"] == "ToolError"
-    assert "allow_stdin=True" in run.error["evalue"]
+    executed = host.run(shared, "await tools.double(x=1)", allow_stdin=False)
+    assert executed.error is not None and executed.error["ename"] == "ToolError"
+    assert "allow_stdin=True" in executed.error["evalue"]
 
 
 def test_a_time_limit_stops_a_program_waiting_for_its_tools(shared: Kernel, host: Host) -> None:
@@ -308,9 +301,9 @@ def test_a_time_limit_stops_a_program_waiting_for_its_tools(shared: Kernel, host
         "await asyncio.gather(tools.slow(s=30), tools.slow(s=30))",
     ):
         started = time.monotonic()
-        run = host.run(shared, f"import asyncio\n{code}", time_limit=1)
-        assert run.ptc is not None and run.ptc["status"] == "interrupted", code
-        assert run.ptc["time_limit"] == 1
+        executed = host.run(shared, f"import asyncio\n{code}", time_limit=1)
+        assert executed.ptc is not None and executed.ptc["status"] == "interrupted", code
+        assert executed.ptc["time_limit"] == 1
         assert time.monotonic() - started < 10
     after = host.run(shared, "await tools.double(x=5)")  # the late answers are not taken
     assert after.result == "10"
@@ -322,7 +315,7 @@ def test_an_interrupt_while_awaiting_a_tool_is_a_keyboard_interrupt_offering_res
     padding = "# " + "padding to pass notice_min_bytes " * 6 + "\n"
     code = f"{padding}print('asking')\nanswer = await tools.slow(s=30)\nprint('never')\n"
 
-    stopped, after = host.run_interrupted(shared, code, 1.5)
+    stopped, after = host.run_interrupted(shared, code)
 
     assert after < 5, f"the program went on for {after:.1f} s after the interrupt"
     assert stopped.error is not None and stopped.error["ename"] == "KeyboardInterrupt"
@@ -337,7 +330,7 @@ def test_an_interrupt_while_a_gather_of_tools_waits_stops_the_program(
 ) -> None:
     code = "import asyncio\nawait asyncio.gather(tools.slow(s=30), tools.slow(s=30))\n"
 
-    stopped, after = host.run_interrupted(shared, code, 1.5)
+    stopped, after = host.run_interrupted(shared, code)
 
     assert after < 5, f"the program went on for {after:.1f} s after the interrupt"
     assert stopped.status == "error"
@@ -363,11 +356,11 @@ def test_a_subshell_and_the_main_shell_calling_tools_at_once_get_their_own_resul
 def test_a_reply_without_a_parent_answers_the_oldest_request(shared: Kernel, host: Host) -> None:
     host.typed, host.parentless = "ada", True  # as jupyter_client's kc.input() answers
 
-    run = host.run(
+    executed = host.run(
         shared, "name = input('your name? ')\ndouble = await tools.double(x=2)\nname, double"
     )
 
-    assert run.result == "('ada', 4)", run.error
+    assert executed.result == "('ada', 4)", executed.error
 
 
 def test_a_user_variable_named_tools_is_left_alone(start_kernel: Any, host: Host) -> None:
@@ -384,15 +377,15 @@ def test_a_user_variable_named_tools_is_left_alone(start_kernel: Any, host: Host
 # -- the recording -------------------------------------------------------------------------------
 
 
-def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, root: Path) -> None:
+def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, module_root: Path) -> None:
     host.failing.add("line")
     code = (
         "a = await tools.double(x=2)\n"
         "try:\n    await tools.flaky(key='line')\nexcept ptc_retry.ToolError:\n    pass"
     )
-    run = host.run(shared, code, call_id="lines")
-    assert run.status == "ok", run.error
-    ok, failed = recording(root, "lines")
+    executed = host.run(shared, code, call_id="lines")
+    assert executed.status == "ok", executed.error
+    ok, failed = tool_call_lines(module_root / "tools", "lines")
     assert ok.keys() == {
         "k", "tool", "arguments", "ok", "result", "duration", "reused", "statement", "time"
     }  # fmt: skip
@@ -402,19 +395,22 @@ def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, root: Pat
     assert ok["reused"] is False and ok["statement"] == 0 and ok["duration"] >= 0
     assert (failed["k"], failed["ok"], failed["statement"]) == (2, False, 1)
     assert failed["error"] == "ConnectionError: line is down"
-    assert oct((root / "tools" / "tool-calls" / "lines.jsonl").stat().st_mode & 0o777) == "0o600"
-    assert history_line(root, "lines")["tool_calls"] == {"reused": 0, "live": 2}
+    assert (
+        oct((module_root / "tools" / "tool-calls" / "lines.jsonl").stat().st_mode & 0o777)
+        == "0o600"
+    )
+    assert latest_line_of(module_root / "tools", "lines")["tool_calls"] == {"reused": 0, "live": 2}
 
 
-def test_programs_without_tool_calls_record_nothing(shared: Kernel, root: Path) -> None:
-    run = shared.execute("x = 1", {"call_id": "plain"})
-    assert run.ptc is not None and "tool_calls" not in run.ptc
-    assert "tool_calls" not in history_line(root, "plain")
-    assert not (root / "tools" / "tool-calls" / "plain.jsonl").exists()
+def test_programs_without_tool_calls_record_nothing(shared: Kernel, module_root: Path) -> None:
+    executed = shared.execute("x = 1", {"call_id": "plain"})
+    assert executed.ptc is not None and "tool_calls" not in executed.ptc
+    assert "tool_calls" not in latest_line_of(module_root / "tools", "plain")
+    assert not (module_root / "tools" / "tool-calls" / "plain.jsonl").exists()
 
 
 def test_ptc_show_lists_the_tool_calls_after_the_program(
-    shared: Kernel, host: Host, root: Path, capsys: pytest.CaptureFixture[str]
+    shared: Kernel, host: Host, module_root: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     host.failing.add("show")
     code = "await tools.double(x=1)\nawait tools.flaky(key='show')"
@@ -432,7 +428,7 @@ def test_ptc_show_lists_the_tool_calls_after_the_program(
     assert rows[2].split()[:4] == ["#", "1", "double", "ok"]
     assert rows[3].split()[:4] == ["#", "2", "flaky", "error"]
     capsys.readouterr()
-    assert cli(["show", reference, "--root", str(root), "--session", "tools"]) == 0
+    assert cli(["show", reference, "--root", str(module_root), "--session", "tools"]) == 0
     out, err = capsys.readouterr()
     assert out == code + "\n"  # stdout stays the program
     assert err.splitlines()[1:] == rows
@@ -448,7 +444,9 @@ print(undefined_name)
 """
 
 
-def test_a_replay_reuses_the_recorded_results(shared: Kernel, host: Host, root: Path) -> None:
+def test_a_replay_reuses_the_recorded_results(
+    shared: Kernel, host: Host, module_root: Path
+) -> None:
     failed = host.run(shared, COUNTING.format(name="reuse"))
     assert failed.ptc is not None and failed.stdout == "1 2\n"
     reference, requests = failed.ptc["reference"], len(host.batches)
@@ -464,14 +462,19 @@ def test_a_replay_reuses_the_recorded_results(shared: Kernel, host: Host, root: 
         fixed.stderr == f"ptc-retry: 2 tool results reused from {reference}; 0 calls made live.\n"
     )
     assert fixed.ptc is not None
-    assert history_line(root, fixed.ptc["call_id"])["tool_calls"] == {"reused": 2, "live": 0}
-    reused = recording(root, fixed.ptc["call_id"])
+    assert latest_line_of(module_root / "tools", fixed.ptc["call_id"])["tool_calls"] == {
+        "reused": 2,
+        "live": 0,
+    }
+    reused = tool_call_lines(module_root / "tools", fixed.ptc["call_id"])
     assert [line["reused"] for line in reused] == [True, True]
     assert {line["reused_from"] for line in reused} == {failed.ptc["call_id"]}
 
 
 def test_an_edited_call_and_every_later_one_go_live(shared: Kernel, host: Host) -> None:
-    program = "".join(f"{v} = await tools.double(x={x})\n" for v, x in zip("abc", (1, 2, 3)))
+    program = "".join(
+        f"{v} = await tools.double(x={x})\n" for v, x in zip("abc", (1, 2, 3), strict=True)
+    )
     program += "print(a, b, c, d)"
     failed = host.run(shared, program)
     assert failed.ptc is not None
@@ -523,7 +526,7 @@ def test_a_failed_call_goes_live_again(shared: Kernel, host: Host) -> None:
 
 
 def test_a_chained_replay_uses_the_recording_of_the_program_it_replays(
-    shared: Kernel, host: Host, root: Path
+    shared: Kernel, host: Host, module_root: Path
 ) -> None:
     program = (
         "a = await tools.count(name='chain')\nb = await tools.double(x=2)\nprint(a, b)\n"
@@ -547,9 +550,9 @@ def test_a_chained_replay_uses_the_recording_of_the_program_it_replays(
     assert third.status == "ok", third.error
     assert third.stdout == "1 14\n" and host.batches == [] and host.counts["chain"] == 1
     assert third.ptc is not None
-    assert {line["reused_from"] for line in recording(root, third.ptc["call_id"])} == {
-        second.ptc["call_id"]
-    }
+    assert {
+        line["reused_from"] for line in tool_call_lines(module_root / "tools", third.ptc["call_id"])
+    } == {second.ptc["call_id"]}
 
 
 def test_a_resume_reuses_the_calls_of_the_statement_it_restarts(shared: Kernel, host: Host) -> None:
@@ -688,10 +691,10 @@ assert first > 100, f"converted {first}"
 """
 
 
-def fix(run: Execution, old: str, new: str) -> str:
-    """The replay line the notice of ``run`` offers, with ``old`` and ``new`` filled in."""
-    assert run.ptc is not None and run.ptc["notice"] is not None, run.error
-    return f"await ptc_retry.replay({run.ptc['reference']!r}, {old!r}, {new!r})"
+def fix(executed: Execution, old: str, new: str) -> str:
+    """The replay line the notice of ``executed`` offers, with ``old`` and ``new`` filled in."""
+    assert executed.ptc is not None and executed.ptc["notice"] is not None, executed.error
+    return f"await ptc_retry.replay({executed.ptc['reference']!r}, {old!r}, {new!r})"
 
 
 def test_a_fix_to_a_global_a_recorded_function_reads_takes_effect(
@@ -795,7 +798,7 @@ def test_a_changed_closure_cell_makes_a_recorded_function_go_live(
 
 
 def test_a_global_that_cannot_be_fingerprinted_makes_a_recorded_function_go_live(
-    shared: Kernel, host: Host, root: Path
+    shared: Kernel, host: Host, module_root: Path
 ) -> None:
     # An array keeps its numbers where no fingerprint can see them: the call cannot tell
     # whether its result would be the same, so it goes live.
@@ -819,7 +822,7 @@ def test_a_global_that_cannot_be_fingerprinted_makes_a_recorded_function_go_live
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "convert ran\n50.0\n"  # it ran again
     assert host.counts == {"email": 1}
-    convert, email = recording(root, "array-rates")
+    convert, email = tool_call_lines(module_root / "tools", "array-rates")
     assert convert["reusable"] is False and "reads" not in convert
     assert "reusable" not in email
 
@@ -844,11 +847,11 @@ def test_a_full_disk_never_fails_a_program_that_calls_tools(
     kernel = start_kernel(root=disk / "root")
     code = "[len(await tools.big(n=40_000)) for _ in range(3)]"
 
-    run = host.run(kernel, code)
+    executed = host.run(kernel, code)
 
-    assert run.status == "ok", run.error
-    assert run.result == "[40000, 40000, 40000]"
-    assert run.stderr.count("could not record the tool calls of c1") == 1
+    assert executed.status == "ok", executed.error
+    assert executed.result == "[40000, 40000, 40000]"
+    assert executed.stderr.count("could not record the tool calls of c1") == 1
 
 
 def test_after_a_kernel_died_a_resume_reuses_the_results_it_had_got(

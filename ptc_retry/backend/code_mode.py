@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
-from typing import Any, Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ..core import sentences as said
 from ..core.notice import cut_after_arguments

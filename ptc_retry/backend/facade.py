@@ -10,9 +10,9 @@ import asyncio
 import logging
 import os
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import run_sync
 

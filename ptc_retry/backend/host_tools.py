@@ -10,8 +10,9 @@ import json
 import keyword
 import logging
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from ..core.protocol import TOO_DEEP, lone_surrogate, sendable_text
 from ..core.schema import first_paragraph, signature_schema, signature_text

@@ -4,9 +4,9 @@ tool calls a model makes, which become programs (code mode) or calls of ``kb.nat
 from __future__ import annotations
 
 import codecs
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, TypeVar
 
 from ..core.errors import BackendError
 from ..core.notice import prompt_section

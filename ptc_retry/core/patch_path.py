@@ -7,11 +7,10 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
-from typing import Union
 
 from .errors import PatchError
 
-PathSegment = Union[str, int]
+PathSegment = str | int
 """A key of an object (``str``) or an index into an array (``int``)."""
 
 _VALID_FORM = (

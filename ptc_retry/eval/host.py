@@ -9,7 +9,8 @@ import asyncio
 import hashlib
 import random
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["TOOL_NAMES", "EvalTools"]
 

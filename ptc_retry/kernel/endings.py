@@ -5,7 +5,8 @@ The rules that turn those facts into a status live with the statuses (``core/sta
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..core.status import HistoryStatus, history_status
 from .resume import KERNEL_TOKEN

@@ -26,8 +26,9 @@ import logging
 import os
 import sys
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Union
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 EOF = "\x04"
 
 #: What a request is answered with: the reply's value, or the error that ended the channel.
-Answer = Union[str, Exception]
+Answer = str | Exception
 
 
 @dataclass(frozen=True)

@@ -18,9 +18,9 @@ import contextvars
 import sys
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..core.errors import PtcRetryError, ToolError
 from ..core.program import statement_spans

@@ -9,7 +9,8 @@ import os
 import sys
 import traceback
 import types
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from ..core.guard import failure_key
 from ..core.program import statement_spans

@@ -14,10 +14,10 @@ import inspect
 import json
 import os
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar, Union
+from typing import Any, TypeVar
 
 from jupyter_core.utils import run_sync
 
@@ -50,7 +50,7 @@ from .results import ToolResult, as_text, describe_failure, likely_field
 __all__ = ["NativeTools", "current_call"]
 
 ToolFunction = Callable[..., Any]
-Arguments = Union[str, Mapping[str, Any]]  # raw JSON text, or an already decoded object
+Arguments = str | Mapping[str, Any]  # raw JSON text, or an already decoded object
 F = TypeVar("F", bound=ToolFunction)
 
 _current: contextvars.ContextVar[Call | None] = contextvars.ContextVar(
