@@ -1,5 +1,5 @@
 """``KernelBackend``: one Jupyter kernel for an agent loop, and the text a model reads after
-each tool call. The README's "In an agent loop" section is its manual; the kernel is reached
+each tool call. docs/agent-loop.md is its manual; the kernel is reached
 through a transport (``transport.py``), each program runs as one ``Execution``, and what
 the model's tool calls go through (prompt, tool definitions, tool calls) is its
 ``ModelSide`` (``model_side.py``)."""

@@ -2,7 +2,7 @@
 plus ``editPreviousToolCalling``, which re-runs a failed call with a small patch or completes
 a call that was cut off mid-stream.
 
-Plain Python: no IPython, no Jupyter kernel. The README's "In an agent loop" section and
+Plain Python: no IPython, no Jupyter kernel. docs/agent-loop.md and
 ``notebooks/04-native-mode.ipynb`` show it in use.
 """
 
