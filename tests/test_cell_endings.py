@@ -4,6 +4,7 @@ notice and its reply metadata. One shared ptc-retry kernel, on every supported I
 from __future__ import annotations
 
 import itertools
+import sys
 from pathlib import Path
 
 import pytest
@@ -265,3 +266,25 @@ def test_an_exception_group_is_the_error_output_with_its_notice(
     assert failed.stderr == ""
     assert line_of(module_root / "endings", call_id)["ename"] == "ExceptionGroup"
     assert_next_cell_is_a_call(kernel, module_root)
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="asyncio.TaskGroup is Python 3.11's")
+def test_the_members_of_a_group_show_the_programs_frames_only(
+    kernel: Kernel, module_root: Path
+) -> None:
+    call_id = f"group_{next(_probes)}"
+    cell = (
+        "import asyncio\n"
+        "@ptc_retry.recorded\n"
+        "async def check(sku):\n"
+        "    raise KeyError(sku)\n"
+        "async with asyncio.TaskGroup() as tg:\n"
+        "    tg.create_task(check('lamp'))\n"
+    )
+
+    failed = kernel.execute(cell, {"call_id": call_id}, timeout=30)
+
+    assert failed.error is not None, failed.stderr
+    shown = "\n".join(failed.error["traceback"])
+    assert "raise KeyError(sku)" in shown and "KeyError: 'lamp'" in shown
+    assert "ptc_retry" not in shown.replace(failed.ptc["notice"], ""), shown

@@ -89,6 +89,12 @@ class Shop:
             raise ConnectionError("the bank is down")
         return f"refunded {order}"
 
+    def decline(self, order: int, seconds: float) -> str:
+        """Charge a card the bank declines, after a while."""
+        self.calls["decline"] += 1
+        time.sleep(seconds)
+        raise ConnectionError(f"the bank declined order {order}")
+
     def stall(self) -> str:
         """Hang (a sync API that never answers) until the test lets it go."""
         self.calls["stall"] += 1
@@ -102,7 +108,16 @@ class Shop:
         return "Great job \ud83d"
 
     def tools(self) -> list[Any]:
-        return [self.note, self.charge, self.pay, self.reserve, self.refund, self.stall, self.quote]
+        return [
+            self.note,
+            self.charge,
+            self.pay,
+            self.reserve,
+            self.refund,
+            self.decline,
+            self.stall,
+            self.quote,
+        ]
 
 
 @pytest.fixture(scope="module")
@@ -261,6 +276,55 @@ def test_a_replay_of_a_resume_that_skipped_a_failed_call_gets_its_late_result(
     assert shop.calls == {"charge": 1}
 
 
+def test_a_fix_that_reorders_calls_still_running_gets_each_ones_outcome(
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
+) -> None:
+    # The fix starts while the three charges run, swaps two of them and adds a note first:
+    # each charge is the same call of the stopped program, wherever it now stands.
+    shop.calls.clear()
+    shop.orders.clear()
+    code = program(
+        "import asyncio",
+        "paid = await asyncio.gather(*(tools.charge(order=i, seconds=8) for i in (1, 2, 3)))",
+        "print(paid)",
+    )
+    on_loop(call(backend, raw(code), "call_o1", timeout=1))
+    fix = (
+        'await ptc_retry.replay("call_o1", edits=['
+        """("import asyncio", "import asyncio\\nawait tools.note(text='retry')"), """
+        '("for i in (1, 2, 3)", "for i in (2, 1, 3)")])'
+    )
+
+    # Its own limit is short too: it runs while the charges do, and is stopped in turn.
+    fixed = on_loop(call(backend, raw(fix), "call_o2", timeout=2))
+    text = on_loop(call(backend, raw(offered(fixed)), "call_o3", timeout=20))
+
+    assert "['receipt 2', 'receipt 1', 'receipt 3']" in text, (fixed, text)
+    assert shop.orders == {1: 1, 2: 1, 3: 1}
+    assert shop.calls == {"charge": 3, "note": 1}
+
+
+def test_a_call_still_running_that_then_raises_gives_the_resume_its_error(
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
+) -> None:
+    shop.calls.clear()
+    code = program(
+        "import asyncio",
+        "done = await asyncio.gather(tools.note(text='o14'), tools.decline(order=14, seconds=6),"
+        " return_exceptions=True)",
+        "print(done)",
+    )
+    stopped = on_loop(call(backend, raw(code), "call_e1", timeout=1))
+
+    # The resume waits at most its own 3 s for the call, then starts while it still runs.
+    resumed = on_loop(call(backend, raw(offered(stopped)), "call_e2", timeout=3))
+
+    assert "the bank declined order 14" in resumed, resumed
+    assert shop.calls == {"note": 1, "decline": 1}
+    # The note's result is reused; the declined charge was neither reused nor made again.
+    assert "1 tool result reused" in resumed and "0 calls made live" in resumed, resumed
+
+
 def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
     backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
@@ -399,22 +463,31 @@ def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
     assert (line["k"], line["tool"], line["statement"]) == (2, "pay", None)
 
 
+def died_paying(
+    kb: KernelBackend, shop: Shop, on_loop: OnLoop[Any], code: str, call_id: str
+) -> str:
+    """Run ``code``, whose ``pay`` kills the kernel: the text the model reads. The host's
+    counts start from zero, and ``pay`` kills no later kernel."""
+    shop.calls.clear()
+    pid = on_loop(kb.run_code("import os\nos.getpid()", call_id=f"{call_id}_pid")).value
+    shop.kernel_pid = int(pid or 0)
+    died = on_loop(call(kb, raw(code), call_id))
+    assert kb.last_result is not None and kb.last_result.status == "died", died
+    shop.kernel_pid = None
+    return died
+
+
 def test_a_slow_call_running_when_the_kernel_dies_is_made_once_by_short_resumes(
     backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     """Also kills the kernel. The call's line was never written (the kernel died while it
     ran), so the resume knows it only by its place after the recorded calls."""
-    shop.calls.clear()
-    pid = on_loop(backend.run_code("import os\nos.getpid()", call_id="call_pid2")).value
-    shop.kernel_pid = int(pid or 0)
     code = program(
         "logged = await tools.note(text='order 11')",
         "paid = await tools.pay(order=11, seconds=8)",
         "print(logged, paid)",
     )
-    died = on_loop(call(backend, raw(code), "call_d0"))
-    assert backend.last_result is not None and backend.last_result.status == "died", died
-    shop.kernel_pid = None
+    died = died_paying(backend, shop, on_loop, code, "call_d0")
     text = on_loop(call(backend, raw(offered(died)), "call_d1", timeout=1))
 
     *statuses, text = resumed_until_ok(backend, text, on_loop, "call_d")
@@ -422,6 +495,27 @@ def test_a_slow_call_running_when_the_kernel_dies_is_made_once_by_short_resumes(
     assert "noted order 11 paid 11" in text, (statuses, text)
     assert statuses[0] == "timeout"  # the first resume started while the payment ran
     assert shop.calls == {"note": 1, "pay": 1}
+
+
+def test_a_kernel_that_dies_inside_a_recorded_function_is_resumed_paying_once(
+    backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
+) -> None:
+    """Also kills the kernel, while a recorded function waits for a slow payment: the
+    function's own line is written as it starts, so the resume follows its calls."""
+    code = program(
+        "@ptc_retry.recorded",
+        "async def checkout(order):",
+        "    await tools.note(text=f'start {order}')",
+        "    return await tools.pay(order=order, seconds=3)",
+        "logged = await tools.note(text='top')",
+        "print(logged, await checkout(15))",
+    )
+    died = died_paying(backend, shop, on_loop, code, "call_r0")
+
+    resumed = on_loop(call(backend, raw(offered(died)), "call_r1", timeout=20))
+
+    assert "noted top paid 15" in resumed, resumed
+    assert shop.calls == {"note": 2, "pay": 1}
 
 
 # -- the kernel's rules ----------------------------------------------------------------------

@@ -69,6 +69,8 @@ class HostTools:
         self._cut_off: OrderedDict[tuple[Any, Any], tuple[str, str, asyncio.Future[Any]]] = (
             OrderedDict()
         )
+        #: The programs whose calls were given each kept call's outcome: one call each.
+        self._taken: dict[tuple[Any, Any], set[Any]] = {}
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -179,7 +181,8 @@ class HostTools:
                 result = await self._join(earlier, call, completed)
         except _Refused as refused:
             # A message may quote what the tool said, lone surrogates and all.
-            return {"id": call_id, "ok": False, "error": sendable_text(str(refused))}
+            failed = {"id": call_id, "ok": False, "error": sendable_text(str(refused))}
+            return failed if earlier is None else {**failed, "joined": True}
         if completed is not None:
             completed(call, result)
         answer = {"id": call_id, "ok": True, "result": result}
@@ -284,13 +287,21 @@ class HostTools:
         tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None or tool.is_async:  # an async call is cancelled with its batch
             return None
-        kept = self._cut_off.get((str(retry_of[0]), retry_of[1]))
-        if kept is None or kept[:2] != (call.get("tool"), _canonical(call.get("arguments"))):
-            return None
-        running = kept[2]
-        if running.done() and (running.cancelled() or running.exception() is not None):
-            return None
-        return running
+        same = (call.get("tool"), _canonical(call.get("arguments")))
+        program = str(retry_of[0])
+        named = (program, retry_of[1])
+        # The call it names first; else, since a fix may reorder or add calls, any cut-off
+        # call of that program that is the same call and no call of this run has taken.
+        for key in [named, *(key for key in self._cut_off if key[0] == program and key != named)]:
+            kept = self._cut_off.get(key)
+            if kept is None or kept[:2] != same or not _joinable(kept[2]):
+                continue
+            taken = self._taken.setdefault(key, set())
+            if call.get("program") in taken:
+                continue
+            taken.add(call.get("program"))
+            return kept[2]
+        return None
 
     def _keep_cut_off(self, call: dict[str, Any], running: asyncio.Future[Any]) -> None:
         program, k = call.get("program"), call.get("k")
@@ -301,8 +312,9 @@ class HostTools:
         self._cut_off.move_to_end(key)
         # Every call still running is kept; of those that returned, the latest few.
         returned = [stale for stale, (_, _, thread) in self._cut_off.items() if thread.done()]
-        for key in returned[: max(0, len(returned) - _CUT_OFF_KEPT)]:
-            del self._cut_off[key]
+        for stale in returned[: max(0, len(returned) - _CUT_OFF_KEPT)]:
+            del self._cut_off[stale]
+            self._taken.pop(stale, None)
 
     def _returned_late(
         self, call: dict[str, Any], done: asyncio.Future[Any], completed: Completed | None
@@ -322,6 +334,11 @@ class HostTools:
         except _Refused:
             return  # not a result the program could have had
         completed(call, result)
+
+
+def _joinable(thread: asyncio.Future[Any]) -> bool:
+    """A kept call's thread still runs, or returned a result (one that raised is made again)."""
+    return not thread.done() or (not thread.cancelled() and thread.exception() is None)
 
 
 def _canonical(arguments: Any) -> str:

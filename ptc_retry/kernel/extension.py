@@ -1,6 +1,6 @@
 """The IPython extension (``%load_ext ptc_retry``): its hooks save every program before it
 runs, add the notice to a failed program's traceback and keep what the kernel's reply
-tells the backend. The README is its manual; the guard's rules live in core/guard.py."""
+tells the backend. docs/notebook.md is its manual; the guard's rules live in core/guard.py."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from ..core.protocol import TOOL_RESULTS
 from ..core.status import FAILED, HistoryStatus, history_status
 from ..core.store import CheckpointStore
 from ..core.time_limit import TimeLimit
-from . import host
+from . import host, tracebacks
 from .catalog import Catalogs
 from .checkpoints import Checkpoints
 from .config import PtcRetry
@@ -40,14 +40,7 @@ from .resume import KERNEL_TOKEN, ResumePolicy
 from .running import Failure, Programs, Running
 from .stdin import StdinChannel
 from .tool_calls import call_host_tool, current_task
-from .tracebacks import (
-    abandoned_cell,
-    failure_of,
-    own_lines_only,
-    sendable,
-    sendable_error,
-    show_groups_as_errors,
-)
+from .tracebacks import abandoned_cell, failure_of, own_lines_only
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -244,7 +237,7 @@ class PtcRetryExtension:
             self._close_abandoned_cell(error)
             # ipykernel writes the reply's evalue from this error: one it cannot send
             # would leave the client without a reply.
-            result.error_in_exec = sendable_error(error)
+            result.error_in_exec = tracebacks.sendable_error(error)
         running = self.programs.pop(result)
         if running is None:
             return  # an empty cell: IPython fires post_run_cell without pre_run_cell
@@ -378,8 +371,8 @@ class PtcRetryExtension:
         finally:
             # A lone surrogate in the message would stop the whole error output at the
             # session, the notice with it: escaped, it goes out.
-            stb = [sendable(line) for line in stb]
-            evalue = sendable_error(evalue)
+            stb = [tracebacks.sendable(line) for line in stb]
+            evalue = tracebacks.sendable_error(evalue)
             self._replaced_showtraceback(etype, evalue, stb)
 
     def _with_notice(self, evalue: BaseException, stb: list[str]) -> list[str]:
@@ -428,7 +421,7 @@ class PtcRetryExtension:
         self._replaced_showtraceback = shell._showtraceback
         # IPython offers no hook for the formatted traceback: this instance's method is it.
         shell._showtraceback = self.show_traceback  # type: ignore[method-assign]
-        self._undo_groups = show_groups_as_errors(shell)
+        self._undo_groups = tracebacks.show_groups_as_errors(shell)
         shell.configurables.append(self.config)
         add_names(shell, self.api)
         self._magics = PtcRetryMagics(shell, extension=self)

@@ -367,9 +367,10 @@ class Reuses:
             reuse.count(source)
         return found
 
-    def joined(self, source: str) -> None:
+    def joined(self, source: str, *, result: bool) -> None:
         """A call counted live was given the outcome of an earlier call of ``source`` by the
-        host instead: it counts as reused from there."""
+        host instead: not made live, and reused from there when that outcome is a result."""
         for reuse in self._running:
             reuse.live -= 1
-            reuse.count(source)
+            if result:
+                reuse.count(source)

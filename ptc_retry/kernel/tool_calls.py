@@ -15,22 +15,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
-import sys
 import time
-import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.errors import PtcRetryError, ToolError
-from ..core.program import statement_spans
 from ..core.protocol import ToolCancel, parse_tool_reply, tool_cancel, tool_request
 from .catalog import NO_BACKEND
 from .host import Host, current_host
 from .interrupts import Interrupts
 from .recording import CallRecord, RecordedCalls, Reuses, origin
+from .statements import Statements, current_task
 from .stdin import EOF, Answer, Request, Route, StdinChannel
-from .tracebacks import cell_text
 
 if TYPE_CHECKING:
     from .running import Running
@@ -65,8 +62,7 @@ class ProgramCalls:
         self._pending = 0
         self._interrupts: Interrupts | None = None
         self._closed = False
-        self._spans: tuple[str, list[tuple[int, int]]] | None = None
-        self._run_code = type(host.shell).run_code.__code__
+        self._statements = Statements(host.shell, running)
 
     def summary(self) -> dict[str, int] | None:
         """``{"reused": n, "live": m}`` for the history line; None when it made no call."""
@@ -104,12 +100,14 @@ class ProgramCalls:
         if self._closed:
             raise ToolError(f"{tool}: the program that made this call has ended", tool=tool)
         self._count += 1
-        record = CallRecord(self._count, tool, arguments, self._statement(), code, reads)
+        record = CallRecord(self._count, tool, arguments, self._statements.current(), code, reads)
         record.within = _WITHIN.get()
         record.reusable = reusable
         found = self.reuses.take(record)
         if found is None:
             self.live += 1
+            if code is not None:
+                self._write_unfinished(record)
             return record
         self.reused += 1
         reuse, line = found
@@ -119,6 +117,15 @@ class ProgramCalls:
         # program that runs the function again still finds them.
         self._carry(reuse.inner, reuse.call_id, {line.get("k"): record.k})
         return record
+
+    def _write_unfinished(self, record: CallRecord) -> None:
+        """The line of a recorded function's live call as it starts, which its end replaces
+        (a call's last line counts). The calls it makes are written before its own end:
+        without this line, a kernel that died inside it would leave a gap in the recording,
+        past which a resume could match nothing."""
+        record.error = _UNFINISHED
+        self._write(record)
+        record.error = None
 
     def _carry(
         self, lines: list[dict[str, Any]], call_id: str, renumbered: dict[Any, int | None]
@@ -281,9 +288,11 @@ class ProgramCalls:
             self._settle(call, replies.get(call.index))
 
     def _settle(self, call: _Call, reply: dict[str, Any] | None) -> None:
-        if reply is not None and reply.get("ok") is True and "result" in reply:
-            if reply.get("joined") is True:
-                self._joined(call.record)
+        ok = reply is not None and reply.get("ok") is True and "result" in reply
+        if reply is not None and reply.get("joined") is True:
+            self._joined(call.record, result=ok)
+        if ok:
+            assert reply is not None
             self.finish(call.record, result=reply["result"])
             call.future.set_result(reply["result"])
             return
@@ -292,18 +301,20 @@ class ProgramCalls:
             error = "the backend's reply holds no result for this call"
         self._fail(call, error)
 
-    def _joined(self, record: CallRecord) -> None:
+    def _joined(self, record: CallRecord, *, result: bool) -> None:
         """The host gave ``record`` (a call that a replay makes again) the outcome of the
-        earlier call it names, instead of running the function again: it counts as reused
-        from that call's program, and its line says where its result came from."""
+        earlier call it names, instead of running the function again: it was not made live,
+        and a result counts as reused from that call's program (its line says so)."""
         program = record.retry_of[0] if record.retry_of else None
         if not isinstance(program, str):
             return
-        record.reused_from = program
         self.live -= 1
-        self.reused += 1
+        if result:
+            record.reused_from = program
+            self.reused += 1
         store = self._host.checkpoints.store
-        self.reuses.joined((store.reference_of(program) if store else None) or program)
+        source = (store.reference_of(program) if store else None) or program
+        self.reuses.joined(source, result=result)
 
     def _fail(self, call: _Call, error: str) -> None:
         self.finish(call.record, error=error)
@@ -354,66 +365,10 @@ class ProgramCalls:
         )
         self._open[sent.request] = sent
 
-    # -- which top-level statement makes a call ------------------------------------------------
-
-    def _statement(self) -> int | None:
-        """The program's top-level statement that is running (what a resume counts in)."""
-        running = self.running
-        frames = self._frames()
-        if running.program is not None:  # a replay's program, not the cell that replays
-            filename, text = running.program
-            lines = [frame.f_lineno for frame in frames if frame.f_code.co_filename == filename]
-        else:
-            found = cell_text(self._host.shell, running.info)
-            if found is None:
-                return None
-            text = found
-            pairs = zip(frames, frames[1:])
-            lines = [inner.f_lineno for outer, inner in pairs if outer.f_code is self._run_code]
-        if not lines:
-            return None
-        if self._spans is None or self._spans[0] != text:
-            try:
-                self._spans = (text, statement_spans(text))
-            except SyntaxError:
-                return None
-        for index, (first, last) in enumerate(self._spans[1]):
-            if first <= lines[0] <= last:
-                return index
-        return None
-
-    def _frames(self) -> list[types.FrameType]:
-        """The frames from the kernel down to the call, outermost first: the stack, when the
-        program's own task makes the call; else the chain of awaits of the program, which
-        waits meanwhile (the call is made by a task it started, e.g. with gather)."""
-        task = self.running.task
-        frames = []
-        if task is None or current_task() is task:
-            frame: types.FrameType | None = sys._getframe(1)
-            while frame is not None:
-                frames.append(frame)
-                frame = frame.f_back
-            return frames[::-1]
-        awaited: Any = self.running.program_coroutine or task.get_coro()
-        while awaited is not None:
-            frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "gi_frame", None)
-            if frame is None:
-                break
-            frames.append(frame)
-            awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "gi_yieldfrom", None)
-        return frames
-
-
-def current_task() -> asyncio.Task[Any] | None:
-    """The asyncio task running now; None without a running event loop."""
-    try:
-        return asyncio.current_task()
-    except RuntimeError:  # no running loop
-        return None
-
 
 #: How a call the program stopped waiting for is recorded.
 _CANCELLED = "cancelled while it ran: the program stopped waiting for it"
+_UNFINISHED = "no end recorded: it was running, or its kernel died while it ran"
 _INTERRUPTED = "interrupted while it ran"
 
 

@@ -221,6 +221,7 @@ def show_groups_as_errors(shell: InteractiveShell) -> Callable[[], None]:
             )
             return
         etype, value, tb = group
+        _trim_members(value, set())
         text = "".join(traceback.format_exception(etype, value, _program_frames(tb)))
         try:
             shell._showtraceback(etype, value, text.rstrip("\n").split("\n"))
@@ -239,6 +240,19 @@ def show_groups_as_errors(shell: InteractiveShell) -> Callable[[], None]:
                 del shell.showtraceback
 
     return undo
+
+
+def _trim_members(error: BaseException, seen: set[int]) -> None:
+    """Leave IPython's and ptc-retry's hidden frames out of the tracebacks of the exceptions
+    ``error`` holds (a group's members, and theirs, however deep), as IPython does for one
+    exception."""
+    waiting = [error]
+    while waiting:
+        for member in getattr(waiting.pop(), "exceptions", ()):
+            if isinstance(member, BaseException) and id(member) not in seen:
+                seen.add(id(member))
+                member.__traceback__ = _program_frames(member.__traceback__)
+                waiting.append(member)
 
 
 def _program_frames(tb: types.TracebackType | None) -> types.TracebackType | None:
