@@ -18,6 +18,7 @@ from jupyter_client.manager import KernelManager
 
 from ptc_retry.backend import KernelBackend
 from ptc_retry.core.protocol import METADATA_KEY, execute_request
+from ptc_retry.core.session_files import latest_calls
 from ptc_retry.core.store import Call, CheckpointStore
 
 KERNEL_TIMEOUT = 60
@@ -139,6 +140,12 @@ def tool_call_lines(directory: Path | None, call_id: str) -> list[dict[str, Any]
     assert directory is not None
     path = directory / "tool-calls" / f"{call_id}.jsonl"
     return [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+
+
+def latest_tool_calls(directory: Path | None, call_id: str) -> list[dict[str, Any]]:
+    """The last line of each call in ``directory/tool-calls/<call_id>.jsonl``, in ``k``
+    order: what counts (a recorded function's call also has a line as it starts)."""
+    return latest_calls(tool_call_lines(directory, call_id))
 
 
 @dataclass

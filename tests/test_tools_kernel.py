@@ -6,7 +6,6 @@ recording, reuse by replays and resumes, ``@ptc_retry.recorded`` and the listing
 from __future__ import annotations
 
 import contextlib
-import json
 import queue
 import threading
 import time
@@ -31,6 +30,7 @@ from .helpers import (
     Kernel,
     StartKernel,
     latest_line_of,
+    latest_tool_calls,
     tool_call_lines,
     wait_until,
 )
@@ -652,8 +652,7 @@ def test_recorded_functions_are_reused_in_a_load_ext_kernel(
     assert kernel.execute("lookup('z')['key']").result == "'z'"  # not a replay: a plain call
     assert log.read_text().splitlines()[-1] == "lookup z"
 
-    path = checkpoint_root / "test" / "tool-calls" / "c1.jsonl"
-    lines = [json.loads(line) for line in path.read_text("utf-8").splitlines()]
+    lines = latest_tool_calls(checkpoint_root / "test", "c1")
     assert [line["tool"] for line in lines] == [
         "recorded:__main__.lookup", "recorded:__main__.fetch", "recorded:__main__.pair"
     ]  # fmt: skip
@@ -822,7 +821,7 @@ def test_a_global_that_cannot_be_fingerprinted_makes_a_recorded_function_go_live
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "convert ran\n50.0\n"  # it ran again
     assert host.counts == {"email": 1}
-    convert, email = tool_call_lines(module_root / "tools", "array-rates")
+    convert, email = latest_tool_calls(module_root / "tools", "array-rates")
     assert convert["reusable"] is False and "reads" not in convert
     assert "reusable" not in email
 

@@ -353,8 +353,9 @@ def read_tool_calls(directory: Dir, call_id: str) -> list[dict[str, Any]]:
 def latest_calls(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
     """The last line of each call of a recording (lines with an int ``k``), in ``k`` order.
 
-    A call can have several lines: the kernel's, then the host's, appended when the host
-    completed a call whose result the kernel never took. The last one is the truth.
+    A call can have several lines: a recorded function's as it starts, then the kernel's
+    at its end, then the host's, appended when the host completed a call whose result the
+    kernel never took. The last one is the truth.
     """
     latest: dict[int, dict[str, Any]] = {}
     for line in records:
