@@ -30,7 +30,7 @@ from ptc_retry.core.notice import prompt_section
 from ptc_retry.core.sentences import CODE_PROMPT, TOOLS_PROMPT
 
 from .gateway_server import KERNEL_GATEWAY
-from .helpers import OnLoop, StartBackend, follow, history, line_of, raw
+from .helpers import OnLoop, StartBackend, follow, history, line_of, raw, tool_call_lines
 
 #: Each test that uses a backend runs on a local kernel and behind a real Kernel Gateway.
 TRANSPORTS = ["local", KERNEL_GATEWAY]
@@ -964,3 +964,38 @@ def test_every_cut_off_call_still_running_is_kept_for_its_retry() -> None:
     assert [answer["result"] for answer in answers] == [f"receipt {i}" for i in range(48)]
     assert all(answer.get("joined") is True for answer in answers)
     assert made == {i: 1 for i in range(48)}
+
+
+def test_a_task_that_outlives_its_program_is_refused_its_tool_calls(
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
+) -> None:
+    # Its call must not land in the recording of the program running then, nor wait for it.
+    host.calls.clear()
+    started = on_loop(
+        backend.run_code(
+            "import asyncio\n"
+            "outcomes = []\n"
+            "async def later():\n"
+            "    await asyncio.sleep(0.5)\n"
+            "    try:\n"
+            "        outcomes.append(await tools.add(a=1))\n"
+            "    except Exception as error:\n"
+            "        outcomes.append(str(error))\n"
+            "task = asyncio.create_task(later())",
+            call_id="call_bg1",
+        )
+    )
+    assert started.status == "ok", started.text
+
+    running = on_loop(
+        backend.run_code(
+            "await asyncio.sleep(1.5)\nawait tools.add(a=5)", call_id="call_bg2", timeout=20
+        )
+    )
+    said = on_loop(backend.run_code("print(task.done(), outcomes)", timeout=20))
+
+    assert running.value == "7", running.text
+    assert said.text.startswith("True ['tools.add: the program that started this task has ended")
+    assert host.calls["add"] == 1
+    (line,) = tool_call_lines(backend.session_dir, "call_bg2")
+    assert (line["tool"], line["arguments"]) == ("add", {"a": 5})

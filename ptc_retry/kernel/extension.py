@@ -37,7 +37,7 @@ from .refusal import (
 )
 from .requests import Request, checkpoint_arguments, read_request
 from .resume import KERNEL_TOKEN, ResumePolicy
-from .running import Failure, Programs, Running
+from .running import STARTED_BY, Failure, Programs, Running
 from .stdin import StdinChannel
 from .tool_calls import call_host_tool, current_task
 from .tracebacks import abandoned_cell, failure_of, own_lines_only
@@ -129,6 +129,7 @@ class PtcRetryExtension:
         try:
             if outermost:
                 running.task = current_task()
+                STARTED_BY.set(running)
                 catalog = request.fields.get("tools")
                 if catalog is not None:
                     running.catalog = self.tool_catalogs.read(catalog)

@@ -4,6 +4,7 @@ post_run_cell, kept per thread (ipykernel subshells run cells in threads of thei
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import sys
 import threading
 import types
@@ -47,6 +48,13 @@ class Failure:
     @property
     def completed(self) -> int:
         return self.statement["index"] if self.statement else 0
+
+
+#: The outermost program that was running when this context began: a task a program starts
+#: copies it, so a tool call from a task that outlived its program can be told apart.
+STARTED_BY: contextvars.ContextVar[Running | None] = contextvars.ContextVar(
+    "ptc_retry_started_by", default=None
+)
 
 
 @dataclass

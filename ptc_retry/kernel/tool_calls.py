@@ -26,6 +26,7 @@ from .catalog import NO_BACKEND
 from .host import Host, current_host
 from .interrupts import Interrupts
 from .recording import CallRecord, RecordedCalls, Reuses, origin
+from .running import STARTED_BY
 from .statements import Statements, current_task
 from .stdin import EOF, Answer, Request, Route, StdinChannel
 
@@ -63,6 +64,10 @@ class ProgramCalls:
         self._interrupts: Interrupts | None = None
         self._closed = False
         self._statements = Statements(host.shell, running)
+
+    def running_programs(self) -> list[Running]:
+        """The programs running in this program's thread, outermost first."""
+        return list(self._host.programs.stack)
 
     def summary(self) -> dict[str, int] | None:
         """``{"reused": n, "live": m}`` for the history line; None when it made no call."""
@@ -450,6 +455,13 @@ async def call_host_tool(name: str, arguments: dict[str, Any]) -> Any:
     if calls is None:
         raise ToolError(
             f"tools.{name} can be called only by a running program, from its own thread",
+            tool=name,
+        )
+    started_by = STARTED_BY.get()
+    if started_by is not None and started_by not in calls.running_programs():
+        raise ToolError(
+            f"tools.{name}: the program that started this task has ended, and a task that "
+            "outlives its program cannot call tools: await the task before that program ends",
             tool=name,
         )
     catalog = calls.running.catalog
