@@ -85,9 +85,10 @@ class CallRecord:
     #: that call's result is reused, this one is not made, and when it goes live (it failed,
     #: or its code changed), this one is matched on its own.
     within: int | None = None
-    #: ``[call id, k]`` of the recorded failed call that this live call makes again, when a
-    #: replay matched one: the host may still be running that call (its program stopped
-    #: while it waited), and then gives this one its outcome instead of calling again.
+    #: ``[call id, k]`` of the earlier call that this live call makes again, when a replay
+    #: matched its failed line (or found this call past every recorded one: a kernel that
+    #: died mid-call wrote none): the host may still be running that call, and then gives
+    #: this one its outcome instead of calling again.
     retry_of: list[Any] | None = None
 
     def matches(self, line: dict[str, Any]) -> bool:
