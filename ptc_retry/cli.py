@@ -27,7 +27,7 @@ from .commands import (
     run_stats,
 )
 from .core.root import default_root
-from .core.status import HistoryStatus, status_table
+from .core.status import HistoryStatus, Mode, status_table
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -88,10 +88,9 @@ def _add_prompt_command(commands: argparse._SubParsersAction) -> None:
     prompt = commands.add_parser("prompt", help="print the system-prompt section for a session")
     prompt.add_argument(
         "--mode",
-        default="code",
-        choices=["code", "native"],
-        help="code: run_code programs and ptc_retry.replay; "
-        "native: direct tool calls and editPreviousToolCalling",
+        default=Mode.CODE.value,
+        choices=[mode.value for mode in Mode],
+        help="; ".join(f"{mode}: {mode.meaning}" for mode in Mode),
     )
     prompt.add_argument(
         "--session-dir",

@@ -65,7 +65,11 @@ def test_every_sentence_fits_its_budget_with_real_call_ids(
 @pytest.mark.parametrize("name", SENTENCES)
 def test_every_example_fills_the_fields_its_template_has(name: str) -> None:
     sentence = SENTENCES[name]
-    ids = {field for field in sentence.fields if field == "reference" or field.endswith("id")}
+    ids = {
+        field
+        for field in sentence.fields
+        if field in ("reference", "call_id") or field.endswith("_id")
+    }
     assert set(sentence.example) == sentence.fields - ids
     assert "\x1b" not in sentence.text
 

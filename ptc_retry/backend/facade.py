@@ -19,6 +19,7 @@ from jupyter_core.utils import run_sync
 from ..core.errors import BackendError, GatewayError, KernelStartError
 from ..core.fs import default_root
 from ..core.layout import sanitize
+from ..core.status import Mode
 from ..core.time_limit import read_delay
 from ..native import ToolResult
 from .code_mode import CodeSession
@@ -34,12 +35,9 @@ from .transport import KernelSetup, Transport
 if TYPE_CHECKING:
     from typing_extensions import Unpack
 
-__all__ = ["MODES", "KernelBackend"]
+__all__ = ["KernelBackend"]
 
 log = logging.getLogger(__name__)
-
-#: What ``KernelBackend(mode=...)`` accepts: the model writes programs, or calls tools.
-MODES = ("code", "native")
 
 
 class KernelBackend(ModelSide):
@@ -83,11 +81,11 @@ class KernelBackend(ModelSide):
         tools: Iterable[Callable[..., Any]] = (),
         **kernel: Unpack[KernelKeywords],
     ) -> None:
-        if mode not in MODES:
+        if mode not in tuple(Mode):
             raise ValueError(f"unknown mode {mode!r}; use mode='code' or mode='native'")
         check_kernel_keywords(kernel, "KernelBackend.__init__()")
         transport = kernel_transport(transport, **kernel)
-        if mode == "native" and not transport.checkpoints_here:
+        if mode == Mode.NATIVE and not transport.checkpoints_here:
             raise ValueError(
                 "mode='native' does not work through a gateway: its journal would live here "
                 "and the kernel's checkpoints on the gateway's host, and the kernelspec there, "
@@ -96,7 +94,7 @@ class KernelBackend(ModelSide):
             )
         if max_output_chars < 100:
             raise ValueError(f"max_output_chars must be at least 100, not {max_output_chars}")
-        self.mode = mode
+        self.mode = Mode.of(mode)
         #: How the backend starts and reaches its kernel.
         self.transport = transport
         self.session_id = sanitize(session_id) if session_id else f"s{secrets.token_hex(4)}"
@@ -178,7 +176,7 @@ class KernelBackend(ModelSide):
     def kernel_session_dir(self) -> Path | None:
         """Where the kernel keeps its checkpoints: ``session_dir`` itself in code mode; in
         native mode ``<session_dir>/kernel/<session_id>``, apart from the tool-call journal."""
-        if self.session_dir is None or self.mode != "native":
+        if self.session_dir is None or self.mode != Mode.NATIVE:
             return self.session_dir
         return self.session_dir / NATIVE_KERNEL_DIR / self.session_id
 
@@ -226,7 +224,7 @@ class KernelBackend(ModelSide):
         kernel_dir = self.kernel_session_dir  # None behind a gateway, until it starts
         if self.session_dir is not None and kernel_dir is not None:
             self._made_session_dir = not os.path.lexists(self.session_dir)
-        if self.mode == "native" and self._native is None:
+        if self.mode == Mode.NATIVE and self._native is None:
             # The journal first: it makes the session directory (0700) the kernel's store
             # goes in, which would otherwise come out of makedirs with the umask's mode.
             assert self.root is not None and self.session_dir is not None
@@ -236,7 +234,7 @@ class KernelBackend(ModelSide):
         if kernel_dir is not None:
             check_checkpoints(kernel_dir, self.session_id)
         root = kernel_dir.parent if kernel_dir is not None else self.root
-        options = KERNEL_OPTIONS if self.mode == "native" else ()
+        options = KERNEL_OPTIONS if self.mode == Mode.NATIVE else ()
         session_dir = await self.transport.start(KernelSetup(self.session_id, root, options))
         try:
             await self._stdin_connected()
@@ -339,7 +337,7 @@ class KernelBackend(ModelSide):
                 self.time_limit_margin,
                 self.interrupt_grace,
                 checkpoints=self.kernel_session_dir,
-                resume_hint=self.mode == "code",  # native mode: the journal's notice follows
+                resume_hint=self.mode == Mode.CODE,  # native mode: the journal's notice follows
                 tools=self._code.host_tools,
                 late_results=self._code.late_results,
             )

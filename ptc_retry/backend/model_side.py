@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 
 from ..core.errors import BackendError
 from ..core.notice import prompt_section
+from ..core.status import Mode
 from ..native import NativeTools, ToolResult
 from .code_mode import CodeSession
 from .host_tools import HostTool
@@ -27,7 +28,7 @@ class ModelSide:
     """What a model's tool calls go through; ``KernelBackend`` is made of it and sets the
     attributes declared here (see its docstring for what each means)."""
 
-    mode: str
+    mode: Mode
     session_dir: Path | None
     turn: int
     last_result: RunResult | None
@@ -76,7 +77,7 @@ class ModelSide:
         self._code.add(tool)
 
     def _check_code_mode(self) -> None:
-        if self.mode == "native":
+        if self.mode == Mode.NATIVE:
             raise ValueError(
                 "tools in programs need mode='code'; in native mode the model calls a "
                 "function directly: register it on kb.native"
@@ -91,7 +92,7 @@ class ModelSide:
         """
         if self.native is not None:
             return self.native.definitions(format)
-        if self.mode == "native":  # before start(): no journal yet, the same definitions
+        if self.mode == Mode.NATIVE:  # before start(): no journal yet, the same definitions
             return native_definitions(format)
         return self._code.schemas(format)
 
@@ -135,7 +136,7 @@ class ModelSide:
                 raw_arguments = bytes(raw_arguments).decode("utf-8")
             except UnicodeDecodeError as exc:
                 return f"Error: the arguments of {name} are not UTF-8 ({exc}). Nothing ran."
-        if self.mode == "native":
+        if self.mode == Mode.NATIVE:
             if not isinstance(raw_arguments, (str, Mapping)):
                 return (
                     f"Error: the arguments of {name} must be a JSON object, not "
@@ -200,7 +201,7 @@ class ModelSide:
         except ValueError as exc:
             return f"Error: {exc}. {_SEND_AGAIN}"
         options = CallOptions(self.turn if turn is None else turn, step, None)
-        if self.mode == "native":
+        if self.mode == Mode.NATIVE:
             if self._native is None or not self._running:
                 raise BackendError(NOT_RUNNING)
             result, error = await self._native.invoke_partial(

@@ -17,6 +17,7 @@ from typing import Any
 from . import sentences as said
 from .schema import signature_text
 from .sentences import PREFIX
+from .status import Mode
 
 #: Below this many bytes of arguments a failure gets no notice. The evaluation's
 #: break-even (``ptc-retry eval``, docs/eval.md), rounded up: from there on a replay line
@@ -192,10 +193,10 @@ def prompt_section(
     ``{"name", "description", "parameters"}``, listed a line each. The result depends only
     on its arguments.
     """
-    if mode not in ("code", "native"):
+    if mode not in tuple(Mode):
         raise ValueError(f"prompt_section: unknown mode {mode!r}; use mode='code' or mode='native'")
     where = str(session_dir) if session_dir is not None else "<checkpoint root>/<session>"
-    if mode == "native":
+    if mode == Mode.NATIVE:
         if tools:
             raise ValueError("prompt_section: tools in programs are listed in code mode only")
         return said.NATIVE_PROMPT.render(session_dir=where)

@@ -281,6 +281,22 @@ IGNORED_KEYS = Sentence(
     {"keys": '"description", "explanation", "language"'},
 )
 
+# -- a helper that cannot do what was asked, and says which call can -----------------------
+
+#: ``replay`` of a call that was cut off mid-stream: it never ran, so only its rest is sent.
+REPLAY_OF_CUT = Sentence(
+    "{reference} was cut off mid-stream and never ran; send only the rest: "
+    'await ptc_retry.extend({reference!j}, "<rest>")',
+    35,
+)
+#: ``extend`` of a call that was not cut off. ``why``: its status, or that it has none.
+EXTEND_NOT_CUT = Sentence(
+    "{reference} was not cut off ({why}): extend only goes on with a call whose arguments "
+    "stopped part-way; fix a program with ptc_retry.replay",
+    45,
+    {"why": "it has no history line"},
+)
+
 # -- tool calls that run nothing ------------------------------------------------------------
 
 #: A call of a tool the backend does not offer.
@@ -288,6 +304,12 @@ NO_SUCH_TOOL = Sentence(
     "Error: there is no tool named {name!r}; the tools are: {offered}. Nothing ran.",
     30,
     {"name": "python_interpreter", "offered": f"run_code, {EDIT_TOOL}"},
+)
+#: Native mode: a direct call of a tool the registry does not hold.
+NATIVE_NO_SUCH_TOOL = Sentence(
+    "unknown tool {name!r}; the tools are: {offered}",
+    25,
+    {"name": "python_interpreter", "offered": f"write_file, submit_config, lookup, {EDIT_TOOL}"},
 )
 #: Arguments that are not JSON.
 ARGUMENTS_NOT_JSON = Sentence(

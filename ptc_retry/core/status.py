@@ -1,5 +1,6 @@
 """The statuses: how a program ended, in its history line (``HistoryStatus``) and in the
-backend's ``RunResult`` (``ResultStatus``). This module is the one list of each.
+backend's ``RunResult`` (``ResultStatus``). This module is the one list of each, and of the
+backend's modes (``Mode``), which are named the same way.
 
 Each member is a ``str`` equal to its value (``HistoryStatus.OK == "ok"``), so it goes into
 JSON, the wire and ``history.jsonl`` as the plain string, and a status read back from them
@@ -13,7 +14,7 @@ import enum
 import textwrap
 from typing import TypeVar
 
-__all__ = ["FAILED", "HistoryStatus", "ResultStatus", "history_status", "status_table"]
+__all__ = ["FAILED", "HistoryStatus", "Mode", "ResultStatus", "history_status", "status_table"]
 
 
 _S = TypeVar("_S", bound="_Status")
@@ -71,6 +72,16 @@ class ResultStatus(_Status):
     DIED = "died", "its kernel died while it ran and was restarted"
     REFUSED = "refused", "not run: the repeated-failure guard pauses programs"
     PARTIAL = "partial", "cut off mid-stream: what arrived is saved, nothing ran"
+
+
+class Mode(_Status):
+    """What ``KernelBackend(mode=...)`` and ``prompt_section(mode)`` accept."""
+
+    CODE = "code", "the model writes programs and fixes a failed one with ptc_retry.replay"
+    NATIVE = (
+        "native",
+        "the model calls run_code as a plain tool and fixes a call with editPreviousToolCalling",
+    )
 
 
 #: The history statuses of a program that failed (a tuple: a status read from a damaged

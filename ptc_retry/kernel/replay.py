@@ -15,11 +15,11 @@ statement it starts at (``_first_statement``).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Generator, Iterable
 from typing import Any
 
+from ..core import sentences as said
 from ..core.edits import apply_edits, normalize_edits
 from ..core.errors import CheckpointError, PtcRetryError, ReplayError
 from ..core.program import run_program, statement_spans
@@ -215,10 +215,7 @@ class Replay:
         """The program to run: ``code`` with the literal replacements applied."""
         if _status(store, call_id) == "partial":
             reference = store.reference_of(call_id) or call_id
-            raise ReplayError(
-                f"{reference} was cut off mid-stream and never ran; send only the rest: "
-                f'await ptc_retry.extend({json.dumps(reference)}, "<rest>")'
-            )
+            raise ReplayError(said.REPLAY_OF_CUT.render(reference=reference))
         if self.edits:
             return apply_edits(code, self.edits, replace_all=self.replace_all)
         return code
@@ -306,11 +303,8 @@ class Extend(Replay):
         status = _status(store, call_id)
         if status != "partial":
             reference = store.reference_of(call_id) or call_id
-            said = f"its status is {status}" if status else "it has no history line"
-            raise ReplayError(
-                f"{reference} was not cut off ({said}): extend only goes on with a call whose "
-                "arguments stopped part-way; fix a program with ptc_retry.replay"
-            )
+            how = f"its status is {status}" if status else "it has no history line"
+            raise ReplayError(said.EXTEND_NOT_CUT.render(reference=reference, why=how))
         return code + self.rest
 
 

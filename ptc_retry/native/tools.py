@@ -32,6 +32,7 @@ from ..core.notice import (
 )
 from ..core.partial import CutArguments, CutPlace, cut_arguments
 from ..core.schema import first_paragraph, signature_schema
+from ..core.status import Mode
 from ..core.store import Call
 from ..core.warn import WarnOnce
 from .definitions import EDIT_TOOL, tool_definitions
@@ -192,7 +193,7 @@ class NativeTools:
 
     def prompt_section(self) -> str:
         """The native-mode system-prompt section for this journal's session directory."""
-        return prompt_section("native", session_dir=self.journal.session_dir)
+        return prompt_section(Mode.NATIVE, session_dir=self.journal.session_dir)
 
     # -- calling -------------------------------------------------------------------------------
 
@@ -371,8 +372,9 @@ class NativeTools:
         return result
 
     def _unknown_tool(self, name: str) -> str:
-        known = ", ".join([*self._tools, EDIT_TOOL])
-        return f"unknown tool {name!r}; the tools are: {known}"
+        return said.NATIVE_NO_SUCH_TOOL.render(
+            name=name, offered=", ".join([*self._tools, EDIT_TOOL])
+        )
 
     def _function(self, name: str, functions: Mapping[str, ToolFunction]) -> ToolFunction | None:
         tool = self._tools.get(name)
