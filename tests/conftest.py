@@ -11,7 +11,10 @@ module (``start_shared_kernel``); a ``KernelBackend`` for the module (``backend`
 ``start_backend``), started with ``options``, which a module may override. A module that sets
 ``TRANSPORTS`` (a list of ``"local"``, ``KERNEL_GATEWAY``, ``ENTERPRISE_GATEWAY``) runs each of
 its tests that uses ``transport`` (through ``options``, ``backend``...) once per transport;
-otherwise every backend is local.
+otherwise every backend is local. ``PTC_RETRY_TEST_TRANSPORTS=local`` (a comma-separated list)
+keeps only those transports of every ``TRANSPORTS``: the floor's CI stage runs so, since the
+gateways' own tests (tests/test_gateway.py) cover the gateway client there, and what
+``TRANSPORTS`` repeats through a gateway runs the same kernel and backend code.
 """
 
 from __future__ import annotations
@@ -36,16 +39,44 @@ KERNEL_FIXTURES = frozenset({"on_loop", "jupyter_path", "start_kernel", "kernel"
 ALL_TRANSPORTS = ["local", KERNEL_GATEWAY, ENTERPRISE_GATEWAY]
 
 
+#: The modules that take longest (``pytest --durations=0``, summed per module), slowest
+#: first. They are collected first, so that pytest-xdist, which hands each worker whole
+#: modules in collection order, never starts a long one when the others are nearly done.
+SLOWEST_MODULES = (
+    "test_gateway.py",
+    "test_eval.py",
+    "test_late_results.py",
+    "test_host_tools.py",
+    "test_backend_transports.py",
+    "test_faults_kernel.py",
+    "test_mcp_server_http.py",
+    "test_mcp.py",
+    "test_mcp_server_raw.py",
+    "test_mcp_server_upstream.py",
+    "test_mcp_upstream.py",
+    "test_partial.py",
+    "test_mcp_server.py",
+    "test_notebooks.py",
+    "test_smolagents.py",
+    "test_references.py",
+)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if KERNEL_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.kernel)
+    rank = {name: place for place, name in enumerate(SLOWEST_MODULES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: order kept
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A module's ``TRANSPORTS`` parametrize ``transport`` for each of its tests that uses it,
     one backend per transport for the whole module."""
     transports = getattr(metafunc.module, "TRANSPORTS", None)
+    chosen = os.environ.get("PTC_RETRY_TEST_TRANSPORTS")
+    if transports is not None and chosen:
+        transports = [name for name in transports if name in chosen.split(",")]
     if transports is not None and "transport" in metafunc.fixturenames:
         metafunc.parametrize("transport", transports, indirect=True, scope="module")
 
