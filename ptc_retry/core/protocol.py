@@ -11,6 +11,12 @@ from typing import Any
 #: The key of ptc-retry's part of an execute_request's and an execute_reply's metadata.
 METADATA_KEY = "ptc_retry"
 
+#: The W3C trace context fields a traced request carries in ``metadata["ptc_retry"]``, and
+#: each tool call of a traced program in its tool request: the kernel's spans, and the host's
+#: span of a tool call, come beneath the span they name (docs/operators.md).
+TRACEPARENT, TRACESTATE = "traceparent", "tracestate"
+TRACE_FIELDS = (TRACEPARENT, TRACESTATE)
+
 
 def execute_request(code: str, *, silent: bool = False, **fields: Any) -> dict[str, Any]:
     """The content of an execute_request for ``code``, as an agent backend sends it.
