@@ -227,13 +227,18 @@ class _CallTrace(CallTrace):
         if earlier is not None:
             kind = "replay_of" if "ptc_retry.replay_of" in facts else "extend_of"
             span.add_link(earlier, {"ptc_retry.link": kind})
-        if result.status != ResultStatus.OK:
+        if _failed(result):
             ename = result.ename or result.status.value
             _set_error(span, ename, self._message(result.evalue))
         self._tracing._remember(result.call_id, span)
 
     def _message(self, text: str | None) -> str | None:
         return text if self._tracing.record_program else None
+
+
+def _failed(result: RunResult) -> bool:
+    """Whether the program failed: a call cut off mid-stream ran nothing, and failed not."""
+    return result.status not in (ResultStatus.OK, ResultStatus.PARTIAL)
 
 
 def _set_error(span: Any, ename: str, message: str | None) -> None:
@@ -327,7 +332,7 @@ class _Metrics:
         labels = {"ptc_retry.status": facts["ptc_retry.status"], "ptc_retry.operation": operation}
         add["ptc_retry.calls"](1, labels)
         timing = {"gen_ai.operation.name": EXECUTE_TOOL, "gen_ai.tool.name": "run_code"}
-        if result.status != ResultStatus.OK:
+        if _failed(result):
             timing["error.type"] = result.ename or result.status.value
         self.duration.record(result.duration, timing)
         if operation in ("replay", "resume", "extend"):

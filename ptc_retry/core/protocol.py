@@ -65,7 +65,9 @@ def tool_request(calls: list[dict[str, Any]]) -> str:
     program, None when it has no checkpoint) and ``k`` (the call's place among its calls)
     name the recording line the call gets: see ``host_result``. A call that a replay makes
     again because its recorded line failed also has ``"retry_of": [program, k]``, that line:
-    the host may still be running it (its program stopped while it waited).
+    the host may still be running it (its program stopped while it waited). A call of a
+    traced program also has the ``TRACE_FIELDS`` of its kernel span: the host's span of the
+    call comes beneath it.
     """
     return TOOL_PROMPT + json.dumps({"calls": calls}, ensure_ascii=False)
 
