@@ -28,6 +28,12 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import (  # noqa: E4
 
 from ptc_retry.backend import KernelBackend, RunResult, Telemetry  # noqa: E402
 from ptc_retry.backend.tracing import BYTES_PER_TOKEN, NO_TRACE, Tracing  # noqa: E402
+from ptc_retry.core.protocol import (  # noqa: E402
+    METADATA_KEY,
+    TRACEPARENT,
+    TRACESTATE,
+    execute_request,
+)
 
 from .gateway_server import KERNEL_GATEWAY, Gateway, gateway_of, start_gateway  # noqa: E402
 from .helpers import OnLoop, StartBackend, follow, raw  # noqa: E402
@@ -351,6 +357,42 @@ def test_the_metrics_count_calls_replays_bytes_saved_and_reused_tool_calls(
     ok, failed = sorted(points["gen_ai.execute_tool.duration"], key=lambda p: len(p.attributes))
     assert (ok.count, failed.count) == (1, 1)
     assert failed.attributes["error.type"] == "ZeroDivisionError"
+
+
+def test_a_malformed_trace_context_changes_nothing_and_makes_no_span(
+    backend: KernelBackend,
+    fixed: Fixed,
+    traced_ipython: Path,
+    transport: str,
+    on_loop: OnLoop[Any],
+) -> None:
+    call_id = f"{transport}-bad-trace"
+    fields = {"call_id": call_id, TRACEPARENT: "00-not-a-trace", TRACESTATE: "=;="}
+
+    async def send() -> tuple[list[str], dict[str, Any]]:
+        msg_id = await backend.transport.send_execute(
+            execute_request("print(6 * 7)"), {METADATA_KEY: fields}
+        )
+        printed: list[str] = []
+        reply, idle = None, False
+        while reply is None or not idle:  # iopub and shell are not ordered with each other
+            message = await backend.transport.receive(msg_id, BOUND)
+            assert message is not None, "no reply"
+            if message["msg_type"] == "stream":
+                printed.append(message["content"]["text"])
+            elif message["msg_type"] == "execute_reply":
+                reply = message
+            elif message["msg_type"] == "status":
+                idle = message["content"]["execution_state"] == "idle"
+        assert reply is not None
+        return printed, reply
+
+    printed, reply = on_loop(asyncio.wait_for(send(), BOUND))
+    assert reply["content"]["status"] == "ok" and printed == ["42\n"]
+    assert reply["metadata"][METADATA_KEY]["status"] == "ok"
+    spans = kernel_spans(traced_ipython)
+    assert [s for s in spans if s["name"] == "ptc_retry.run"]  # this kernel traces
+    assert not [s for s in spans if s["attributes"].get("ptc_retry.call_id") == call_id]
 
 
 # -- local kernels of their own --------------------------------------------------------------

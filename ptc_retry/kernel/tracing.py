@@ -42,7 +42,10 @@ def program_trace(request: Request) -> ProgramTrace | None:
     if tracer is None:
         return None
     carrier = {key: request.fields[key] for key in TRACE_FIELDS if key in request.fields}
-    return ProgramTrace(tracer, carrier)
+    program = ProgramTrace(tracer, carrier)
+    # A context that names no span (a malformed traceparent) would start traces of their
+    # own, which no trace of the agent's holds: none is made.
+    return program if program.has_parent else None
 
 
 def _tracer() -> Any:
@@ -68,6 +71,13 @@ class ProgramTrace:
         self._parent = self._propagator.extract(carrier)
         self._run: Any = None
         self._calls: dict[int, Any] = {}  # the live tool calls' spans, by their k
+
+    @property
+    def has_parent(self) -> bool:
+        """Whether the trace context names a span: the parent of the program's spans."""
+        from opentelemetry import trace
+
+        return bool(trace.get_current_span(self._parent).get_span_context().is_valid)
 
     def saved(self, started_ns: int, call: Call | None) -> None:
         """The program was saved (``call``; None: it could not be) since ``started_ns``."""
