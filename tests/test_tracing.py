@@ -359,6 +359,40 @@ def test_the_metrics_count_calls_replays_bytes_saved_and_reused_tool_calls(
     assert failed.attributes["error.type"] == "ZeroDivisionError"
 
 
+def test_a_cut_off_call_and_its_extend_are_traced_as_such(
+    backend: KernelBackend,
+    telemetry: Telemetered,
+    traced_ipython: Path,
+    transport: str,
+    on_loop: OnLoop[Any],
+) -> None:
+    whole = raw("total = sum([3, 4, 5])\nprint('total', total)\n")
+    cut = whole[: whole.rindex("total)") + 3]  # the model's output stopped inside a name
+
+    async def cut_then_extend() -> str:
+        text = await backend.handle_partial_tool_call("run_code", cut, f"{transport}-cut")
+        extend = follow(text, rest="al)\n")
+        return await backend.handle_tool_call("run_code", raw(extend), f"{transport}-extend")
+
+    assert "total 12" in on_loop(asyncio.wait_for(cut_then_extend(), BOUND))
+    spans = as_dicts(telemetry.spans.get_finished_spans()) + kernel_spans(traced_ipython)
+
+    def program(call_id: str) -> dict[str, Any]:
+        (found,) = [s for s in spans if s["attributes"].get("gen_ai.tool.call.id") == call_id]
+        return found
+
+    partial, extend = program(f"{transport}-cut"), program(f"{transport}-extend")
+    assert partial["attributes"]["ptc_retry.operation"] == "partial"
+    assert partial["status"]["status_code"] == "UNSET"  # it ran nothing, and failed not
+    below = [s for s in spans if s["parent_id"] == partial["context"]["span_id"]]
+    assert [span["name"] for span in below] == ["ptc_retry.save"]  # saved, not run
+    assert extend["attributes"]["ptc_retry.operation"] == "extend"
+    assert extend["attributes"]["ptc_retry.extend_of"] == partial["attributes"]["ptc_retry.call_id"]
+    (link,) = extend["links"]
+    assert link["context"]["span_id"] == partial["context"]["span_id"]
+    assert link["attributes"] == {"ptc_retry.link": "extend_of"}
+
+
 def test_a_malformed_trace_context_changes_nothing_and_makes_no_span(
     backend: KernelBackend,
     fixed: Fixed,

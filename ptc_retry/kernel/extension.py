@@ -144,7 +144,7 @@ class PtcRetryExtension:
                 running.call = self._save(running, source, request)
             if outermost and running.cut_off is None:
                 self._before_program(running, request)
-            if running.trace is not None and running.refusal is None and not running.own_magics:
+            if running.trace is not None and self._runs(running):
                 running.trace.run_started(running.call)
         except KeyboardInterrupt:
             # An interrupt while the program was being saved: it must not run unsaved and
@@ -152,6 +152,12 @@ class PtcRetryExtension:
             running.stopped_before_start = True
             logger.info("interrupted while %s was being saved: it did not run", _name(running))
             self._refuser.refuse(InterruptedBeforeRun())
+
+    @staticmethod
+    def _runs(running: Running) -> bool:
+        """Whether a program's cell runs a program of the agent's: not one refused by the
+        guard, cut off mid-stream (saved, not run) or made only of our magics."""
+        return running.refusal is None and running.cut_off is None and not running.own_magics
 
     def _save(self, running: Running, program: str, request: Request) -> Call | None:
         """Save ``program`` (with ``running.arguments``) before it runs, as
