@@ -514,7 +514,9 @@ def test_a_kernel_without_opentelemetry_runs_traced_programs_unchanged(
     # No kernel span came between: the host's span of the call is beneath the program's.
     (host,) = [span for span in spans if span["name"] == "execute_tool lookup"]
     assert host["parent_id"] == program["context"]["span_id"]
-    on_loop(backend.run_code("import opentelemetry", call_id="bare-import"))
+    on_loop(
+        asyncio.wait_for(backend.run_code("import opentelemetry", call_id="bare-import"), BOUND)
+    )
     assert backend.last_result is not None and backend.last_result.ename == "ImportError"
 
 
