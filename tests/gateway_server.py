@@ -84,8 +84,8 @@ class Gateway:
             PTC_RETRY_ROOT=str(root),
             JUPYTER_RUNTIME_DIR=str(workdir / "runtime"),
             IPYTHONDIR=str(workdir / "ipython"),
-            **(env or {}),
         )
+        environ.update(env or {})  # which may set any of these its own way
         environ.pop("PTC_RETRY_SESSION", None)
         self.log = workdir / f"{self.kind}.log"
         with open(self.log, "w") as log:

@@ -8,7 +8,8 @@ transport: ``LocalKernel`` (started here through jupyter_client) or ``GatewayKer
 (behind a Jupyter Kernel Gateway or Enterprise Gateway); a new way to reach a kernel
 implements ``Transport``, started with a ``KernelSetup``. Its errors are ``BackendError``
 and the kinds a loop may tell apart: ``KernelStartError``, ``GatewayError`` and
-``MessageTooLarge``. Everything else in this package is its inside.
+``MessageTooLarge``. ``Telemetry`` says where its OpenTelemetry spans and metrics go
+(docs/operators.md). Everything else in this package is its inside.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from .gateway import GatewayKernel
 from .host_tools import HostTool
 from .local import LocalKernel
 from .results import RUN_CODE, RunResult
+from .tracing import Telemetry
 from .transport import KernelSetup, Transport
 
 __all__ = [
@@ -33,5 +35,6 @@ __all__ = [
     "LocalKernel",
     "MessageTooLarge",
     "RunResult",
+    "Telemetry",
     "Transport",
 ]

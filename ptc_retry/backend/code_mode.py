@@ -29,6 +29,7 @@ from .results import (
     run_code_description,
     run_code_problem,
 )
+from .tracing import Tracing
 
 __all__ = ["CodeSession"]
 
@@ -41,9 +42,9 @@ class CodeSession:
     model, and ``host_tools`` for its programs, with ``late_results``, what they completed
     that the kernel never took."""
 
-    def __init__(self, run: RunCode) -> None:
+    def __init__(self, run: RunCode, tracing: Tracing | None = None) -> None:
         self.run = run
-        self.host_tools = HostTools()
+        self.host_tools = HostTools(tracing)
         self.late_results = LateResults()
         self.tools = {
             RUN_CODE: Tool(RUN_CODE, RUN_CODE_DESCRIPTION, RUN_CODE_PARAMETERS, self._run_code)

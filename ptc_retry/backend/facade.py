@@ -30,6 +30,7 @@ from .local import NATIVE_KERNEL_DIR, check_checkpoints
 from .model_side import NOT_RUNNING, ModelSide
 from .native_mode import KERNEL_OPTIONS, NativeSession
 from .results import RUN_CODE, RunResult, check_timeout, require_utf8
+from .tracing import Telemetry, Tracing
 from .transport import KernelSetup, Transport
 
 if TYPE_CHECKING:
@@ -58,7 +59,9 @@ class KernelBackend(ModelSide):
     limit); the kernel stops the program then, and the backend interrupts it
     ``time_limit_margin`` seconds later, restarting the kernel if it does not stop within
     ``interrupt_grace`` seconds. ``tools``: functions programs may call as
-    ``await tools.<name>(...)`` (code mode; see ``register_tool``).
+    ``await tools.<name>(...)`` (code mode; see ``register_tool``). ``telemetry``: where
+    OpenTelemetry spans and metrics go (``Telemetry``; default: the application's global
+    providers, if it configured any, else nothing is reported; docs/operators.md).
 
     ``mode="native"`` behind a gateway is refused (ValueError): the kernelspec there, not
     the backend, decides whether the kernel adds the code-mode notice, and the journal
@@ -79,6 +82,7 @@ class KernelBackend(ModelSide):
         interrupt_grace: float = 5.0,
         time_limit_margin: float = 1.0,
         tools: Iterable[Callable[..., Any]] = (),
+        telemetry: Telemetry | None = None,
         **kernel: Unpack[KernelKeywords],
     ) -> None:
         if mode not in tuple(Mode):
@@ -117,7 +121,8 @@ class KernelBackend(ModelSide):
         #: ``handle_partial_tool_call`` (for an edit, its ``replay_of`` names the call it
         #: re-ran).
         self.last_tool_result: ToolResult | None = None
-        self._code = CodeSession(self.run_code)
+        self._tracing = Tracing(telemetry)
+        self._code = CodeSession(self.run_code, self._tracing)
         for function in tools:
             self.register_tool(function)
         self._native: NativeSession | None = None
@@ -332,25 +337,34 @@ class KernelBackend(ModelSide):
             if self._new_instruction:
                 request["new_instruction"] = True
                 self._new_instruction = False
-            settings = ExecutionSettings(
-                self.max_output_chars,
-                self.time_limit_margin,
-                self.interrupt_grace,
-                checkpoints=self.kernel_session_dir,
-                resume_hint=self.mode == Mode.CODE,  # native mode: the journal's notice follows
-                tools=self._code.host_tools,
-                late_results=self._code.late_results,
-            )
-            restart, closing = self._restart, lambda: self._closing
-            execution = Execution(
-                self.transport, code, request, timeout, settings, restart=restart, closing=closing
-            )
-            self._execution = execution
-            try:
-                self.last_result = await execution.run()
-            finally:
-                self._execution = None
+            with self._tracing.call(request, code) as trace:
+                request.update(trace.context())
+                self.last_result = await self._execute(code, request, timeout)
+                trace.ended(self.last_result)
             return self.last_result
+
+    async def _execute(
+        self, code: str, request: dict[str, Any], timeout: float | None
+    ) -> RunResult:
+        """Run one request as an ``Execution``, known as the running one meanwhile."""
+        settings = ExecutionSettings(
+            self.max_output_chars,
+            self.time_limit_margin,
+            self.interrupt_grace,
+            checkpoints=self.kernel_session_dir,
+            resume_hint=self.mode == Mode.CODE,  # native mode: the journal's notice follows
+            tools=self._code.host_tools,
+            late_results=self._code.late_results,
+        )
+        restart, closing = self._restart, lambda: self._closing
+        execution = Execution(
+            self.transport, code, request, timeout, settings, restart=restart, closing=closing
+        )
+        self._execution = execution
+        try:
+            return await execution.run()
+        finally:
+            self._execution = None
 
     def running_output(self) -> str | None:
         """What the program running now has printed so far, as its result's text will show

@@ -17,6 +17,7 @@ from typing import Any
 from ..core.protocol import TOO_DEEP, lone_surrogate, sendable_text
 from ..core.schema import first_paragraph, signature_schema, signature_text
 from .results import json_kind
+from .tracing import NO_HOST_SPAN, HostSpan, Tracing
 
 __all__ = ["Completed", "HostTool", "HostTools"]
 
@@ -57,7 +58,9 @@ class HostTool:
 class HostTools:
     """The functions a backend offers to programs, in registration order."""
 
-    def __init__(self) -> None:
+    def __init__(self, tracing: Tracing | None = None) -> None:
+        #: Where the span of each call goes (docs/operators.md); None: no spans.
+        self.tracing = tracing
         self._tools: dict[str, HostTool] = {}
         #: Sync functions of cancelled batches that still run in their threads.
         self._running: set[asyncio.Future[Any]] = set()
@@ -174,12 +177,15 @@ class HostTools:
     async def _answer(self, call: dict[str, Any], completed: Completed | None) -> dict[str, Any]:
         call_id = call.get("id")
         earlier = self._made_before(call)
+        span = self._span(call) if earlier is None else NO_HOST_SPAN  # a join makes no call
         try:
-            if earlier is None:
-                result = await self._call(call, completed)
-            else:
-                result = await self._join(earlier, call, completed)
+            with span.running():
+                if earlier is None:
+                    result = await self._call(call, completed)
+                else:
+                    result = await self._join(earlier, call, completed)
         except _Refused as refused:
+            span.failed(refused.ename)
             # A message may quote what the tool said, lone surrogates and all.
             failed = {"id": call_id, "ok": False, "error": sendable_text(str(refused))}
             return failed if earlier is None else {**failed, "joined": True}
@@ -189,6 +195,9 @@ class HostTools:
         if earlier is not None:  # the kernel counts it as reused, not made live
             answer["joined"] = True
         return answer
+
+    def _span(self, call: dict[str, Any]) -> HostSpan:
+        return self.tracing.host_call(call) if self.tracing is not None else NO_HOST_SPAN
 
     async def _call(self, call: dict[str, Any], completed: Completed | None) -> Any:
         name, arguments = call.get("tool"), call.get("arguments")
@@ -224,7 +233,7 @@ class HostTools:
             raise
         except BaseException as exc:
             log.info("host tool %r raised %s", tool.name, type(exc).__name__, exc_info=True)
-            raise _Refused(_raised(exc)) from None
+            raise _Refused(_raised(exc), ename=type(exc).__name__) from None
 
     async def _in_thread(
         self,
@@ -356,7 +365,7 @@ def _in_worker(tool: HostTool, arguments: dict[str, Any]) -> Any:
         raise
     except BaseException as exc:
         log.info("host tool %r raised %s", tool.name, type(exc).__name__, exc_info=True)
-        raise _Refused(_raised(exc)) from None
+        raise _Refused(_raised(exc), ename=type(exc).__name__) from None
 
 
 def _raised(exc: BaseException) -> str:
@@ -405,7 +414,13 @@ def _check_result(result: Any) -> None:
 
 
 class _Refused(Exception):
-    """A call that gives the program an error instead of a result; the message says why."""
+    """A call that gives the program an error instead of a result; the message says why.
+    ``ename``: what the tool raised, or ``ToolError`` for a call refused before or after it
+    ran (an unknown tool, bad arguments, a result that cannot travel)."""
+
+    def __init__(self, message: str, *, ename: str = "ToolError") -> None:
+        super().__init__(message)
+        self.ename = ename
 
 
 def _json_result(result: Any) -> Any:

@@ -11,6 +11,12 @@ from typing import Any
 #: The key of ptc-retry's part of an execute_request's and an execute_reply's metadata.
 METADATA_KEY = "ptc_retry"
 
+#: The W3C trace context fields a traced request carries in ``metadata["ptc_retry"]``, and
+#: each tool call of a traced program in its tool request: the kernel's spans, and the host's
+#: span of a tool call, come beneath the span they name (docs/operators.md).
+TRACEPARENT, TRACESTATE = "traceparent", "tracestate"
+TRACE_FIELDS = (TRACEPARENT, TRACESTATE)
+
 
 def execute_request(code: str, *, silent: bool = False, **fields: Any) -> dict[str, Any]:
     """The content of an execute_request for ``code``, as an agent backend sends it.
@@ -59,7 +65,9 @@ def tool_request(calls: list[dict[str, Any]]) -> str:
     program, None when it has no checkpoint) and ``k`` (the call's place among its calls)
     name the recording line the call gets: see ``host_result``. A call that a replay makes
     again because its recorded line failed also has ``"retry_of": [program, k]``, that line:
-    the host may still be running it (its program stopped while it waited).
+    the host may still be running it (its program stopped while it waited). A call of a
+    traced program also has the ``TRACE_FIELDS`` of its kernel span: the host's span of the
+    call comes beneath it.
     """
     return TOOL_PROMPT + json.dumps({"calls": calls}, ensure_ascii=False)
 

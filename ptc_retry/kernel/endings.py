@@ -95,6 +95,15 @@ def reply_metadata(
     tool_calls = running.calls.summary() if running.calls is not None else None
     if tool_calls is not None:  # only a program that called tools: {"reused", "live"}
         metadata["tool_calls"] = tool_calls
+    if call is not None and (call.replay_of is not None or call.extend_of is not None):
+        # Only a replay, resume or extend: what it ran again, and the size of the corrected
+        # program's checkpoint (what re-sending the whole call would have cost).
+        metadata["replay_of" if call.replay_of is not None else "extend_of"] = (
+            call.replay_of or call.extend_of
+        )
+        metadata["bytes"] = call.bytes
+        if running.resumed_from is not None:
+            metadata["resumed_from"] = running.resumed_from
     return metadata
 
 

@@ -17,7 +17,7 @@ from ..core.notice import failure_notice, partial_notice, short_failure_notice
 from ..core.partial import cut_arguments
 from ..core.protocol import TOOL_RESULTS
 from ..core.status import FAILED, HistoryStatus, history_status
-from ..core.store import CheckpointStore
+from ..core.store import Call, CheckpointStore
 from ..core.time_limit import TimeLimit
 from . import host, tracebacks
 from .catalog import Catalogs
@@ -41,6 +41,7 @@ from .running import STARTED_BY, Failure, Programs, Running
 from .stdin import StdinChannel
 from .tool_calls import call_host_tool, current_task
 from .tracebacks import abandoned_cell, failure_of, own_lines_only
+from .tracing import now_ns, program_trace
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
@@ -129,6 +130,7 @@ class PtcRetryExtension:
         try:
             if outermost:
                 running.task = current_task()
+                running.trace = program_trace(request)
                 STARTED_BY.set(running)
                 catalog = request.fields.get("tools")
                 if catalog is not None:
@@ -139,15 +141,33 @@ class PtcRetryExtension:
                 self._cut_off(running, request)
             elif outermost and not running.own_magics:
                 running.arguments = checkpoint_arguments(source, request.fields.get("arguments"))
-                running.call = self.checkpoints.begin(source, running.arguments, request)
+                running.call = self._save(running, source, request)
             if outermost and running.cut_off is None:
                 self._before_program(running, request)
+            if running.trace is not None and self._runs(running):
+                running.trace.run_started(running.call)
         except KeyboardInterrupt:
             # An interrupt while the program was being saved: it must not run unsaved and
             # unrecorded, so it does not run at all; its history line says interrupted.
             running.stopped_before_start = True
             logger.info("interrupted while %s was being saved: it did not run", _name(running))
             self._refuser.refuse(InterruptedBeforeRun())
+
+    @staticmethod
+    def _runs(running: Running) -> bool:
+        """Whether a program's cell runs a program of the agent's: not one refused by the
+        guard, cut off mid-stream (saved, not run) or made only of our magics."""
+        return running.refusal is None and running.cut_off is None and not running.own_magics
+
+    def _save(self, running: Running, program: str, request: Request) -> Call | None:
+        """Save ``program`` (with ``running.arguments``) before it runs, as
+        ``Checkpoints.begin``; a traced program's save is a span of its own."""
+        if running.trace is None:
+            return self.checkpoints.begin(program, running.arguments, request)
+        started = now_ns()
+        call = self.checkpoints.begin(program, running.arguments, request)
+        running.trace.saved(started, call)
+        return call
 
     def _record_host_results(self, request: Request) -> None:
         """The results the host completed after their programs stopped waiting go into
@@ -176,7 +196,7 @@ class PtcRetryExtension:
         if found is not None:
             program = found[0]
             running.arguments = json.dumps({"code": program}, ensure_ascii=False)
-            call = running.call = self.checkpoints.begin(program, running.arguments, request)
+            call = running.call = self._save(running, program, request)
         if found is None:
             running.notice = said.CUT_BEFORE_CODE.render()
         elif call is not None and self.checkpoints.save_partial(call, str(raw)):
@@ -310,6 +330,9 @@ class PtcRetryExtension:
             failure = failure_of(self.shell, running, error, self._run_code)
         if running.call is not None:
             self.checkpoints.finish(running.call, status, **history_extra(running, error, failure))
+        if running.trace is not None:
+            tool_calls = running.calls.summary() if running.calls is not None else None
+            running.trace.run_ended(running.call, status, error, tool_calls)
         guard = running.refused
         counted = not running.own_magics and status != HistoryStatus.PARTIAL
         if outermost and guard is None and counted:

@@ -103,7 +103,8 @@ class _Outcome:
 
     def __exit__(self, etype: type[BaseException] | None, error: Any, tb: Any) -> None:
         if error is not None:
-            self._calls.finish(self._record, error=f"{type(error).__name__}: {error}")
+            ename = type(error).__name__
+            self._calls.finish(self._record, error=f"{ename}: {error}", ename=ename)
             return
         # A result JSON would change (or not hold) is kept out of the recording and of reuse,
         # and so is the call of a function that changed its own arguments (appended to a

@@ -7,7 +7,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..core.protocol import METADATA_KEY, TOOL_RESULTS
+from ..core.protocol import METADATA_KEY, TOOL_RESULTS, TRACEPARENT, TRACESTATE
 
 # Request metadata fields and their types; a field of another type is ignored.
 _REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
@@ -21,6 +21,8 @@ _REQUEST_FIELDS: dict[str, tuple[type, ...]] = {
     "tools": (list,),
     TOOL_RESULTS: (list,),
     "partial": (bool,),
+    TRACEPARENT: (str,),
+    TRACESTATE: (str,),
 }
 
 

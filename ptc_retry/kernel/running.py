@@ -18,6 +18,7 @@ from ..core.time_limit import TimeLimit
 if TYPE_CHECKING:
     from .catalog import Catalog
     from .refusal import CallCutOff, RetryGuardPaused
+    from .tracing import ProgramTrace
 
 
 class PendingReplay(Protocol):
@@ -95,6 +96,8 @@ class Running:
     task: asyncio.Task[Any] | None = None
     program_coroutine: Any = None
     calls: ToolCalls | None = None
+    #: Its spans, when its request brought a trace context and the kernel traces.
+    trace: ProgramTrace | None = None
 
     @property
     def stopped_by_limit(self) -> float | None:

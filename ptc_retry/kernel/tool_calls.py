@@ -109,15 +109,20 @@ class ProgramCalls:
         record.within = _WITHIN.get()
         record.reusable = reusable
         found = self.reuses.take(record)
+        trace = self.running.trace
         if found is None:
             self.live += 1
             if code is not None:
                 self._write_unfinished(record)
+            if trace is not None:
+                trace.tool_call_started(record)
             return record
         self.reused += 1
         reuse, line = found
         record.ok, record.result, record.reused_from = True, line.get("result"), reuse.call_id
         self._write(record)
+        if trace is not None:
+            trace.tool_call_reused(record)
         # The calls made within it are not made; their lines go on, so that a fix of this
         # program that runs the function again still finds them.
         self._carry(reuse.inner, reuse.call_id, {line.get("k"): record.k})
@@ -169,12 +174,16 @@ class ProgramCalls:
         result: Any = None,
         error: str | None = None,
         reusable: bool = True,
+        ename: str | None = None,
     ) -> None:
-        """Record how a live call ended: ``result``, or ``error`` (what its ToolError says)."""
+        """Record how a live call ended: ``result``, or ``error`` (what its ToolError says;
+        ``ename``: the type of what a recorded function raised)."""
         record.ok, record.result, record.error = error is None, result, error
         record.reusable = reusable and record.reusable and record.arguments is not None
         record.duration = time.time() - record.started
         self._write(record)
+        if self.running.trace is not None:
+            self.running.trace.tool_call_ended(record, ename)
 
     def _write(self, record: CallRecord) -> None:
         call = self.running.call
@@ -257,6 +266,8 @@ class ProgramCalls:
             }
             if record.retry_of is not None:
                 entry["retry_of"] = record.retry_of
+            if self.running.trace is not None:
+                entry.update(self.running.trace.tool_call_context(record))
             calls.append(entry)
         sent = _Sent(stdin, route, batch)
         for call in batch:

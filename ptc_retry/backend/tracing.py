@@ -1,0 +1,400 @@
+"""OpenTelemetry on the backend's side (the ``otel`` extra): one ``execute_tool`` span per
+program the backend sends, the trace context that goes into the kernel with it, a span for
+each host tool call the kernel asks for, and the counters of docs/operators.md.
+
+This is the one module of the backend that touches OpenTelemetry. Whether it reports is
+decided once, when a ``KernelBackend`` is made (``Tracing``): with no provider given and
+none configured in the process (``opentelemetry`` not even imported, or only its no-op
+defaults), every call goes through ``NO_TRACE`` and ``NO_HOST_SPAN``, which do nothing,
+and no request carries a ``traceparent``.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import OrderedDict
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..core.protocol import TRACE_FIELDS
+from ..core.status import ResultStatus
+
+if TYPE_CHECKING:
+    from .results import RunResult
+
+__all__ = [
+    "BYTES_PER_TOKEN",
+    "NO_HOST_SPAN",
+    "NO_TRACE",
+    "CallTrace",
+    "HostSpan",
+    "Telemetry",
+    "Tracing",
+]
+
+#: The instrumentation scope of every span and metric the backend makes.
+SCOPE = "ptc_retry"
+#: The GenAI conventions' operation name of a tool execution.
+EXECUTE_TOOL = "execute_tool"
+#: UTF-8 bytes per cl100k_base token of a ``run_code`` call's arguments, measured on the 26
+#: programs of the evaluation's scenarios (154,844 bytes, 54,489 tokens): the estimate behind
+#: ``ptc_retry.tokens_saved``, made without a tokenizer.
+BYTES_PER_TOKEN = 2.84
+#: How many recent programs' spans a later replay can link to.
+_LINKABLE = 256
+
+
+@dataclass(frozen=True)
+class Telemetry:
+    """How a ``KernelBackend`` reports to OpenTelemetry (``KernelBackend(telemetry=...)``).
+
+    ``tracer_provider`` / ``meter_provider``: where spans and metrics go; None (the default)
+    means the process's global providers, as the application configured them before the
+    backend was made. ``record_program``: also put each program's arguments (its text) on
+    its span as ``gen_ai.tool.call.arguments``, and exception messages on failed spans. Off
+    by default: programs and tool arguments may hold anything a model wrote or read.
+    """
+
+    tracer_provider: Any = None
+    meter_provider: Any = None
+    record_program: bool = False
+
+
+def _configured(module_name: str, provider: Any, getter: str, no_ops: tuple[str, ...]) -> Any:
+    """``provider``, else the global one of ``module_name`` when the application set one;
+    None when it set none. Nothing is imported: an application that configured an SDK has
+    imported the API's module already."""
+    if provider is not None:
+        return provider
+    module = sys.modules.get(module_name)
+    if module is None:
+        return None
+    found = getattr(module, getter)()
+    # The API's defaults (a proxy until an SDK is set, or a no-op) record nothing.
+    return None if type(found).__name__ in no_ops else found
+
+
+class Tracing:
+    """A backend's spans and metrics, decided once from ``telemetry`` (see the module)."""
+
+    def __init__(self, telemetry: Telemetry | None) -> None:
+        telemetry = telemetry or Telemetry()
+        self.record_program = telemetry.record_program
+        tracers = _configured(
+            "opentelemetry.trace",
+            telemetry.tracer_provider,
+            "get_tracer_provider",
+            ("ProxyTracerProvider", "NoOpTracerProvider"),
+        )
+        meters = _configured(
+            "opentelemetry.metrics",
+            telemetry.meter_provider,
+            "get_meter_provider",
+            ("_ProxyMeterProvider", "NoOpMeterProvider"),
+        )
+        self._tracer = tracers.get_tracer(SCOPE) if tracers is not None else None
+        self._metrics = _Metrics(meters.get_meter(SCOPE)) if meters is not None else None
+        #: The span context of each recent program, by checkpoint id, for a replay's link.
+        self._spans: OrderedDict[str, Any] = OrderedDict()
+
+    @property
+    def active(self) -> bool:
+        """Whether anything is reported at all."""
+        return self._tracer is not None or self._metrics is not None
+
+    def call(self, request: dict[str, Any], code: str) -> CallTrace:
+        """The trace of one program sent with ``metadata["ptc_retry"] = request``:
+        ``NO_TRACE`` when nothing is reported."""
+        if not self.active:
+            return NO_TRACE
+        return _CallTrace(self, request, code)
+
+    def host_call(self, call: dict[str, Any]) -> HostSpan:
+        """The span of one host tool call the kernel asked for (``call``, an entry of its
+        tool request): beneath the kernel's span of the call when the kernel sent its
+        trace context, else beneath the program's span (the current one)."""
+        if self._tracer is None:
+            return NO_HOST_SPAN
+        return _HostSpan(self._tracer, call)
+
+    def _remember(self, call_id: str | None, span: Any) -> None:
+        if call_id is None:
+            return
+        self._spans[call_id] = span.get_span_context()
+        self._spans.move_to_end(call_id)
+        while len(self._spans) > _LINKABLE:
+            self._spans.popitem(last=False)
+
+
+class CallTrace:
+    """What the backend does with one program's trace; this base does nothing."""
+
+    def __enter__(self) -> CallTrace:
+        return self
+
+    def __exit__(self, etype: Any, error: Any, tb: Any) -> None:
+        return None
+
+    def context(self) -> dict[str, str]:
+        """The fields that carry the trace context into the kernel (``traceparent``, and
+        ``tracestate`` when there is one); empty when no span records."""
+        return {}
+
+    def ended(self, result: RunResult) -> None:
+        """The program gave ``result``."""
+
+
+#: The trace of a call while nothing is reported.
+NO_TRACE = CallTrace()
+
+
+class _CallTrace(CallTrace):
+    """One program's ``execute_tool`` span (made current while it runs, so that the host
+    tool calls it makes come beneath it) and its measurements."""
+
+    def __init__(self, tracing: Tracing, request: dict[str, Any], code: str) -> None:
+        self._tracing = tracing
+        self._request = request
+        self._span: Any = None
+        self._used: Any = None
+        # What the model sent for this call: the measure of what a replay saved against it.
+        sent = request.get("arguments") or _as_call(code)
+        self._sent_bytes = len(sent.encode("utf-8"))
+        tracer = tracing._tracer
+        if tracer is not None:
+            self._span = tracer.start_span(
+                f"{EXECUTE_TOOL} {request.get('tool', 'run_code')}",
+                attributes=self._start_attributes(code),
+            )
+
+    def _start_attributes(self, code: str) -> dict[str, Any]:
+        request = self._request
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": EXECUTE_TOOL,
+            "gen_ai.tool.name": request.get("tool", "run_code"),
+            "gen_ai.tool.type": "function",
+            "gen_ai.tool.call.id": request["call_id"],
+            "ptc_retry.turn": request.get("turn", 0),
+        }
+        if isinstance(request.get("step"), int):
+            attributes["ptc_retry.step"] = request["step"]
+        if self._tracing.record_program:
+            attributes["gen_ai.tool.call.arguments"] = request.get("arguments") or _as_call(code)
+        return attributes
+
+    def __enter__(self) -> CallTrace:
+        if self._span is not None:
+            from opentelemetry import trace
+
+            self._used = trace.use_span(self._span, end_on_exit=False)
+            self._used.__enter__()
+        return self
+
+    def __exit__(self, etype: Any, error: Any, tb: Any) -> None:
+        if self._used is not None:
+            self._used.__exit__(None, None, None)
+        span = self._span
+        if span is None:
+            return
+        if error is not None:  # the call raised (BackendError, a cancellation): no result
+            _set_error(span, type(error).__name__, self._message(str(error)))
+        span.end()
+
+    def context(self) -> dict[str, str]:
+        if self._span is None:
+            return {}
+        from opentelemetry import context, trace
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        scope = trace.set_span_in_context(self._span, context.get_current())
+        TraceContextTextMapPropagator().inject(carrier, scope)
+        return {key: value for key, value in carrier.items() if key in TRACE_FIELDS}
+
+    def ended(self, result: RunResult) -> None:
+        facts = _facts(result, self._sent_bytes)
+        metrics = self._tracing._metrics
+        if metrics is not None:
+            metrics.record(result, facts)
+        span = self._span
+        if span is None:
+            return
+        span.set_attributes(facts)
+        linked = facts.get("ptc_retry.replay_of") or facts.get("ptc_retry.extend_of")
+        earlier = self._tracing._spans.get(linked) if isinstance(linked, str) else None
+        if earlier is not None:
+            kind = "replay_of" if "ptc_retry.replay_of" in facts else "extend_of"
+            span.add_link(earlier, {"ptc_retry.link": kind})
+        if _failed(result):
+            ename = result.ename or result.status.value
+            _set_error(span, ename, self._message(result.evalue))
+        self._tracing._remember(result.call_id, span)
+
+    def _message(self, text: str | None) -> str | None:
+        return text if self._tracing.record_program else None
+
+
+def _failed(result: RunResult) -> bool:
+    """Whether the program failed: a call cut off mid-stream ran nothing, and failed not."""
+    return result.status not in (ResultStatus.OK, ResultStatus.PARTIAL)
+
+
+def _set_error(span: Any, ename: str, message: str | None) -> None:
+    """The span failed with an error of type ``ename``: its status, ``error.type`` and an
+    ``exception`` event (its message only when the option records program text)."""
+    from opentelemetry.trace import Status, StatusCode
+
+    span.set_status(Status(StatusCode.ERROR, ename))
+    span.set_attribute("error.type", ename)
+    event = {"exception.type": ename}
+    if message:
+        event["exception.message"] = message
+    span.add_event("exception", event)
+
+
+def _as_call(code: str) -> str:
+    import json
+
+    return json.dumps({"code": code}, ensure_ascii=False)
+
+
+def _facts(result: RunResult, sent_bytes: int) -> dict[str, Any]:
+    """The ``ptc_retry.*`` attributes of a program's result (docs/operators.md)."""
+    metadata = result.metadata or {}
+    facts: dict[str, Any] = {
+        "ptc_retry.status": result.status.value,
+        "ptc_retry.operation": _operation(result, metadata),
+        "ptc_retry.bytes_sent": sent_bytes,
+        "ptc_retry.restarted": result.restarted,
+    }
+    for key, value in (("call_id", result.call_id), ("reference", result.reference)):
+        if value is not None:
+            facts[f"ptc_retry.{key}"] = value
+    for key in ("replay_of", "extend_of", "resumed_from"):
+        if isinstance(metadata.get(key), (str, int)):
+            facts[f"ptc_retry.{key}"] = metadata[key]
+    saved_bytes = metadata.get("bytes")
+    if isinstance(saved_bytes, int) and ("replay_of" in metadata or "extend_of" in metadata):
+        saved = max(0, saved_bytes - sent_bytes)  # what a re-send of the whole call would cost
+        facts["ptc_retry.bytes_saved"] = saved
+        facts["ptc_retry.tokens_saved"] = round(saved / BYTES_PER_TOKEN)
+    tool_calls = metadata.get("tool_calls")
+    if isinstance(tool_calls, dict):
+        for key in ("reused", "live"):
+            if isinstance(tool_calls.get(key), int):
+                facts[f"ptc_retry.tool_calls.{key}"] = tool_calls[key]
+    guard = metadata.get("guard")
+    if isinstance(guard, dict):
+        facts["ptc_retry.guard.paused"] = bool(guard.get("paused"))
+        if isinstance(guard.get("count"), int):
+            facts["ptc_retry.guard.count"] = guard["count"]
+    return facts
+
+
+def _operation(result: RunResult, metadata: dict[str, Any]) -> str:
+    """What the call was: ``run_code``, ``replay``, ``resume``, ``extend`` or ``partial``."""
+    if result.status == ResultStatus.PARTIAL:
+        return "partial"
+    if "extend_of" in metadata:
+        return "extend"
+    if "replay_of" in metadata:
+        return "resume" if metadata.get("resumed_from") else "replay"
+    return "run_code"
+
+
+#: The backend's counters (docs/operators.md, Metrics): name -> (unit, description).
+COUNTERS = {
+    "ptc_retry.calls": ("{call}", "Programs run, by status and operation."),
+    "ptc_retry.replays": ("{call}", "Replays, resumes and extends: programs not re-sent."),
+    "ptc_retry.bytes_saved": ("By", "Bytes the model did not re-send."),
+    "ptc_retry.tokens_saved": ("{token}", "Tokens the model did not re-send (estimated)."),
+    "ptc_retry.tool_calls": ("{call}", "Tool calls of programs, reused or made live."),
+}
+
+
+class _Metrics:
+    """The backend's instruments: ``COUNTERS`` and the GenAI conventions' duration."""
+
+    def __init__(self, meter: Any) -> None:
+        self.duration = meter.create_histogram(
+            "gen_ai.execute_tool.duration", unit="s", description="Duration of tool executions."
+        )
+        self.counters = {
+            name: meter.create_counter(name, unit=unit, description=description)
+            for name, (unit, description) in COUNTERS.items()
+        }
+
+    def record(self, result: RunResult, facts: dict[str, Any]) -> None:
+        add = {name: counter.add for name, counter in self.counters.items()}
+        operation = facts["ptc_retry.operation"]
+        labels = {"ptc_retry.status": facts["ptc_retry.status"], "ptc_retry.operation": operation}
+        add["ptc_retry.calls"](1, labels)
+        timing = {"gen_ai.operation.name": EXECUTE_TOOL, "gen_ai.tool.name": "run_code"}
+        if _failed(result):
+            timing["error.type"] = result.ename or result.status.value
+        self.duration.record(result.duration, timing)
+        if operation in ("replay", "resume", "extend"):
+            add["ptc_retry.replays"](1, {"ptc_retry.operation": operation})
+        if "ptc_retry.bytes_saved" in facts:
+            add["ptc_retry.bytes_saved"](facts["ptc_retry.bytes_saved"])
+            add["ptc_retry.tokens_saved"](facts["ptc_retry.tokens_saved"])
+        for how in ("reused", "live"):
+            count = facts.get(f"ptc_retry.tool_calls.{how}")
+            if count:
+                add["ptc_retry.tool_calls"](count, {"ptc_retry.tool_call.reused": how == "reused"})
+
+
+class HostSpan:
+    """The span of one host tool call; this base records nothing."""
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """While the tool runs; an exception it raises marks the span failed."""
+        yield
+
+    def failed(self, ename: str) -> None:
+        """The call failed: the tool raised ``ename``, or was refused (``ToolError``)."""
+
+
+#: The span of a host tool call while no span is recorded.
+NO_HOST_SPAN = HostSpan()
+
+
+class _HostSpan(HostSpan):
+    def __init__(self, tracer: Any, call: dict[str, Any]) -> None:
+        self._tracer = tracer
+        self._call = call
+        self._span: Any = None
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        call = self._call
+        carrier = {key: call[key] for key in TRACE_FIELDS if isinstance(call.get(key), str)}
+        parent = TraceContextTextMapPropagator().extract(carrier) if carrier else None
+        tool = str(call.get("tool"))
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": EXECUTE_TOOL,
+            "gen_ai.tool.name": tool,
+            "gen_ai.tool.type": "function",
+        }
+        if isinstance(call.get("program"), str) and isinstance(call.get("k"), int):
+            attributes["gen_ai.tool.call.id"] = f"{call['program']}:{call['k']}"
+            attributes["ptc_retry.program"] = call["program"]
+            attributes["ptc_retry.tool_call.k"] = call["k"]
+        with self._tracer.start_as_current_span(
+            f"{EXECUTE_TOOL} {tool}",
+            context=parent,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            self._span = span
+            yield
+
+    def failed(self, ename: str) -> None:
+        if self._span is not None:
+            _set_error(self._span, ename, None)  # never the tool's arguments or message
