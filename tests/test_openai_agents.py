@@ -4,6 +4,7 @@ own scripted model (``agents.testing.ScriptedModel``, no network), a real kernel
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -87,7 +88,8 @@ def test_a_failed_program_is_fixed_by_the_one_line_replay_and_no_host_call_is_re
     model.assert_complete()
     check_fixed_by_one_replay(read[0], prices.calls[before:], priced_backend)
     saved = priced_backend.session_dir / "by-id" / f"{MODEL_CALL_ID}.json"  # type: ignore[operator]
-    assert json.loads(saved.read_text()) == {"code": PRICED_ORDERS}
+    # The arguments string as the model sent it, byte for byte (the SDK's compact JSON).
+    assert saved.read_text() == json.dumps({"code": PRICED_ORDERS}, separators=(",", ":"))
 
 
 def test_the_agent_s_instructions_end_with_the_prompt_section_and_the_tool_is_the_backend_s(
@@ -149,3 +151,8 @@ def test_arguments_that_are_not_json_get_a_text_saying_what_to_send(
     on_loop(Runner.run(agent, "Print one.", run_config=OFFLINE))
 
     assert read[0].startswith("Error:") and '{"code":' in read[0]
+
+
+def test_a_native_mode_backend_is_refused_with_the_mode_to_use(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"KernelBackend\(mode='code'\)"):
+        run_code_tool(KernelBackend(mode="native", root=tmp_path))
