@@ -380,26 +380,36 @@ def fix_line(text: str) -> str:
     return follow(notices[-1], old=old, new=new)
 
 
-def check_fixed_by_one_replay(failed: str, host_calls: list[str], backend: KernelBackend) -> None:
-    """What the model read of ``PRICED_ORDERS`` (called ``MODEL_CALL_ID``) is its traceback
-    ending in the notice, and the replay it sent (``call_fix1``) reused both host results:
-    ``host_calls``, the host's calls since the run began, are the program's first two."""
+def check_fixed_by_one_replay(
+    failed: str,
+    host_calls: list[str],
+    backend: KernelBackend,
+    ids: tuple[str, str] = (MODEL_CALL_ID, "call_fix1"),
+) -> None:
+    """What the model read of ``PRICED_ORDERS`` (called ``ids[0]``) is its traceback ending in
+    the notice, and the replay it sent (``ids[1]``) reused both host results: ``host_calls``,
+    the host's calls since the run began, are the program's first two."""
     assert "KeyError: 'qyt'" in failed and "\x1b" not in failed
     assert failed.rstrip().splitlines()[-1].startswith("[ptc-retry] Saved as #")
     assert host_calls == ["tea", "milk"]
-    replayed = line_of(backend.session_dir, "call_fix1")
-    assert replayed["replay_of"] == MODEL_CALL_ID
+    replayed = line_of(backend.session_dir, ids[1])
+    assert replayed["replay_of"] == ids[0]
     assert replayed["tool_calls"] == {"reused": 2, "live": 0}
 
 
-def check_extended(first: str, host_calls: list[str], backend: KernelBackend) -> None:
-    """What the model read of a call cut off (``call_cut1``, ``CUT_ARGUMENTS``) says where the
-    cut fell, the rest it sent (``call_rest1``) ran the whole program, and
-    the host was called only then, once per item."""
+def check_extended(
+    first: str,
+    host_calls: list[str],
+    backend: KernelBackend,
+    ids: tuple[str, str] = ("call_cut1", "call_rest1"),
+) -> None:
+    """What the model read of a call cut off (``ids[0]``, ``CUT_ARGUMENTS``) says where the
+    cut fell, the rest it sent (``ids[1]``) ran the whole program, and the host was called
+    only then, once per item."""
     assert first.startswith("[ptc-retry] Cut off after line 3; saved as #")
     assert host_calls == ["tea", "milk"]
-    assert line_of(backend.session_dir, "call_cut1")["status"] == "partial"
-    assert line_of(backend.session_dir, "call_rest1")["extend_of"] == "call_cut1"
+    assert line_of(backend.session_dir, ids[0])["status"] == "partial"
+    assert line_of(backend.session_dir, ids[1])["extend_of"] == ids[0]
 
 
 def printed_total(text: str) -> float:

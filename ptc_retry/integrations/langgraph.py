@@ -1,19 +1,23 @@
-"""LangChain and LangGraph on a ptc-retry kernel: ``create_react_agent(model, [run_code_tool(kb)],
-prompt=instructions(kb))``.
+"""LangChain and LangGraph on a ptc-retry kernel: ``create_agent(model, [run_code_tool(kb)],
+system_prompt=instructions(kb), middleware=[CutOffCalls(kb)])``, or LangGraph's
+``create_react_agent(model, [run_code_tool(kb)], prompt=instructions(kb),
+post_model_hook=cut_off_calls(kb))``.
 
 ``run_code_tool(kb)`` is a LangChain tool (a ``StructuredTool``, async) that runs each program
 the model sends in ``kb``'s kernel under the model's tool-call id, so a failed program's
 ``ToolMessage`` ends with the notice and the model's next call can be the one-line replay.
-``instructions(kb, own)`` is the system prompt. ``cut_off_calls(kb)`` is a
-``post_model_hook`` that answers a ``run_code`` call cut off by the output-token limit.
-``pip install 'ptc-retry[langgraph]'`` brings ``langchain-core`` and ``langgraph``.
+``instructions(kb, own)`` is the system prompt. ``CutOffCalls(kb)`` (a middleware of
+``langchain.agents.create_agent``) and ``cut_off_calls(kb)`` (a ``post_model_hook``) answer a
+``run_code`` call cut off by the output-token limit. ``pip install 'ptc-retry[langgraph]'``
+brings ``langchain``, ``langchain-core`` and ``langgraph``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Annotated, Any
 
+from langchain.agents.middleware import AgentMiddleware, AgentState, hook_config
 from langchain_core.messages import AIMessage, BaseMessage, ToolMessage
 from langchain_core.tools import InjectedToolCallId, StructuredTool
 from pydantic import BaseModel, Field, create_model
@@ -21,7 +25,7 @@ from pydantic import BaseModel, Field, create_model
 from ..backend import KernelBackend
 from .run_code import RunCodeTool
 
-__all__ = ["cut_off_calls", "instructions", "run_code_tool"]
+__all__ = ["CutOffCalls", "cut_off_calls", "instructions", "run_code_tool"]
 
 #: How each provider's ``response_metadata`` says the reply stopped at the output-token
 #: limit: OpenAI's ``finish_reason``, Anthropic's ``stop_reason``.
@@ -29,8 +33,9 @@ CUT_OFF = {"finish_reason": "length", "stop_reason": "max_tokens"}
 
 
 def run_code_tool(backend: KernelBackend) -> StructuredTool:
-    """``run_code`` as a LangChain tool, for ``create_react_agent(model, tools=[...])`` (or
-    any agent that runs LangChain tools from the model's tool calls).
+    """``run_code`` as a LangChain tool, for ``create_agent(model, tools=[...])``,
+    ``create_react_agent(model, tools=[...])`` or any agent that runs LangChain tools from the
+    model's tool calls.
 
     Each call goes to ``backend.handle_tool_call`` with the call's id (LangChain's
     ``InjectedToolCallId``); the ``ToolMessage`` holds the text the model reads. The tool is
@@ -52,8 +57,9 @@ def run_code_tool(backend: KernelBackend) -> StructuredTool:
 
 
 def instructions(backend: KernelBackend, own: str | None = None) -> str:
-    """The system prompt (``prompt=`` of ``create_react_agent``): ``own``, a blank line, then
-    the prompt section. Behind a gateway, call it once the backend has started."""
+    """The system prompt (``system_prompt=`` of ``create_agent``, ``prompt=`` of
+    ``create_react_agent``): ``own``, a blank line, then the prompt section. Behind a
+    gateway, call it once the backend has started."""
     return RunCodeTool(backend).instructions(own)
 
 
@@ -71,18 +77,45 @@ def cut_off_calls(
     tool = RunCodeTool(backend)
 
     async def answer_cut_off_calls(state: Mapping[str, Any]) -> dict[str, list[BaseMessage]]:
-        messages = state["messages"]
-        last = messages[-1] if messages else None
-        if not isinstance(last, AIMessage) or not _cut_off(last):
-            return {"messages": []}
-        answers: list[BaseMessage] = []
-        for call in last.invalid_tool_calls:
-            if call.get("name") == tool.name and call.get("id") and call.get("args"):
-                text = await tool(str(call["args"]), call["id"], cut_off=True)
-                answers.append(ToolMessage(text, tool_call_id=call["id"], name=tool.name))
-        return {"messages": answers}
+        return {"messages": await _answers(tool, state["messages"])}
 
     return answer_cut_off_calls
+
+
+class CutOffCalls(AgentMiddleware[AgentState[Any], Any]):
+    """A middleware for ``langchain.agents.create_agent`` that answers cut-off calls, as
+    ``cut_off_calls`` does for ``create_react_agent``: after a reply that stopped at the
+    output-token limit, each ``run_code`` call in its ``invalid_tool_calls`` goes to
+    ``backend.handle_partial_tool_call``, its ``ToolMessage`` holds the text that teaches
+    ``ptc_retry.extend``, and the agent asks the model again."""
+
+    def __init__(self, backend: KernelBackend) -> None:
+        super().__init__()
+        self._tool = RunCodeTool(backend)
+
+    @hook_config(can_jump_to=["model"])
+    async def aafter_model(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
+        messages = state["messages"]
+        answers = await _answers(self._tool, messages)
+        if not answers:
+            return None
+        if messages[-1].tool_calls:  # the tools run first; the model is asked again after
+            return {"messages": answers}
+        return {"messages": answers, "jump_to": "model"}
+
+
+async def _answers(tool: RunCodeTool, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
+    """A ``ToolMessage`` for each ``run_code`` call the last reply holds cut off, each saved
+    through ``handle_partial_tool_call``; none when the reply did not stop at the limit."""
+    last = messages[-1] if messages else None
+    if not isinstance(last, AIMessage) or not _cut_off(last):
+        return []
+    answers: list[BaseMessage] = []
+    for call in last.invalid_tool_calls:
+        if call.get("name") == tool.name and call.get("id") and call.get("args"):
+            text = await tool(str(call["args"]), call["id"], cut_off=True)
+            answers.append(ToolMessage(text, tool_call_id=call["id"], name=tool.name))
+    return answers
 
 
 def _arguments(tool: RunCodeTool) -> type[BaseModel]:
