@@ -8,7 +8,8 @@ test not so marked that starts a kernel fails, which keeps the marker true.
 
 One fixture per resource: a kernel for one test (``kernel``, ``start_kernel``) or for the
 module (``start_shared_kernel``); a ``KernelBackend`` for the module (``backend``, ``fragile``,
-``start_backend``), started with ``options``, which a module may override. A module that sets
+``priced_backend`` with its host tool ``prices``, ``start_backend``), started with ``options``,
+which a module may override. A module that sets
 ``TRANSPORTS`` (a list of ``"local"``, ``KERNEL_GATEWAY``, ``ENTERPRISE_GATEWAY``) runs each of
 its tests that uses ``transport`` (through ``options``, ``backend``...) once per transport;
 otherwise every backend is local. ``PTC_RETRY_TEST_TRANSPORTS=local`` (a comma-separated list)
@@ -31,7 +32,7 @@ from ptc_retry import kernelspec
 from ptc_retry.backend import KernelBackend
 
 from .gateway_server import ENTERPRISE_GATEWAY, KERNEL_GATEWAY, Gateway, gateway_of, start_gateway
-from .helpers import Kernel, OnLoop, StartBackend, StartKernel, spawn
+from .helpers import Kernel, OnLoop, PriceList, StartBackend, StartKernel, spawn
 
 #: Fixtures that start kernels, or exist only to serve tests that do.
 KERNEL_FIXTURES = frozenset({"on_loop", "jupyter_path", "start_kernel", "kernel"})
@@ -243,6 +244,21 @@ def backend(start_backend: StartBackend, options: dict[str, Any]) -> KernelBacke
     """The module's backend, started with ``options``; tests that share it leave its kernel
     usable and use distinct call ids."""
     return start_backend(**options)
+
+
+@pytest.fixture(scope="module")
+def prices() -> PriceList:
+    """The module's host tool ``lookup_price`` and the calls the host made of it."""
+    return PriceList()
+
+
+@pytest.fixture(scope="module")
+def priced_backend(
+    start_backend: StartBackend, options: dict[str, Any], prices: PriceList
+) -> KernelBackend:
+    """The module's backend whose programs may call ``await tools.lookup_price(...)``
+    (``prices``), as ``helpers.PRICED_ORDERS`` does."""
+    return start_backend(tools=[prices.lookup_price], **options)
 
 
 @pytest.fixture(scope="module")

@@ -322,3 +322,98 @@ def spawn(
     kernel_env.update(env or {})
     session_dir = root / session if session is not None else None
     return Kernel(name, kernel_env, list(args), session_dir)
+
+
+# -- an agent framework's run on a real kernel (tests/test_<framework>.py) ------------------
+
+_PRICED_LINES = "\n".join(
+    f'    {{"item": "{item}", "qty": {qty}, "note": "order {n} for the weekly delivery run"}},'
+    for n, (item, qty) in enumerate([("tea", 2), ("milk", 3), ("tea", 1), ("milk", 4)] * 3)
+)
+#: About 1 KB: asks the host for two prices (``await tools.lookup_price``), then reads a
+#: misspelled key; ``PRICED_FIX`` corrects it, and the program then prints ``PRICED_TOTAL``.
+PRICED_ORDERS = f"""\
+prices = {{}}
+for item in ["tea", "milk"]:
+    prices[item] = await tools.lookup_price(item=item)
+orders = [
+{_PRICED_LINES}
+]
+total = 0
+for order in orders:
+    total += prices[order["item"]] * order["qyt"]
+print("total:", total)"""
+#: The replacement that fixes ``PRICED_ORDERS``: (old, new).
+PRICED_FIX = ('order["qyt"]', 'order["qty"]')
+#: What the fixed program prints: ``total: 69.0``.
+PRICED_TOTAL = 3 * (3.0 * 2 + 2.0 * 3 + 3.0 * 1 + 2.0 * 4)
+#: ``PRICED_ORDERS`` fixed, and where a reply is cut off inside a call of it: after line 3.
+_PRICED_FIXED = PRICED_ORDERS.replace(*PRICED_FIX)
+_CUT_AT = _PRICED_FIXED.index("orders = [")
+#: The arguments of that cut-off ``run_code`` call, as far as they arrived.
+CUT_ARGUMENTS = '{"code": ' + json.dumps(_PRICED_FIXED[:_CUT_AT])[:-1]
+#: The rest of its program, which the model sends with ``ptc_retry.extend``.
+CUT_REST = _PRICED_FIXED[_CUT_AT:]
+#: A call id as OpenAI's models send it (``call_`` + 24 characters).
+MODEL_CALL_ID = "call_" + "a1B2c3D4e5F6g7H8i9J0k1L2"
+
+
+class PriceList:
+    """The host tool of ``PRICED_ORDERS``: ``lookup_price``, each call of which is kept in
+    ``calls`` (the item asked for), so a test counts what the host really did."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def lookup_price(self, item: str) -> float:
+        """The price of one item."""
+        self.calls.append(item)
+        return {"tea": 3.0, "milk": 2.0}.get(item, 1.0)
+
+
+def fix_line(text: str) -> str:
+    """What a model sends after reading ``text``, a failed program's result: the replay
+    line its notice offers, filled with ``PRICED_FIX``."""
+    notices = [line for line in text.splitlines() if line.startswith("[ptc-retry] ")]
+    assert notices, f"no notice in what the model read: {text[-300:]!r}"
+    old, new = PRICED_FIX
+    return follow(notices[-1], old=old, new=new)
+
+
+def check_fixed_by_one_replay(
+    failed: str,
+    host_calls: list[str],
+    backend: KernelBackend,
+    ids: tuple[str, str] = (MODEL_CALL_ID, "call_fix1"),
+) -> None:
+    """What the model read of ``PRICED_ORDERS`` (called ``ids[0]``) is its traceback ending in
+    the notice, and the replay it sent (``ids[1]``) reused both host results: ``host_calls``,
+    the host's calls since the run began, are the program's first two."""
+    assert "KeyError: 'qyt'" in failed and "\x1b" not in failed
+    assert failed.rstrip().splitlines()[-1].startswith("[ptc-retry] Saved as #")
+    assert host_calls == ["tea", "milk"]
+    replayed = line_of(backend.session_dir, ids[1])
+    assert replayed["replay_of"] == ids[0]
+    assert replayed["tool_calls"] == {"reused": 2, "live": 0}
+
+
+def check_extended(
+    first: str,
+    host_calls: list[str],
+    backend: KernelBackend,
+    ids: tuple[str, str] = ("call_cut1", "call_rest1"),
+) -> None:
+    """What the model read of a call cut off (``ids[0]``, ``CUT_ARGUMENTS``) says where the
+    cut fell, the rest it sent (``ids[1]``) ran the whole program, and the host was called
+    only then, once per item."""
+    assert first.startswith("[ptc-retry] Cut off after line 3; saved as #")
+    assert host_calls == ["tea", "milk"]
+    assert line_of(backend.session_dir, ids[0])["status"] == "partial"
+    assert line_of(backend.session_dir, ids[1])["extend_of"] == ids[0]
+
+
+def printed_total(text: str) -> float:
+    """The total a ``PRICED_ORDERS`` run printed, read from what the model read."""
+    lines = [line for line in text.splitlines() if line.startswith("total: ")]
+    assert lines, f"no total in {text!r}"
+    return float(lines[-1].removeprefix("total: "))

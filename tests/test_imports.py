@@ -149,3 +149,23 @@ def test_the_package_lists_each_audience_s_names_and_exports_their_union() -> No
     assert sorted(names) == sorted(ptc_retry.__all__) and len(set(names)) == len(names)
     assert all(hasattr(ptc_retry, name) for name in names)
     assert all(f"``{name}``" in (ptc_retry.__doc__ or "") for name in names)
+
+
+#: What reads the caller's stack frame.
+FRAME_READS = ("_getframe", "currentframe", "f_locals", "f_back")
+
+
+def test_no_module_on_the_agent_side_reads_a_stack_frame() -> None:
+    # What the agent side learns of a framework comes from that framework's public API (the
+    # smolagents adapter reads the agent's memory): a caller's frame is nobody's contract.
+    # The kernel side reads only the frames of the program it runs (its statements).
+    agent_side = ("backend", "native", "integrations", "mcp")
+    wrong = [
+        f"{module_name(path)} uses {name}"
+        for path in PACKAGE.rglob("*.py")
+        if path.relative_to(PACKAGE).parts[0] in agent_side
+        for node in ast.walk(ast.parse(path.read_text("utf-8")))
+        for name in FRAME_READS
+        if isinstance(node, ast.Attribute) and node.attr == name
+    ]
+    assert wrong == []

@@ -20,24 +20,14 @@ from smolagents.models import ChatMessage, MessageRole, Model  # noqa: E402
 from ptc_retry.core.notice import parse_notice  # noqa: E402
 from ptc_retry.integrations.smolagents import PtcRetryExecutor  # noqa: E402
 
+from .helpers import PRICED_ORDERS, PRICED_TOTAL  # noqa: E402
+
 pytestmark = pytest.mark.kernel
 
-ORDERS = "\n".join(
-    f'    {{"item": "{item}", "qty": {qty}, "note": "order {n} for the weekly delivery run"}},'
-    for n, (item, qty) in enumerate([("tea", 2), ("milk", 3), ("tea", 1), ("milk", 4)] * 3)
+#: About 1 KB: two calls of the smolagents tool, then a wrong key.
+STEP_ONE = PRICED_ORDERS.replace("await tools.lookup_price", "lookup_price").replace(
+    'print("total:", total)', "final_answer(total)"
 )
-#: About 1 KB: two tool calls, then a wrong key.
-STEP_ONE = f"""\
-prices = {{}}
-for item in ["tea", "milk"]:
-    prices[item] = lookup_price(item=item)
-orders = [
-{ORDERS}
-]
-total = 0
-for order in orders:
-    total += prices[order["item"]] * order["qyt"]
-final_answer(total)"""
 
 
 @tool
@@ -54,9 +44,13 @@ def lookup_price(item: str) -> float:
     return {"tea": 3.0, "milk": 2.0}.get(item, 1.0)
 
 
+class Plain(str):
+    """A reply of ``ScriptedModel`` sent as it is (a plan, or a reply without code)."""
+
+
 class ScriptedModel(Model):
-    """Answers each step with the next of ``steps``: a program, or a function of the
-    messages so far (the model reads its memory) that returns one."""
+    """Answers each step with the next of ``steps``: a program, a function of the messages
+    so far (the model reads its memory) that returns one, or a ``Plain`` reply."""
 
     def __init__(self, steps: list[str | Callable[[list[Any]], str]]) -> None:
         super().__init__(model_id="scripted")
@@ -66,6 +60,8 @@ class ScriptedModel(Model):
     def generate(self, messages: list[Any], **kwargs: Any) -> ChatMessage:
         self.seen.append(messages)
         step = self.steps.pop(0)
+        if isinstance(step, Plain):
+            return ChatMessage(role=MessageRole.ASSISTANT, content=str(step))
         code = step(messages) if callable(step) else step
         return ChatMessage(
             role=MessageRole.ASSISTANT, content=f"Thought: go.\n<code>\n{code}\n</code>"
@@ -90,6 +86,13 @@ def replay_line(messages: list[Any]) -> str:
     return f"await ptc_retry.replay({json.dumps(reference)}, 'order[\"qyt\"]', 'order[\"qty\"]')"
 
 
+def agent_on(
+    executor: PtcRetryExecutor, model: Model, tools: list[Any] | None = None, **options: Any
+) -> CodeAgent:
+    """A ``CodeAgent`` on ``executor``, attached to it: its actions keep smolagents' ids."""
+    return executor.attach(CodeAgent(tools=tools or [], model=model, executor=executor, **options))
+
+
 @pytest.fixture
 def tool_log(tmp_path: Path) -> Path:
     return tmp_path / "tool-calls.log"
@@ -108,11 +111,11 @@ def test_a_failed_action_is_fixed_by_a_one_line_replay(
     executor: PtcRetryExecutor, tool_log: Path
 ) -> None:
     model = ScriptedModel([STEP_ONE, replay_line])
-    agent = CodeAgent(tools=[lookup_price], model=model, executor=executor, max_steps=4)
+    agent = agent_on(executor, model, [lookup_price], max_steps=4)
 
     answer = agent.run("What do the orders cost?")
 
-    assert answer == 3 * (3.0 * 2 + 2.0 * 3 + 3.0 * 1 + 2.0 * 4) and 1000 < len(STEP_ONE) < 1300
+    assert answer == PRICED_TOTAL and 1000 < len(STEP_ONE) < 1300
     failed = agent.memory.steps[1]
     assert failed.error is not None
     message = str(failed.error)
@@ -144,12 +147,7 @@ def test_after_a_reset_the_replay_fixes_this_run_s_program_not_the_last_run_s(
         assert "Call id: call_1" in _text(messages)
         return by_call_id
 
-    agent = CodeAgent(
-        tools=[lookup_price],
-        model=ScriptedModel([STEP_ONE, replay_line]),
-        executor=executor,
-        max_steps=4,
-    )
+    agent = agent_on(executor, ScriptedModel([STEP_ONE, replay_line]), [lookup_price], max_steps=4)
     agent.run("What do the orders cost?")
     agent.model = ScriptedModel([second_run, memory_shows_call_1, replay_line])
 
@@ -165,7 +163,7 @@ def test_after_a_reset_the_replay_fixes_this_run_s_program_not_the_last_run_s(
 
 def test_final_answer_ends_the_run_without_a_notice(executor: PtcRetryExecutor) -> None:
     model = ScriptedModel(["x = 6 * 7\nfinal_answer(x)"])
-    agent = CodeAgent(tools=[], model=model, executor=executor, max_steps=2)
+    agent = agent_on(executor, model, max_steps=2)
 
     assert agent.run("Compute.") == 42
     assert "[ptc-retry]" not in str(agent.memory.steps[1].observations or "")
@@ -181,7 +179,7 @@ def test_a_kernel_death_in_a_step_is_reported_and_the_next_step_works(
             "final_answer('alive')",
         ]
     )
-    agent = CodeAgent(tools=[], model=model, executor=executor, max_steps=3)
+    agent = agent_on(executor, model, max_steps=3)
 
     assert agent.run("Survive.") == "alive"
     died = str(agent.memory.steps[1].error)
@@ -191,21 +189,41 @@ def test_a_kernel_death_in_a_step_is_reported_and_the_next_step_works(
 def test_the_agent_s_runs_are_turns_and_its_actions_are_numbered_as_smolagents_does(
     executor: PtcRetryExecutor,
 ) -> None:
-    agent = CodeAgent(
-        tools=[], model=ScriptedModel(["a = 1", "final_answer(a)"]), executor=executor
-    )
+    # smolagents numbers an action by the steps in its memory: each run's task and plan, and
+    # a step whose reply held no code, count too, though the executor sees none of them.
+    steps: list[Any] = [Plain("Plan: set a."), Plain("No code in this reply."), "a = 1"]
+    agent = agent_on(executor, ScriptedModel([*steps, "final_answer(a)"]), planning_interval=5)
     agent.run("First.")
-    agent.model = ScriptedModel(["final_answer(a + 1)"])
+    agent.model = ScriptedModel([Plain("Plan: add one."), "final_answer(a + 1)"])
     assert agent.run("Second.", reset=False) == 2
     session = executor.backend.session_dir
     assert session is not None
     history = [json.loads(line) for line in (session / "history.jsonl").open()]
     actions = [(line["id"], line["turn"]) for line in history if line["id"].startswith("call_")]
-    assert actions == [("call_1", 1), ("call_2", 1), ("call_4", 2)]
+    assert actions == [("call_3", 1), ("call_4", 1), ("call_7", 2)]
     tool_calls = [
         step.tool_calls[0].id for step in agent.memory.steps if getattr(step, "tool_calls", None)
     ]
-    assert tool_calls == ["call_1", "call_2", "call_4"]
+    assert tool_calls == ["call_3", "call_4", "call_7"]
+
+
+def test_an_executor_no_agent_was_attached_to_gives_its_actions_the_backend_s_ids(
+    executor: PtcRetryExecutor,
+) -> None:
+    agent = CodeAgent(tools=[], model=ScriptedModel(["final_answer(5)"]), executor=executor)
+
+    assert agent.run("Five.") == 5
+    session = executor.backend.session_dir
+    assert session is not None
+    history = [json.loads(line) for line in (session / "history.jsonl").open()]
+    assert not [line for line in history if line["id"].startswith("call_")]
+    assert re.fullmatch(r"c\d+", history[-1]["id"])  # the notice names it #n, not call_1
+
+
+def test_attach_takes_only_the_agent_made_on_the_executor(executor: PtcRetryExecutor) -> None:
+    other = CodeAgent(tools=[], model=ScriptedModel([]))
+    with pytest.raises(ValueError, match=r"executor= this executor"):
+        executor.attach(other)
 
 
 def test_cleanup_leaves_no_kernel_process(jupyter_path: Path, tmp_path: Path) -> None:

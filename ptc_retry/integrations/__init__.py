@@ -1,2 +1,4 @@
-"""Adapters for agent frameworks: each imports its framework, which the core install does
-not bring (``pip install 'ptc-retry[smolagents]'``). See docs/integrations.md."""
+"""Adapters for agent frameworks, each in its own module and behind its own extra (the core
+install brings none of the frameworks): ``smolagents`` (``PtcRetryExecutor``),
+``openai_agents``, ``pydantic_ai`` (``PtcRetry``) and ``langgraph``; the last three share
+``run_code.RunCodeTool``. See docs/integrations.md."""

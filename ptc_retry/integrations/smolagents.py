@@ -2,17 +2,17 @@
 
 ``PtcRetryExecutor`` is a ``smolagents.RemotePythonExecutor`` whose kernel is a
 ``KernelBackend``'s: a local ``ptc-retry`` kernel, or one behind a gateway
-(``gateway_url=``, ``token=``). Each code action the agent runs is one call of the backend
-with the id smolagents gives it (``call_<step>``), so a failed action's error ends with the
-notice and the model's next action can be the one-line replay. ``pip install
-'ptc-retry[smolagents]'`` brings smolagents.
+(``gateway_url=``, ``token=``). Each code action the agent runs is one call of the backend,
+so a failed action's error ends with the notice and the model's next action can be the
+one-line replay; ``executor.attach(agent)`` names each action with the id smolagents gives
+it (``call_<n>``). ``pip install 'ptc-retry[smolagents]'`` brings smolagents.
 """
 
 from __future__ import annotations
 
 import json
-import sys
-from typing import Any
+import weakref
+from typing import TYPE_CHECKING, Any
 
 from smolagents.local_python_executor import CodeOutput
 from smolagents.monitoring import AgentLogger, LogLevel
@@ -22,6 +22,9 @@ from smolagents.utils import AgentError
 
 from ..backend import KernelBackend, RunResult
 from ..core.protocol import strip_ansi
+
+if TYPE_CHECKING:
+    from smolagents.agents import MultiStepAgent
 
 __all__ = ["PtcRetryExecutor"]
 
@@ -65,7 +68,8 @@ class PtcRetryExecutor(RemotePythonExecutor):
     ``state["_print_outputs"]``, where the agent puts it in its memory too. ``final_answer``
     ends the run without a notice. The tools smolagents defines in the kernel are recorded
     like ``@ptc_retry.recorded`` functions. ``prompt_section()`` is the text to add to the
-    agent's instructions so the model knows the replay line.
+    agent's instructions so the model knows the replay line. ``attach(agent)`` gives each
+    action the id smolagents gives it; without it, actions get the backend's ``c<N>`` ids.
     """
 
     def __init__(
@@ -89,7 +93,8 @@ class PtcRetryExecutor(RemotePythonExecutor):
         self.keep = keep
         #: What the latest action printed, for the agent's memory when it fails.
         self.state: dict[str, Any] = {}
-        self._actions = 0
+        # The agent whose actions this runs (attach): its memory numbers them.
+        self._agent: weakref.ref[MultiStepAgent] | None = None
         # What smolagents sent, defined again in a kernel that restarted.
         self._tools: dict[str, Tool] = {}
         self._variables: dict[str, Any] = {}
@@ -102,14 +107,32 @@ class PtcRetryExecutor(RemotePythonExecutor):
         """The system-prompt section that teaches the model the replay line (code mode)."""
         return self.backend.system_prompt()
 
+    def attach(self, agent: MultiStepAgent) -> MultiStepAgent:
+        """Name each code action ``agent`` runs as smolagents does, and return ``agent``.
+
+        smolagents gives an action the tool-call id ``call_<n>``, ``n`` the number of steps
+        in ``agent.memory`` when it runs: a run's task, its planning steps and the steps whose
+        code did not parse count too, and a run with ``reset=True`` starts again from 1. The
+        executor reads that count from the agent's memory as each action starts, so the id
+        under which a program is saved is the one the model reads in its memory.
+        ValueError when ``agent`` was not made with ``executor=`` this executor.
+        """
+        if getattr(agent, "python_executor", None) is not self:
+            raise ValueError(
+                "attach() takes the agent made with executor= this executor: "
+                "CodeAgent(..., executor=executor)"
+            )
+        self._agent = weakref.ref(agent)
+        return agent
+
     # -- smolagents' contract -----------------------------------------------------------------
 
     def __call__(self, code_action: str) -> CodeOutput:
-        """Run one code action of the agent, as the call smolagents numbers it."""
-        self._actions += 1
-        step = _agent_step(sys._getframe(1), self)
-        number = step if step is not None else self._actions
-        return self._run(code_action, call_id=f"call_{number}")
+        """Run one code action of the agent: as the call smolagents numbers it once
+        ``attach`` named the agent, else under the backend's next ``c<N>`` id."""
+        agent = self._agent() if self._agent is not None else None
+        call_id = f"call_{len(agent.memory.steps)}" if agent is not None else None
+        return self._run(code_action, call_id=call_id)
 
     def run_code_raise_errors(self, code: str) -> CodeOutput:
         """Run ``code`` (the tools' definitions, variables, a package install): a call of
@@ -188,16 +211,6 @@ class PtcRetryExecutor(RemotePythonExecutor):
         if result.status != "ok":
             raise AgentError(_error_text(result, error), self.logger)
         return CodeOutput(output=result.value, logs=logs, is_final_answer=False)
-
-
-def _agent_step(frame: Any, executor: PtcRetryExecutor) -> int | None:
-    """The number smolagents gives the action being run (its ``call_<n>`` tool-call id):
-    read from the agent that called the executor, None when no agent did."""
-    agent = frame.f_locals.get("self") if frame is not None else None
-    if getattr(agent, "python_executor", None) is not executor:
-        return None
-    steps = getattr(getattr(agent, "memory", None), "steps", None)
-    return len(steps) if isinstance(steps, list) else None
 
 
 def _printed(result: RunResult) -> str:
