@@ -4,8 +4,9 @@ and not. The official ``openai`` and ``anthropic`` clients talk to it through ``
 so the tests see the SDKs' own types.
 
 ``ModelServer`` runs ``http.server`` in a thread; ``server.script(reply, ...)`` queues what
-the next requests get, one ``Reply`` each (a request with nothing queued gets a 500 naming
-that); ``server.requests`` holds every request's path and JSON body, in order.
+the next requests get, one ``Reply`` each, or a function of the ``Request`` that returns one
+(a model that reads what it was sent); a request with nothing queued gets a 500 naming that.
+``server.requests`` holds every request's path and JSON body, in order.
 """
 
 from __future__ import annotations
@@ -15,16 +16,37 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-__all__ = ["Call", "ModelServer", "Reply", "Request"]
+__all__ = ["FIX", "PROGRAM", "TOTAL", "Call", "ModelServer", "Reply", "Request"]
 
 #: Each delta carries at most this many characters, so a stream has many events to cut.
 PIECE = 16
 MODEL = "scripted-model"
+
+
+_ROWS = "\n".join(
+    f'    {{"item": "{item}", "qty": {qty}, "note": "order {n} of the weekly delivery run"}},'
+    for n, (item, qty) in enumerate([("tea", 2), ("milk", 3), ("bread", 1), ("milk", 4)] * 3)
+)
+#: What the scripted model writes: about 1 KB, three calls of the host tool ``price``
+#: (``tools.price``), then a wrong key.
+PROGRAM = f"""\
+prices = {{}}
+for item in ["tea", "milk", "bread"]:
+    prices[item] = await tools.price(item=item)
+orders = [
+{_ROWS}
+]
+total = sum(prices[order["item"]] * order["qyt"] for order in orders)
+print("total", total)
+"""
+#: The fix of ``PROGRAM`` (old, new), and what the fixed program prints.
+FIX = ('order["qyt"]', 'order["qty"]')
+TOTAL = "total 73.5"
 
 
 @dataclass(frozen=True)
@@ -511,7 +533,7 @@ class ModelServer:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._queue: list[Reply] = []
+        self._queue: list[Reply | Callable[[Request], Reply]] = []
         self.requests: list[Request] = []
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
@@ -529,7 +551,7 @@ class ModelServer:
         """OpenAI's ``base_url`` (its client adds ``/chat/completions``, ``/responses``)."""
         return f"{self.url}/v1"
 
-    def script(self, *replies: Reply) -> None:
+    def script(self, *replies: Reply | Callable[[Request], Reply]) -> None:
         """Replace what the next requests get with ``replies``, and forget past requests."""
         with self._lock:
             self._queue = list(replies)
@@ -544,7 +566,8 @@ class ModelServer:
     def take(self, request: Request) -> Reply | None:
         with self._lock:
             self.requests.append(request)
-            return self._queue.pop(0) if self._queue else None
+            reply = self._queue.pop(0) if self._queue else None
+        return reply(request) if callable(reply) else reply
 
     def close(self) -> None:
         self._server.shutdown()
@@ -555,10 +578,3 @@ class ModelServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
-
-
-def serve() -> Iterator[ModelServer]:
-    """A fixture body: one server for the module."""
-    server = ModelServer()
-    yield server
-    server.close()

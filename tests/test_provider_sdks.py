@@ -34,7 +34,7 @@ from ptc_retry.integrations.replies import (  # noqa: E402
 )
 
 from .helpers import OnLoop, StartBackend, follow, history, raw  # noqa: E402
-from .model_server import Call, ModelServer  # noqa: E402
+from .model_server import FIX, PROGRAM, TOTAL, Call, ModelServer  # noqa: E402
 from .model_server import Reply as Scripted  # noqa: E402
 
 pytestmark = pytest.mark.kernel
@@ -47,25 +47,6 @@ def price(item: str) -> float:
     """The price of one item."""
     HOST_CALLS.append(item)
     return {"tea": 3.0, "milk": 2.0, "bread": 4.5}[item]
-
-
-_ROWS = "\n".join(
-    f'    {{"item": "{item}", "qty": {qty}, "note": "order {n} of the weekly delivery run"}},'
-    for n, (item, qty) in enumerate([("tea", 2), ("milk", 3), ("bread", 1), ("milk", 4)] * 3)
-)
-#: About 1 KB: three host calls, then a wrong key.
-PROGRAM = f"""\
-prices = {{}}
-for item in ["tea", "milk", "bread"]:
-    prices[item] = await tools.price(item=item)
-orders = [
-{_ROWS}
-]
-total = sum(prices[order["item"]] * order["qyt"] for order in orders)
-print("total", total)
-"""
-FIX = ('order["qyt"]', 'order["qty"]')
-TOTAL = "total 73.5"
 
 
 @dataclass
