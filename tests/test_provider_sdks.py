@@ -424,3 +424,75 @@ def test_a_stream_cut_inside_a_tool_call_is_saved_and_extended(
     (extended,) = _bounded(on_loop, api.turn()).results
     assert extended.status == "ok" and TOTAL in extended.text, extended.text
     assert HOST_CALLS == ["tea", "milk", "bread"]
+
+
+@pytest.mark.parametrize("name", API_NAMES)
+def test_a_stream_cut_twice_carries_all_that_arrived_and_joins_the_three_parts(
+    name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api(name)
+    api.conversation.append(api.adapter.user("very flaky"))
+    before = TEXT_AFTER[name]
+    server.script(
+        Scripted(text=TEXT, drop_after=before + 1),  # "The orders cost "
+        Scripted(text=TEXT[16:], drop_after=before + 1),  # "91.5 in all: tea"
+        Scripted(text=TEXT[32:]),
+    )
+    if name == "messages":  # each prefill leaves out the blank that ends it: it comes again
+        server.script(
+            Scripted(text=TEXT, drop_after=before + 1),
+            Scripted(text=TEXT[15:], drop_after=before + 1),  # " 91.5 in all: te"
+            Scripted(text=TEXT[31:]),
+        )
+    reply = _bounded(on_loop, api.reply())
+    assert reply.text == TEXT and [r.continued for r in reply.resumes] == [True, True]
+    assert SLEPT == [2.0, 4.0]
+    arrived = reply.resumes[1].text_chars
+    assert json.dumps(TEXT[:arrived])[1:-1] in _continuation_of(api, server.requests[2].body)
+
+
+@pytest.mark.parametrize("name", API_NAMES)
+def test_only_the_end_of_a_long_partial_reply_is_quoted(
+    name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api(name, quote_limit=20)
+    api.conversation.append(api.adapter.user("long answer"))
+    server.script(Scripted(text=TEXT, drop_after=TEXT_AFTER[name] + 4), Scripted(text=TEXT[64:]))
+    reply = _bounded(on_loop, api.reply())
+    assert reply.text == TEXT and reply.resumes[0].quoted_chars == 20
+    added = _continuation_of(api, server.requests[1].body)
+    assert json.dumps(TEXT[44:64])[1:-1] in added and TEXT[:44] not in added
+
+
+@pytest.mark.parametrize("name", API_NAMES)
+def test_a_stream_cut_after_a_whole_tool_call_runs_it_and_asks_nothing_again(
+    name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api(name)
+    call = Call("run_code", raw("print(40 + 2)"), f"call_whole_{name}")
+    # After the last piece of the arguments (Chat), their done event (Responses), the
+    # block's stop (Messages): the call is whole, the stop has not arrived.
+    events = {"chat": 4, "responses": 6, "messages": 6}[name]
+    server.script(Scripted(text="", calls=[call], drop_after=events))  # before the stop
+    step = _bounded(on_loop, api.turn("one call, then the network goes"))
+    assert step.reply.stop == Stop.DROPPED and len(server.requests) == 1
+    (result,) = step.results
+    assert result.status == "ok" and result.text.endswith("42")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"budget": -1},
+        {"budget": 1.5},
+        {"backoff": float("inf")},
+        {"max_backoff": -2},
+        {"quote_limit": "x"},
+    ],
+)
+def test_continuation_settings_that_cannot_hold_are_refused_by_name(
+    settings: dict[str, Any],
+) -> None:
+    (key,) = settings
+    with pytest.raises(ValueError, match=f"Continuation\\({key}="):
+        Continuation(**settings)

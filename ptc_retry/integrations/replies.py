@@ -60,7 +60,8 @@ class Stop(str, enum.Enum):
     LENGTH = "length"
     #: The model refused (``refusal``).
     REFUSAL = "refusal"
-    #: The stream was cut by the network inside a tool call: that call is cut off.
+    #: The stream was cut by the network after a tool call began: the calls that arrived
+    #: whole run, and one cut part-way is saved to be extended.
     DROPPED = "dropped"
 
     def __str__(self) -> str:
@@ -123,7 +124,8 @@ class Reply:
 
     ``items``: the API's own output, as the next request must carry it back (Chat: the
     assistant message; Responses: the output items; Anthropic: the content blocks).
-    ``dropped``: the error that cut the stream inside a tool call (``stop`` is ``DROPPED``).
+    ``dropped``: the error that cut the stream after a tool call began (``stop`` is
+    ``DROPPED``).
     """
 
     text: str = ""
@@ -167,13 +169,6 @@ class Step:
     messages: list[Message]
 
 
-def _user_cancel(exc: BaseException) -> bool:
-    """The user's own cancel, which is never resumed, whatever the error kinds say."""
-    return isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, GeneratorExit)) or (
-        type(exc).__name__ == "APIUserAbortError"  # both SDKs' "the request was aborted"
-    )
-
-
 @dataclass(frozen=True)
 class Continuation:
     """How a stream cut off by the network is continued.
@@ -182,11 +177,11 @@ class Continuation:
     continuations and ordinary retries together; past it the error is raised as the SDK
     raised it. ``backoff``: seconds before the first, doubled each time up to
     ``max_backoff``; the wait is ``sleep`` (``asyncio.sleep``: a cancel ends it).
-    ``quote_limit``: at most this many characters of the partial output go back, its end.
-    ``errors``: the exception types that count as a network cut (None: the adapter's
-    default, the SDK's connection, rate-limit and server errors and httpx's transport
-    errors). The user's cancel (``CancelledError``, ``KeyboardInterrupt``, the SDK's
-    ``APIUserAbortError``) is never continued.
+    ``quote_limit``: at most this many characters of each of the text and the reasoning go
+    back, their ends. ``errors``: the exception types that count as a network cut (None: the
+    adapter's default, the SDK's connection, rate-limit and server errors and the HTTP
+    client's transport errors). The user's cancel (``CancelledError``,
+    ``KeyboardInterrupt``) is never continued, whatever ``errors`` holds.
     """
 
     budget: int = 3
@@ -320,8 +315,8 @@ class ProviderAdapter(Generic[R]):
         return self.continuation.budget - self._resumed
 
     def _resumable(self, exc: BaseException) -> bool:
-        if _user_cancel(exc):
-            return False
+        if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
+            return False  # the user's own cancel, whatever the error kinds say
         kinds = self.continuation.errors
         return isinstance(exc, kinds if kinds is not None else self.transient)
 
@@ -332,8 +327,9 @@ class ProviderAdapter(Generic[R]):
         A transient error part-way (``Continuation.errors``) is continued: after text or
         reasoning arrived, the next request carries that partial output and asks for the
         rest (``resumes`` says so, and the texts are joined); with nothing arrived, it is the
-        same request again; cut inside a tool call, the reply ends there with that call cut
-        off (``stop`` is ``DROPPED``), for ``step()`` to save. Any other error, the user's
+        same request again; cut after a tool call began, the reply ends there (``stop`` is
+        ``DROPPED``): ``step()`` runs the calls that arrived whole and saves one cut
+        part-way, for the model to extend. Any other error, the user's
         cancel, or an error past the turn's budget is raised as the SDK raised it.
         """
         parts: list[Reply] = []
@@ -349,7 +345,9 @@ class ProviderAdapter(Generic[R]):
                 part = collector.reply(cut=exc)
                 self._count(part)
                 joined = _join([*parts, part], resumes)
-                if part.stop == Stop.DROPPED:  # cut inside a tool call: extend, not resume
+                if part.tool_calls:  # a call began: run what arrived, extend a cut one
+                    joined.stop = Stop.DROPPED
+                    joined.dropped = joined.dropped or f"{type(exc).__name__}: {exc}"
                     return joined
                 if self._budget_left() <= 0:
                     raise
