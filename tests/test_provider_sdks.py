@@ -496,3 +496,43 @@ def test_continuation_settings_that_cannot_hold_are_refused_by_name(
     (key,) = settings
     with pytest.raises(ValueError, match=f"Continuation\\({key}="):
         Continuation(**settings)
+
+
+def test_a_loop_that_iterates_the_sdks_stream_helpers_itself_gets_the_same_reply(
+    make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    """``client.chat.completions.stream()``, ``client.responses.stream()`` and
+    ``client.messages.stream()`` yield events of their own beside the API's."""
+
+    async def through_helper(name: str) -> Step:
+        api = make_api(name)
+        collector = api.adapter.collector()
+        params = {k: v for k, v in api.params().items() if k != "tools"}
+        if name == "chat":  # Chat sends its usage only when asked
+            params["stream_options"] = {"include_usage": True}
+        helper = api.create.__self__.stream
+        async with helper(**params) as events:
+            async for event in events:
+                collector.add(event)
+        return await api.adapter.step(collector.reply())
+
+    for name in API_NAMES:
+        call = Call("run_code", raw("print(6 * 7)"), f"call_helper_{name}")
+        server.script(Scripted(text="Running it.", calls=[call]))
+        step = _bounded(on_loop, through_helper(name))
+        assert step.reply.text == "Running it." and step.reply.stop == Stop.TOOL_CALLS, name
+        assert [result.text for result in step.results] == ["42"], name
+        assert step.reply.tokens.output_tokens == 30, name
+
+
+def test_a_sync_clients_stream_is_continued_too(
+    kb: KernelBackend, server: ModelServer, on_loop: Any
+) -> None:
+    client = openai.OpenAI(base_url=server.openai_url, api_key="k", max_retries=0)
+    chat = ChatCompletions(kb, Continuation(sleep=_no_wait))
+    server.script(Scripted(text=TEXT, drop_after=3), Scripted(text=TEXT[32:]))
+    messages = [chat.user("sync")]
+    reply = _bounded(
+        on_loop, chat.stream(client.chat.completions.create, model="m", messages=messages)
+    )
+    assert reply.text == TEXT and reply.resumes[0].text_chars == 32

@@ -87,7 +87,9 @@ def _chat_usage(usage: Any) -> Usage:
 
 class ChatCollector(ReplyCollector):
     """Reads ``ChatCompletionChunk``s (``stream=True``) into a ``Reply``: the first choice's
-    content, refusal, ``reasoning_content`` and tool calls, and the usage chunk."""
+    content, refusal, ``reasoning_content`` and tool calls, and the usage chunk. The events
+    of the SDK's ``client.chat.completions.stream()`` helper are taken too: its ``chunk``
+    events carry the chunks, and the rest repeat them."""
 
     def __init__(self) -> None:
         self.text: list[str] = []
@@ -100,6 +102,10 @@ class ChatCollector(ReplyCollector):
         self._in_call = False
 
     def add(self, event: Any) -> None:
+        if getattr(event, "type", None) == "chunk":
+            event = event.chunk
+        elif not hasattr(event, "choices"):
+            return  # one of the helper's own events, made of the chunks it read
         self.model = self.model or getattr(event, "model", None)
         if getattr(event, "usage", None) is not None:
             self.usage = _chat_usage(event.usage)
