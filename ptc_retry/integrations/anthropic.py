@@ -1,5 +1,5 @@
 """The official ``anthropic`` SDK on a ``KernelBackend``: Messages (``Messages``), streamed or
-not. ``pip install 'ptc-retry[anthropic]'``.
+not. ``pip install 'ptc-retry[anthropic]'``. A loop::
 
     messages_api = Messages(kb)
     messages = [messages_api.user(task)]

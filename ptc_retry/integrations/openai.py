@@ -1,5 +1,5 @@
 """The official ``openai`` SDK on a ``KernelBackend``: Chat Completions (``ChatCompletions``)
-and Responses (``Responses``), streamed or not. ``pip install 'ptc-retry[openai]'``.
+and Responses (``Responses``), streamed or not. ``pip install 'ptc-retry[openai]'``. A loop::
 
     chat = ChatCompletions(kb)
     messages = [{"role": "system", "content": kb.system_prompt()}, chat.user(task)]
