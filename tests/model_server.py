@@ -69,7 +69,9 @@ class Reply:
     limit: ``finish_reason: "length"``, ``incomplete`` for ``max_output_tokens``,
     ``stop_reason: "max_tokens"``) or ``"refusal"`` (``text`` is then the refusal).
     ``drop_after``: a streamed reply's connection is closed after that many events, without
-    the end of its chunked body (a non-streamed one before any byte). ``status``: an HTTP
+    the end of its chunked body (a non-streamed one before any byte). ``stall_after``: a
+    streamed reply stops sending after that many events, until the client goes or the
+    server closes (a model that thinks a long while). ``status``: an HTTP
     error (429, 500, 529...) in the API's error shape instead of a reply. ``usage``: the
     input and output tokens it reports.
     """
@@ -79,6 +81,7 @@ class Reply:
     calls: list[Call] = field(default_factory=list)
     stop: str = "stop"
     drop_after: int | None = None
+    stall_after: int | None = None
     status: int | None = None
     usage: tuple[int, int] = (120, 30)
     token: str = field(default_factory=lambda: secrets.token_hex(10))
@@ -469,7 +472,7 @@ class _Handler(BaseHTTPRequestHandler):
         elif reply.status is not None:
             self._send_json(reply.status, error_body(self.path, reply.status))
         elif request.streamed:
-            self._stream(self._events(request, reply), reply.drop_after)
+            self._stream(self._events(request, reply), reply.drop_after, reply.stall_after)
         elif reply.drop_after is not None:
             self._drop()
         else:
@@ -500,7 +503,9 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _stream(self, events: list[Event], drop_after: int | None) -> None:
+    def _stream(
+        self, events: list[Event], drop_after: int | None, stall_after: int | None = None
+    ) -> None:
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Transfer-Encoding", "chunked")
@@ -508,6 +513,10 @@ class _Handler(BaseHTTPRequestHandler):
         for number, (kind, data) in enumerate(events):
             if drop_after is not None and number >= drop_after:
                 self._drop()
+                return
+            if number == stall_after:
+                self.server.owner.stalled.set()
+                self.server.owner.closing.wait(60)
                 return
             text = data if isinstance(data, str) else json.dumps(data)
             frame = (f"event: {kind}\n" if kind else "") + f"data: {text}\n\n"
@@ -535,6 +544,10 @@ class ModelServer:
         self._lock = threading.Lock()
         self._queue: list[Reply | Callable[[Request], Reply]] = []
         self.requests: list[Request] = []
+        #: Set by ``close()``: a stalled stream stops waiting.
+        self.closing = threading.Event()
+        #: Set when a stream stalls (``Reply.stall_after``): what it sent so far is out.
+        self.stalled = threading.Event()
         self._server = _Server(("127.0.0.1", 0), _Handler)
         self._server.owner = self
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
@@ -556,6 +569,7 @@ class ModelServer:
         with self._lock:
             self._queue = list(replies)
             self.requests = []
+            self.stalled.clear()
 
     @property
     def unplayed(self) -> int:
@@ -570,6 +584,7 @@ class ModelServer:
         return reply(request) if callable(reply) else reply
 
     def close(self) -> None:
+        self.closing.set()
         self._server.shutdown()
         self._server.server_close()
 

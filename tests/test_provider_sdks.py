@@ -407,6 +407,26 @@ def test_the_users_cancel_is_not_resumed(
 
 
 @pytest.mark.parametrize("name", API_NAMES)
+def test_a_cancel_while_the_stream_arrives_is_not_resumed(
+    name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api(name)
+    api.conversation.append(api.adapter.user("a long answer, cancelled"))
+    server.script(Scripted(text=TEXT, stall_after=TEXT_AFTER[name] + 2), Scripted(text="never"))
+
+    async def cancel_mid_stream() -> None:
+        task = asyncio.ensure_future(api.reply())
+        while not server.stalled.is_set():  # two pieces of text are out; no more will come
+            await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    _bounded(on_loop, cancel_mid_stream(), 10)
+    assert len(server.requests) == 1 and server.unplayed == 1 and SLEPT == []
+
+
+@pytest.mark.parametrize("name", API_NAMES)
 def test_a_stream_cut_inside_a_tool_call_is_saved_and_extended(
     name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
 ) -> None:
