@@ -18,7 +18,7 @@ import asyncio
 import enum
 import importlib
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
@@ -332,7 +332,7 @@ class ProviderAdapter(Generic[R]):
         part-way, for the model to extend. Any other error, the user's
         cancel, or an error past the turn's budget is raised as the SDK raised it.
         """
-        parts: list[Reply] = []
+        parts: list[Reply] = []  # what arrived before the cuts so far, as one part
         resumes: list[Resume] = []
         request = params
         while True:
@@ -346,34 +346,35 @@ class ProviderAdapter(Generic[R]):
                 self._count(part)
                 joined = _join([*parts, part], resumes)
                 if part.tool_calls:  # a call began: run what arrived, extend a cut one
-                    joined.stop = Stop.DROPPED
-                    joined.dropped = joined.dropped or f"{type(exc).__name__}: {exc}"
-                    return joined
+                    return _dropped(joined, exc)
                 if self._budget_left() <= 0:
                     raise
-                delay = self.continuation.delay(self._resumed)
-                self._resumed += 1
-                await self.continuation.sleep(delay)
-                if not part.partial:  # nothing arrived in this request: ask it again
-                    resumes.append(_resume(exc, joined, 0, delay, continued=False))
-                    continue
-                # What arrived so far becomes one part, as the continuation carries it.
-                joined = self._kept(params, joined)
-                parts = [joined]
-                request = self._continued(params, joined)
-                quoted = len(self.quote(joined.text)) + len(self.quote(joined.reasoning))
-                resumes.append(_resume(exc, joined, quoted, delay, continued=True))
+                delay = await self._back_off()
+                if part.partial:
+                    joined = self._kept(params, joined)
+                    parts, request = [joined], self._continued(params, joined)
+                    quoted = len(self.quote(joined.text)) + len(self.quote(joined.reasoning))
+                else:  # nothing arrived in this request: the same request again
+                    quoted = 0
+                resumes.append(_resume(exc, joined, quoted, delay, continued=part.partial))
                 continue
             part = collector.reply()
             self._count(part)
             return _join([*parts, part], resumes)
+
+    async def _back_off(self) -> float:
+        """Wait before the turn's next request more (a cancel ends the wait); its seconds."""
+        delay = self.continuation.delay(self._resumed)
+        self._resumed += 1
+        await self.continuation.sleep(delay)
+        return delay
 
     async def _read(self, create: Create, params: dict[str, Any], collector: R) -> None:
         events = create(**params)
         if inspect.isawaitable(events):
             events = await events
         if hasattr(events, "__aiter__"):
-            async for event in _aiter(events):
+            async for event in events:
                 collector.add(event)
         else:
             for event in events:
@@ -414,16 +415,18 @@ def transport_errors() -> tuple[type[BaseException], ...]:
     return tuple(kinds)
 
 
-async def _aiter(events: Any) -> AsyncIterator[Any]:
-    async for event in events:
-        yield event
-
-
 def _resume(
     exc: BaseException, joined: Reply, quoted: int, delay: float, *, continued: bool
 ) -> Resume:
     error = f"{type(exc).__name__}: {exc}"
     return Resume(error, continued, len(joined.text), len(joined.reasoning), quoted, delay)
+
+
+def _dropped(reply: Reply, exc: BaseException) -> Reply:
+    """``reply`` ended by ``exc`` after a tool call began."""
+    reply.stop = Stop.DROPPED
+    reply.dropped = reply.dropped or f"{type(exc).__name__}: {exc}"
+    return reply
 
 
 def _join(parts: list[Reply], resumes: list[Resume]) -> Reply:
