@@ -31,6 +31,7 @@ from ptc_retry.integrations.replies import (  # noqa: E402
     Reply,
     Step,
     Stop,
+    ToolCall,
 )
 
 from .helpers import OnLoop, StartBackend, follow, history, raw  # noqa: E402
@@ -264,6 +265,19 @@ def test_a_call_cut_by_the_length_stop_is_saved_and_extended(
     (extended,) = _bounded(on_loop, api.turn()).results
     assert extended.status == "ok" and TOTAL in extended.text, extended.text
     assert HOST_CALLS == ["tea", "milk", "bread"]
+
+
+def test_a_cut_call_whose_arguments_came_decoded_is_saved_not_run_cut_short(
+    make_api: Callable[..., Api], on_loop: Any, kb: KernelBackend
+) -> None:
+    """Anthropic's ``input`` is already decoded: for a call cut by ``max_tokens`` its last
+    string was cut inside, and the program in it is not whole."""
+    api = make_api("messages", streamed=False)
+    cut = ToolCall("toolu_01decodedcut", "run_code", {"code": 'print("never run'}, cut=True)
+    step = _bounded(on_loop, api.adapter.step(Reply(tool_calls=[cut], stop=Stop.LENGTH)))
+    (saved,) = step.results
+    assert saved.status == "partial" and "extend" in saved.text
+    assert history(kb.session_dir)[-1]["status"] == "partial"
 
 
 @pytest.mark.parametrize(("name", "streamed"), SHAPES)

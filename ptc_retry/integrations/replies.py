@@ -300,7 +300,7 @@ class ProviderAdapter(Generic[R]):
         kb = self.backend
         if call.cut:
             raw = call.arguments
-            text_so_far = raw if isinstance(raw, str) else _json(raw)
+            text_so_far = raw if isinstance(raw, str) else _cut_json(raw)
             text = await kb.handle_partial_tool_call(call.name, text_so_far, call.id, step=step)
         else:
             text = await kb.handle_tool_call(call.name, call.arguments, call.id, step=step)
@@ -450,7 +450,11 @@ def _joined_items(parts: list[Reply]) -> list[Message]:
     return list(parts[-1].items) if len(parts) == 1 else []
 
 
-def _json(value: Mapping[str, Any]) -> str:
+def _cut_json(value: Mapping[str, Any]) -> str:
+    """The JSON of a cut call's arguments that an API decoded as far as they arrived
+    (Anthropic's ``input``): a last string value was cut inside, so its closing quote and
+    the ``}`` are left off, and its program is saved to be extended, never run cut short."""
     import json
 
-    return json.dumps(value, ensure_ascii=False)
+    text = json.dumps(value, ensure_ascii=False)
+    return text[:-2] if text.endswith('"}') else text
