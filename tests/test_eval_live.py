@@ -89,3 +89,19 @@ def test_a_live_run_reads_the_usage_and_counts_adoption(
     # Only ON's requests carry the prompt section.
     systems = [json.dumps(r.body.get("system") or r.body["messages"][0]) for r in requests]
     assert sum("ptc_retry.replay" in system for system in systems) == len(scenarios)
+
+
+def test_a_request_the_api_refuses_ends_the_run_with_its_error_and_no_report(
+    jupyter_path: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "wrong")
+    with ModelServer() as server:
+        server.script(Reply(status=401), Reply(status=401))
+        code = live.main(
+            "openai", "m", server.openai_url, tmp_path, scenarios=by_name(["1k-wrong-key"])
+        )
+    assert code == 1 and "scripted error 401" in capsys.readouterr().err
+    assert not (tmp_path / "report.md").exists()

@@ -135,6 +135,14 @@ def _client_and_adapter(
     return Messages(kb), anthropic_client.messages.create
 
 
+def _api_error(api: str) -> type[Exception]:
+    """The SDK's base class of the errors its API answers with (a refused key, a model
+    that does not exist, a connection that cannot be made)."""
+    module = importlib.import_module(APIS[api].sdk)
+    error: type[Exception] = module.APIError
+    return error
+
+
 def _params(
     api: str, model: str, kb: KernelBackend, system: str, messages: list[Any]
 ) -> dict[str, Any]:
@@ -350,7 +358,8 @@ def main(
     scenarios: Sequence[Scenario] | None = None,
 ) -> int:
     """Run the live evaluation and write its report to ``out``. 2 without a key or the SDK
-    (before anything runs), else 0: what the model did is the measurement."""
+    (before anything runs); 1 when the API refuses a request (its error is printed, and no
+    report written); else 0: what the model did is the measurement."""
     problem = missing(api)
     if problem is not None:
         print(problem, file=sys.stderr)
@@ -361,7 +370,11 @@ def main(
     endpoint = base_url or f"{api}'s own endpoint"
     print(f"ptc-retry eval --live: {len(chosen)} scenarios, {model} at {endpoint}, two arms")
     started = time.monotonic()
-    outcomes = run_live(api, model, base_url, chosen)
+    try:
+        outcomes = run_live(api, model, base_url, chosen)
+    except _api_error(api) as exc:
+        print(f"\nptc-retry eval --live: the API answered {exc!s}; no report", file=sys.stderr)
+        return 1
     run = {
         "api": api,
         "model": model,
