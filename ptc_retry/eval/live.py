@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backend import KernelBackend
+from ..core.sentences import PREFIX
 from ..integrations.replies import ProviderAdapter, Reply, Stop, ToolCall
 from .outcomes import same_value
 from .runner import eval_backend, stock_backend, work_dir
@@ -192,7 +193,7 @@ async def _play(
     call_id = prefix + secrets.token_hex(12)[: 30 - len(prefix)]
     failed_call = ToolCall(call_id, "run_code", json.dumps({"code": scenario.program}))
     failed = await adapter.step(Reply(tool_calls=[failed_call], stop=Stop.TOOL_CALLS))
-    notice = "[ptc-retry]" in failed.results[0].text
+    notice = PREFIX.strip() in failed.results[0].text
     system = SYSTEM + ("\n" + kb.system_prompt() if arm == "on" else "")
     messages = [adapter.user(f"{TASK}\n\n```python\n{scenario.program}```"), *failed.messages]
     reply = adapter.reply_of(await create(**_params(api, model, kb, system, messages)))

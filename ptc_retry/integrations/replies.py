@@ -23,9 +23,9 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from ..backend import KernelBackend
+from ..core.sentences import CONTINUE_CUT_REPLY, CUT_REPLY_QUOTE
 
 __all__ = [
-    "CONTINUE",
     "CallResult",
     "Continuation",
     "ProviderAdapter",
@@ -39,13 +39,6 @@ __all__ = [
     "transport_errors",
 ]
 
-#: What the continuation request asks for, after the partial output it carries.
-CONTINUE = (
-    "Your previous reply was cut off by a network error{where}. Continue it from exactly "
-    "where it stopped; do not repeat any of it."
-)
-#: The continuation's quote of reasoning (and of text where no prefill is possible).
-QUOTED = "\n\nIt ended with this {what}:\n\n{quote}"
 Message = dict[str, Any]
 
 
@@ -394,11 +387,11 @@ def continue_text(partial: Reply, quote: Callable[[str], str], *, text_quoted: b
     text quoted too unless ``text_quoted`` is False (it went back as the model's own
     message)."""
     where = " while you were reasoning" if partial.reasoning and not partial.text else ""
-    words = CONTINUE.format(where=where)
+    words = CONTINUE_CUT_REPLY.render(where=where)
     if partial.reasoning:
-        words += QUOTED.format(what="reasoning", quote=quote(partial.reasoning))
+        words += CUT_REPLY_QUOTE.render(what="reasoning", quote=quote(partial.reasoning))
     if partial.text and text_quoted:
-        words += QUOTED.format(what="text", quote=quote(partial.text))
+        words += CUT_REPLY_QUOTE.render(what="text", quote=quote(partial.text))
     return words
 
 
