@@ -247,7 +247,10 @@ def test_a_call_cut_by_the_length_stop_is_saved_and_extended(
     name: str, streamed: bool, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
 ) -> None:
     if name == "messages" and not streamed:
-        pytest.skip("a non-streamed Message gives a cut tool_use no input to save: stream it")
+        pytest.skip(
+            "the scripted non-streamed Message gives a cut tool_use no input; a decoded input "
+            "is saved as cut (test_a_cut_call_whose_arguments_came_decoded_...)"
+        )
     api = make_api(name, streamed)
     whole = raw(PROGRAM.replace(*FIX))
     cut = whole.index("orders = [") + 40
