@@ -283,6 +283,24 @@ def test_a_cut_call_whose_arguments_came_decoded_is_saved_not_run_cut_short(
     assert history(kb.session_dir)[-1]["status"] == "partial"
 
 
+@pytest.mark.parametrize("name", API_NAMES)
+def test_of_two_calls_the_length_stop_cut_only_the_last_is_saved_and_the_first_runs(
+    name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api(name)
+    whole = raw(PROGRAM.replace(*FIX))
+    calls = [
+        Call("run_code", raw("print(6 * 7)"), f"call_two_{name}0"),
+        Call("run_code", whole[:200], f"call_two_{name}1"),
+    ]
+    server.script(Scripted(calls=calls, stop="length"))
+    step = _bounded(on_loop, api.turn("two calls, the second too long"))
+    assert [call.cut for call in step.reply.tool_calls] == [False, True]
+    assert [result.status for result in step.results] == ["ok", "partial"]
+    assert step.results[0].text == "42" and "extend" in step.results[1].text
+    assert HOST_CALLS == []
+
+
 @pytest.mark.parametrize(("name", "streamed"), SHAPES)
 def test_a_refusal_is_a_reply_with_no_tool_call(
     name: str, streamed: bool, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
