@@ -15,6 +15,7 @@ from pathlib import Path
 from . import __version__
 from .commands import (
     AGE_UNITS,
+    LIVE_APIS,
     CommandFailed,
     run_demo,
     run_eval,
@@ -126,8 +127,7 @@ def _add_eval_command(commands: argparse._SubParsersAction) -> None:
     evaluate.add_argument(
         "--out",
         metavar="DIR",
-        default="eval-report",
-        help="where to write the report (default: eval-report/)",
+        help="where to write the report (default: eval-report/, with --live eval-live-report/)",
     )
     evaluate.add_argument(
         "--quick",
@@ -135,6 +135,24 @@ def _add_eval_command(commands: argparse._SubParsersAction) -> None:
         help="a few scenarios and two cut-off calls: each size, and each case of references "
         "(for tests)",
     )
+    live = evaluate.add_argument_group(
+        "live", 'a real model fixes the failed programs (docs/eval.md, "Live")'
+    )
+    live.add_argument(
+        "--live",
+        action="store_true",
+        help="ask a model for each fix, through its API, and measure adoption, right results "
+        "and the API's token counts in both arms (needs the key: OPENAI_API_KEY or "
+        "ANTHROPIC_API_KEY)",
+    )
+    live.add_argument(
+        "--api",
+        choices=LIVE_APIS,
+        default="openai",
+        help="openai: Chat Completions (any compatible endpoint); anthropic: Messages",
+    )
+    live.add_argument("--model", help="the model to ask (default: gpt-4.1-mini, claude-sonnet-4-5)")
+    live.add_argument("--base-url", metavar="URL", help="the endpoint (default: the API's own)")
     evaluate.set_defaults(run=run_eval)
 
 

@@ -77,10 +77,25 @@ def run_demo(args: argparse.Namespace) -> int:
     return run(root=default_root(), save=args.save)
 
 
+#: The APIs ``ptc-retry eval --live`` talks to (``ptc_retry.eval.live.APIS``).
+LIVE_APIS = ("openai", "anthropic")
+
+
 def run_eval(args: argparse.Namespace) -> int:
+    if args.live:
+        from .eval import live
+
+        return live.main(
+            args.api, args.model, args.base_url, args.out or "eval-live-report", args.quick
+        )
+    given = [f"--{name.replace('_', '-')}" for name in ("model", "base_url") if getattr(args, name)]
+    if given:
+        raise CommandFailed(
+            f"{' and '.join(given)} need --live: add it to ask a real model", EXIT_USAGE
+        )
     from .eval.runner import main
 
-    return main(out=args.out, quick=args.quick)
+    return main(out=args.out or "eval-report", quick=args.quick)
 
 
 def run_mcp(args: argparse.Namespace) -> int:

@@ -440,6 +440,23 @@ Only for a small correction; otherwise call the tool again with fresh arguments.
     185,
 )
 
+# -- a reply the network cut off (the provider SDK adapters, ptc_retry.integrations) --------
+
+#: The request that follows a stream the network cut: the model goes on where it stopped.
+CONTINUE_CUT_REPLY = Sentence(
+    "Your previous reply was cut off by a network error{where}. Continue it from exactly "
+    "where it stopped; do not repeat any of it.",
+    30,
+    {"where": " while you were reasoning"},
+)
+#: After it, the end of what arrived (``what``: reasoning, or text that cannot go back as
+#: the model's own message), at most ``Continuation.quote_limit`` characters of it.
+CUT_REPLY_QUOTE = Sentence(
+    "\n\nIt ended with this {what}:\n\n{quote}",
+    25,
+    {"what": "reasoning", "quote": "Then the sum over every row, qty times price."},
+)
+
 #: Every sentence above, by name.
 SENTENCES: dict[str, Sentence] = {
     name: value for name, value in list(globals().items()) if isinstance(value, Sentence)

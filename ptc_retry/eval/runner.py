@@ -26,7 +26,7 @@ from .host import EvalTools
 from .outcomes import ID_SHAPES, CutOutcome, IdShape, Outcome, ShapeRun
 from .scenarios import CUT_OFFS, QUICK, QUICK_CUT_OFFS, SCENARIOS, CutOff, Scenario, by_name
 
-__all__ = ["main", "run_eval"]
+__all__ = ["eval_backend", "main", "run_eval", "stock_backend", "work_dir"]
 
 # Quiet kernels: their startup warnings are not part of what the model reads.
 _KERNEL_ARGS = ["--IPKernelApp.log_level=ERROR"]
@@ -73,16 +73,26 @@ class _Arms:
         return self.off, self.on
 
 
+def eval_backend(work: Path, cwd: str, **options: Any) -> KernelBackend:
+    """A quiet kernel's backend, not started yet: its checkpoints under ``work`` and its
+    working directory ``work/cwd`` (made here); ``options`` as ``KernelBackend``'s."""
+    (work / cwd).mkdir()
+    options.setdefault("extra_arguments", _KERNEL_ARGS)
+    return KernelBackend(root=work, env=_KERNEL_ENV, cwd=work / cwd, **options)
+
+
+def stock_backend(work: Path, cwd: str) -> KernelBackend:
+    """The re-send arm's kernel: the stock ``python3`` one, without ptc-retry."""
+    return eval_backend(work, cwd, kernel_name="python3", extension=False, time_limit_margin=0)
+
+
 def _backends(work: Path, shapes: Sequence[IdShape], *, tools: bool) -> _Backends:
     """The kernels' backends, not started yet, each with a working directory under ``work``."""
-    common: dict[str, Any] = {"root": work, "env": _KERNEL_ENV}
 
     def backend(cwd: str, **options: Any) -> KernelBackend:
-        (work / cwd).mkdir()
-        options.setdefault("extra_arguments", _KERNEL_ARGS)
-        return KernelBackend(cwd=work / cwd, **common, **options)
+        return eval_backend(work, cwd, **options)
 
-    off_backend = backend("off", kernel_name="python3", extension=False, time_limit_margin=0)
+    off_backend = stock_backend(work, "off")
     # One session per shape, each named like a default one, so their prompt sections are
     # as long as a default install's and as each other's.
     on_backends = [
@@ -263,7 +273,7 @@ def run_eval(
     tokens = tokenizer or load_tokenizer()
     chosen = list(SCENARIOS if scenarios is None else scenarios)
     cuts = list(CUT_OFFS if cut_offs is None else cut_offs)
-    work = _work_dir()
+    work = work_dir()
     try:
         runs = run_sync(_play_all)(chosen, cuts, tokens, work, progress, list(shapes))
     finally:
@@ -271,7 +281,7 @@ def run_eval(
     return runs, tokens
 
 
-def _work_dir() -> Path:
+def work_dir() -> Path:
     """A fresh private directory, ``<tempdir>/ptc-retry-e<pid>``: the checkpoint root.
 
     Shaped like the default root (``<tempdir>/ptc-retry-<uid>``) so that the notices and
