@@ -16,11 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import run_sync
 
+from ..core.approvals import Approver
 from ..core.errors import BackendError, GatewayError, KernelStartError
 from ..core.fs import default_root
 from ..core.layout import sanitize
 from ..core.time_limit import read_delay
 from ..native import ToolResult
+from .approvals import ApprovalSide, Waiting
 from .code_mode import CodeSession
 from .execution import Execution, ExecutionSettings
 from .input_requests import stdin_connected
@@ -42,7 +44,7 @@ log = logging.getLogger(__name__)
 MODES = ("code", "native")
 
 
-class KernelBackend(ModelSide):
+class KernelBackend(ModelSide, ApprovalSide):
     """One kernel that runs a model's programs, with checkpoints and replay.
 
     ``mode``: ``"code"`` (the model writes programs and replays a failed one with
@@ -60,7 +62,10 @@ class KernelBackend(ModelSide):
     limit); the kernel stops the program then, and the backend interrupts it
     ``time_limit_margin`` seconds later, restarting the kernel if it does not stop within
     ``interrupt_grace`` seconds. ``tools``: functions programs may call as
-    ``await tools.<name>(...)`` (code mode; see ``register_tool``).
+    ``await tools.<name>(...)`` (code mode; see ``register_tool``). ``approver``: an async
+    callback, awaited with each ``PendingApproval`` while its program waits on the call:
+    True approves it, a str denies it with that reason, None leaves it paused for
+    ``approve`` / ``deny`` (see docs/agent-loop.md#approvals).
 
     ``mode="native"`` behind a gateway is refused (ValueError): the kernelspec there, not
     the backend, decides whether the kernel adds the code-mode notice, and the journal
@@ -81,6 +86,7 @@ class KernelBackend(ModelSide):
         interrupt_grace: float = 5.0,
         time_limit_margin: float = 1.0,
         tools: Iterable[Callable[..., Any]] = (),
+        approver: Approver | None = None,
         **kernel: Unpack[KernelKeywords],
     ) -> None:
         if mode not in MODES:
@@ -120,6 +126,11 @@ class KernelBackend(ModelSide):
         #: re-ran).
         self.last_tool_result: ToolResult | None = None
         self._code = CodeSession(self.run_code)
+        if approver is not None and not callable(approver):
+            raise TypeError(f"approver must be an async function, not {approver!r}")
+        self._code.host_tools.approver = approver
+        #: The programs that wait for a person's decision (``pending_approvals``).
+        self._waiting = Waiting()
         for function in tools:
             self.register_tool(function)
         self._native: NativeSession | None = None
@@ -245,6 +256,8 @@ class KernelBackend(ModelSide):
             raise
         if self.session_dir is None:
             self.session_dir = session_dir  # as the remote kernel said
+        if self.transport.checkpoints_here:
+            self._load_waiting(self.kernel_session_dir)
         self._running = True
         where = f" via {self.gateway_url}" if self.gateway_url else ""
         log.info("started the %r kernel%s for %s", self.kernel_name, where, self.session_dir)
@@ -348,10 +361,14 @@ class KernelBackend(ModelSide):
                 self.transport, code, request, timeout, settings, restart=restart, closing=closing
             )
             self._execution = execution
+            paused = self._code.host_tools.paused
+            paused.clear()
             try:
                 self.last_result = await execution.run()
             finally:
                 self._execution = None
+            self._waiting.took(self.last_result, list(paused))
+            paused.clear()
             return self.last_result
 
     def running_output(self) -> str | None:
@@ -413,6 +430,8 @@ class KernelBackend(ModelSide):
     handle_tool_call_sync = run_sync(ModelSide.handle_tool_call)
     handle_partial_tool_call_sync = run_sync(ModelSide.handle_partial_tool_call)
     restart_sync = run_sync(restart)
+    approve_sync = run_sync(ApprovalSide.approve)
+    deny_sync = run_sync(ApprovalSide.deny)
     shutdown_sync = run_sync(shutdown)
 
     def __enter__(self) -> KernelBackend:
