@@ -20,12 +20,17 @@ from typing import Any
 from .status import HistoryStatus
 
 __all__ = [
+    "DENIED",
+    "WAITS",
     "Approval",
     "Approver",
     "Decisions",
     "PendingApproval",
+    "Policy",
     "call_key",
     "check_approval",
+    "needs_approval",
+    "pending_calls",
     "pending_in_history",
 ]
 
