@@ -323,6 +323,7 @@ class ProgramCalls:
         for call in paused:
             self.finish(call.record, error=_policy_error(replies.get(call.index)) or WAITS)
             self.paused.append(call.record)
+            self.live -= 1  # the host did not make it: the counts are of calls made
         for call in waiting:
             if call in paused:
                 call.future.set_exception(self._pause())
