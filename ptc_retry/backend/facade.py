@@ -152,6 +152,11 @@ class KernelBackend(ModelSide, ApprovalSide):
         return f"<KernelBackend {self.kernel_name}{where} {self.session_dir} ({state})>"
 
     @property
+    def approver(self) -> Approver | None:
+        """The inline approver given as ``approver=`` (None: calls that need approval pause)."""
+        return self._code.host_tools.approver
+
+    @property
     def kernel_name(self) -> str:
         return self.transport.kernel_name
 
