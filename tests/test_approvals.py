@@ -245,15 +245,15 @@ def test_approval_after_a_kernel_restart_reruns_the_program_reusing_every_result
 
 
 def test_a_new_backend_on_the_same_session_lists_and_decides_what_waits(
-    start_backend: StartBackend, local_options: dict[str, Any], on_loop: OnLoop[Any]
+    start_backend: StartBackend, options: dict[str, Any], on_loop: OnLoop[Any]
 ) -> None:
     host = Office()
-    first = start_backend(session_id="left-waiting", **local_options)
+    first = start_backend(session_id="left-waiting", **options)
     host.register(first)
     paused = on_loop(run(first, CHASE))
     on_loop(first.shutdown(keep=True))
 
-    second = start_backend(session_id="left-waiting", **local_options)
+    second = start_backend(session_id="left-waiting", **options)
     host.register(second)
     (waiting,) = second.pending_approvals()
     assert (waiting.tool, waiting.reference) == ("send_email", paused.reference)

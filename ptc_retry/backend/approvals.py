@@ -5,19 +5,26 @@ reused. ``core/approvals.py`` says where the trust boundary is."""
 
 from __future__ import annotations
 
+import ast
 import json
+import logging
+import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from ..core.approvals import PendingApproval, pending_calls, pending_in_history
 from ..core.errors import ApprovalError
+from ..core.protocol import execute_request
 from ..core.session_files import read_history
 from ..core.status import ResultStatus
 from .code_mode import CodeSession
 from .results import RunResult
+from .transport import Transport
 
 __all__ = ["ApprovalSide", "Waiting"]
+
+log = logging.getLogger(__name__)
 
 
 class Waiting:
@@ -172,3 +179,32 @@ class ApprovalSide:
         """Read what waits from the session's history, when this machine holds it."""
         if session_dir is not None and session_dir.is_dir():
             self._waiting.load(read_history(session_dir))
+
+    async def _load_remote_waiting(self, transport: Transport, timeout: float) -> None:
+        """Read what waits from the history of a session on the kernel's host, through a
+        silent request (no checkpoint, no history line). A kernel that does not answer in
+        ``timeout`` seconds, or answers oddly, leaves the list as it is (logged)."""
+        content = execute_request("", silent=True, user_expressions={"waiting": _WAITING})
+        try:
+            msg_id = await transport.send_execute(content, {})
+            reply = await _reply(transport, msg_id, timeout)
+            found = (reply or {}).get("user_expressions", {}).get("waiting", {})
+            text = ast.literal_eval(found["data"]["text/plain"])
+            self._waiting.load(json.loads(text))
+        except Exception as exc:
+            log.warning("could not read what waits for approval in the kernel: %s", exc)
+
+
+#: The user expression a kernel behind a gateway evaluates (``kernel/remote.py``'s API).
+_WAITING = '__import__("ptc_retry.kernel.remote", fromlist=["waiting"]).waiting(1)'
+
+
+async def _reply(transport: Transport, msg_id: str, timeout: float) -> dict[str, Any] | None:
+    """The content of the execute_reply to ``msg_id``, or None after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = await transport.receive(msg_id, min(0.5, deadline - time.monotonic()))
+        if message is not None and message["msg_type"] == "execute_reply":
+            content: dict[str, Any] = message["content"]
+            return content
+    return None

@@ -263,6 +263,8 @@ class KernelBackend(ModelSide, ApprovalSide):
             self.session_dir = session_dir  # as the remote kernel said
         if self.transport.checkpoints_here:
             self._load_waiting(self.kernel_session_dir)
+        else:
+            await self._load_remote_waiting(self.transport, self.transport.startup_timeout)
         self._running = True
         where = f" via {self.gateway_url}" if self.gateway_url else ""
         log.info("started the %r kernel%s for %s", self.kernel_name, where, self.session_dir)
