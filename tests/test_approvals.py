@@ -19,10 +19,11 @@ from typing import Any
 import pytest
 
 from ptc_retry.backend import ApprovalError, KernelBackend, PendingApproval, RunResult
+from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.status import HistoryStatus, ResultStatus
 
 from .gateway_server import KERNEL_GATEWAY
-from .helpers import OnLoop, StartBackend, line_of
+from .helpers import OnLoop, StartBackend, line_of, tool_call_lines
 
 #: The main scenario runs locally and behind a real Kernel Gateway.
 TRANSPORTS = ["local", KERNEL_GATEWAY]
@@ -187,6 +188,12 @@ def test_a_program_pauses_before_the_email_and_goes_on_once_approved(
         line = line_of(backend.session_dir, paused.call_id or "")
         assert line["status"] == HistoryStatus.PAUSED
         assert line["pending"][0]["arguments"] == waiting.arguments
+        listing = format_tool_calls(tool_call_lines(backend.session_dir, paused.call_id or ""), "")
+        assert [row.split()[2:4] for row in listing.splitlines()[2:]] == [
+            ["search", "ok"],
+            ["lookup", "ok"],
+            ["send_email", "paused"],
+        ]
 
     went_on = continued(on_loop(bounded(backend.approve(paused.reference))))
 

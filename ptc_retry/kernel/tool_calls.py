@@ -321,6 +321,7 @@ class ProgramCalls:
         # names every call that waits.
         paused = [call for call in waiting if (replies.get(call.index) or {}).get("paused") is True]
         for call in paused:
+            call.record.paused = True
             self.finish(call.record, error=_policy_error(replies.get(call.index)) or WAITS)
             self.paused.append(call.record)
             self.live -= 1  # the host did not make it: the counts are of calls made
