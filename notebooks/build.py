@@ -738,12 +738,155 @@ program, whose four calls all took the results recorded for the first one.
     code("await kb.shutdown()  # stops the kernel and removes its session directory"),
 ]
 
+# -- 06: approvals ----------------------------------------------------------------------------
+
+APPROVAL_PROGRAM = """\
+import asyncio
+
+customers = ["acme", "globex"]
+found = await asyncio.gather(*(tools.search_orders(customer=c) for c in customers))
+late = {c: [o for o in orders if o["days_late"] > 0] for c, orders in zip(customers, found)}
+due = {c: round(sum(o["amount"] for o in orders), 2) for c, orders in late.items()}
+print("late orders:", {c: len(orders) for c, orders in late.items()}, "due:", due)
+receipt = await tools.send_email(
+    to="billing@acme.example",
+    subject=f"{len(late['acme'])} late orders",
+    body=f"You owe {due['acme']:.2f} EUR.",
+)
+print("sent:", receipt, "| still here from before the pause:", due)
+"""
+
+APPROVALS = [
+    md("""
+# Approvals: a person decides before a program sends an email
+
+A program the model writes may call tools a person must approve first: sending an
+email, paying an invoice. With `register_tool(fn, approval=True)` the program stops
+**before** such a call, with everything before it done and recorded. A person looks at
+the call and approves (or denies) it, and the program goes on from the paused
+statement, as `ptc_retry.resume` does: its variables are still there, recorded results
+are reused, and the approved call runs once. Nothing is repeated.
+"""),
+    code(
+        """
+import asyncio
+import json
+from collections import Counter
+
+from ptc_retry.backend import KernelBackend
+
+calls = Counter()  # how often the host ran each tool
+ORDERS = {
+    "acme": [
+        {"id": 7001, "amount": 1250.0, "days_late": 12},
+        {"id": 7002, "amount": 80.5, "days_late": 0},
+    ],
+    "globex": [{"id": 8101, "amount": 99.9, "days_late": 30}],
+}
+
+
+async def search_orders(customer: str) -> list:
+    \"\"\"Find a customer's open orders.\"\"\"
+    calls["search_orders"] += 1
+    await asyncio.sleep(0.3)  # a slow API
+    return ORDERS.get(customer, [])
+
+
+def send_email(to: str, subject: str, body: str) -> str:
+    \"\"\"Send an email; return its message id.\"\"\"
+    calls["send_email"] += 1
+    return f"msg-{calls['send_email']}"
+
+
+kb = KernelBackend(
+    session_id="approvals",
+    tools=[search_orders],
+    extra_arguments=["--IPKernelApp.log_level=ERROR"],
+    env={"PYDEVD_DISABLE_FILE_VALIDATION": "1"},
+)
+kb.register_tool(send_email, approval=True)  # every email waits for a person
+await kb.start()
+print(kb.system_prompt().splitlines()[-1])  # the prompt marks the tool
+"""
+    ),
+    md("""
+## The model's program pauses before the email
+
+The loop sends the model's program as usual. It searches two customers' orders (two
+calls the host makes), computes what is due, and reaches `tools.send_email`: there it
+stops. The model reads one line telling it not to send the program again.
+"""),
+    code(
+        "PROGRAM = '''\\\n"
+        + APPROVAL_PROGRAM
+        + """'''
+# A tool-call id shaped like the ones a model API sends: call_ and 24 characters.
+raw = json.dumps({"code": PROGRAM})
+text = await kb.handle_tool_call("run_code", raw, "call_A7pQ2sLm9XcV4bNe1YtHk8Jw")
+print(f"=== the model reads ({kb.last_result.status})\\n{text}\\n")
+print("=== the host has run", dict(calls))
+"""
+    ),
+    md("""
+## A person decides
+
+`kb.pending_approvals()` lists what waits: the tool, the exact arguments, and the
+program's reference. The decision lives on the host; nothing the program does can
+make it. `kb.approve` goes on with the program and returns what the model reads next.
+"""),
+    code(
+        """
+for waiting in kb.pending_approvals():
+    print(waiting.ref, waiting.tool, json.dumps(waiting.arguments))
+result = await kb.approve(waiting.reference)
+print(f"=== the model reads ({result.status})\\n{result.text}\\n")
+print("=== the host has run", dict(calls))  # two searches in all, one email
+"""
+    ),
+    md("""
+## A denial
+
+`kb.deny(reference, reason)` gives the program `ptc_retry.ToolDenied(reason)` at the
+call. This program does not catch it, so it fails with the ordinary notice, and the
+model can fix it with one line.
+"""),
+    code(
+        """
+second = PROGRAM.replace("billing@acme.example", "everyone@acme.example")
+raw = json.dumps({"code": second})
+await kb.handle_tool_call("run_code", raw, "call_R2kW8dNq5ZbT3mYe7LcHs1Gv")
+(waiting,) = kb.pending_approvals()
+print("waits:", waiting.ref, waiting.arguments["to"])
+result = await kb.deny(waiting.reference, "not to everyone")
+print(f"=== the model reads ({result.status})\\n{result.text}\\n")
+print("=== the host has run", dict(calls))
+"""
+    ),
+    md("""
+## What the session kept
+
+The history records each pause (`paused`, with the calls that wait) and each
+continuation, which names the program it went on from (`replay_of`):
+"""),
+    code(
+        """
+for line in (kb.session_dir / "history.jsonl").read_text().splitlines():
+    entry = json.loads(line)
+    waits = [call["tool"] for call in entry.get("pending", [])]
+    went_on_from = entry.get("replay_of", "")
+    print(f"#{entry['n']}", entry["status"], went_on_from, waits or "", entry.get("tool_calls"))
+"""
+    ),
+    code("await kb.shutdown()  # stops the kernel and removes its session directory"),
+]
+
 NOTEBOOKS = {
     "01-quickstart.ipynb": ("quickstart", STOCK_KERNEL, QUICKSTART),
     "02-agent-loop.ipynb": ("agent-loop", PTC_KERNEL, AGENT_LOOP),
     "03-guard-and-resume.ipynb": ("guard-and-resume", PTC_KERNEL, GUARD_AND_RESUME),
     "04-native-mode.ipynb": ("native-mode", PTC_KERNEL, NATIVE),
     "05-tools-in-programs.ipynb": ("tools-in-programs", PTC_KERNEL, TOOLS_IN_PROGRAMS),
+    "06-approvals.ipynb": ("approvals", PTC_KERNEL, APPROVALS),
 }
 
 

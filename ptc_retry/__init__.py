@@ -11,8 +11,8 @@ This module has three audiences, each with its own list (``__all__`` is their un
 * ``PROGRAM_API``, what a program sees as ``ptc_retry`` (the extension puts this module in
   the kernel's namespace, so programs need no import): ``replay``, ``resume``, ``extend``,
   ``recorded``, ``tools`` (the agent's tools, when the program's own ``tools`` hides them),
-  and the errors a program may catch: ``ReplayError``, ``ToolError`` and their base
-  ``PtcRetryError``.
+  and the errors a program may catch: ``ReplayError``, ``ToolError`` (and its ``ToolDenied``,
+  a call a person denied) and their base ``PtcRetryError``.
 * ``LIBRARY_API``, for the host that runs programs: ``prompt_section`` (the system-prompt
   text), ``parse_notice`` (the reference a notice names, from a traceback) and
   ``__version__``. The agent side has its own package, ``ptc_retry.backend``
@@ -30,7 +30,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from .core.errors import PtcRetryError, ReplayError, ToolError
+from .core.errors import PtcRetryError, ReplayError, ToolDenied, ToolError
 from .core.notice import parse_notice, prompt_section
 from .core.version import __version__
 from .kernel.recorded import recorded
@@ -41,6 +41,7 @@ from .kernel.tools import TOOLS as tools
 PROGRAM_API = (
     "PtcRetryError",
     "ReplayError",
+    "ToolDenied",
     "ToolError",
     "extend",
     "recorded",
@@ -56,6 +57,7 @@ EXTENSION_API = ("load_ipython_extension", "unload_ipython_extension")
 __all__ = [
     "PtcRetryError",
     "ReplayError",
+    "ToolDenied",
     "ToolError",
     "__version__",
     "extend",

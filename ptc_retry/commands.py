@@ -130,6 +130,7 @@ def run_mcp(args: argparse.Namespace) -> int:
         timeout=args.timeout,
         progress_every=args.progress_every,
         upstreams=upstreams,
+        approve_destructive=args.approve_destructive,
     )
     try:
         options.check()

@@ -112,8 +112,11 @@ class StdioServer:
 
 
 @contextlib.contextmanager
-def stdio_server(on_loop: OnLoop[Any], root: Path, *options: str) -> Iterator[StdioServer]:
-    """``ptc-retry mcp *options`` on stdio, checkpoints under ``root``, its client connected."""
+def stdio_server(
+    on_loop: OnLoop[Any], root: Path, *options: str, **client: Any
+) -> Iterator[StdioServer]:
+    """``ptc-retry mcp *options`` on stdio, checkpoints under ``root``, its client connected
+    (``client``: options of the ``mcp`` ``Client``, such as ``elicitation_callback``)."""
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
     errlog = root.parent / f"{root.name}-stderr.log"
@@ -122,7 +125,7 @@ def stdio_server(on_loop: OnLoop[Any], root: Path, *options: str) -> Iterator[St
         command=command, args=[*args, "mcp", *options], env=server_env(root)
     )
     with open(errlog, "w") as err:
-        held = HeldClient(on_loop, stdio_client(parameters, errlog=err))
+        held = HeldClient(on_loop, stdio_client(parameters, errlog=err), **client)
         try:
             yield StdioServer(held, root, errlog)
         finally:

@@ -43,6 +43,7 @@ from ptc_retry.eval.outcomes import (
 )
 from ptc_retry.eval.report import render_markdown
 from ptc_retry.eval.scenarios import (
+    APPROVALS,
     CUT_OFFS,
     QUICK,
     QUICK_CUT_OFFS,
@@ -487,6 +488,21 @@ def report(quick_run: Any) -> dict[str, Any]:
     result, out = quick_run
     assert result.returncode == 0, result.stdout + result.stderr
     return json.loads((out / "report.json").read_text("utf-8"))
+
+
+def test_the_approval_scenarios_repeat_every_earlier_call_by_a_rerun_and_none_by_ptc_retry(
+    report: dict[str, Any], quick_run: Any
+) -> None:
+    approvals = {entry["scenario"]: entry for entry in report["approvals"]}
+    assert set(approvals) == {scenario.name for scenario in APPROVALS}
+    for entry in approvals.values():
+        assert entry["agree"], entry
+        assert entry["calls_before_pause"] > 0
+        assert entry["repeated_by_rerun"] == entry["calls_before_pause"]
+        assert entry["repeated_by_ptc_retry"] == 0
+    assert approvals["5k-approve-after-gather"]["calls_before_pause"] == 5
+    markdown = (quick_run[1] / "report.md").read_text("utf-8")
+    assert "| 1k-approve-email | 1 | 1 | 0 | yes |" in markdown
 
 
 def test_quick_eval_writes_the_markdown_json_and_chart(quick_run: Any) -> None:

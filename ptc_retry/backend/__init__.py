@@ -7,14 +7,23 @@ offers, and ``HostTool`` a tool for programs described by a JSON schema
 transport: ``LocalKernel`` (started here through jupyter_client) or ``GatewayKernel``
 (behind a Jupyter Kernel Gateway or Enterprise Gateway); a new way to reach a kernel
 implements ``Transport``, started with a ``KernelSetup``. Its errors are ``BackendError``
-and the kinds a loop may tell apart: ``KernelStartError``, ``GatewayError`` and
-``MessageTooLarge``. ``Telemetry`` says where its OpenTelemetry spans and metrics go
-(docs/operators.md). Everything else in this package is its inside.
+and the kinds a loop may tell apart: ``KernelStartError``, ``GatewayError``,
+``MessageTooLarge`` and ``ApprovalError``. A tool call that waits for a person's approval is
+a ``PendingApproval`` (``KernelBackend.pending_approvals``). ``Telemetry`` says where its
+OpenTelemetry spans and metrics go (docs/operators.md). Everything else in this package is
+its inside.
 """
 
 from __future__ import annotations
 
-from ..core.errors import BackendError, GatewayError, KernelStartError, MessageTooLarge
+from ..core.approvals import PendingApproval
+from ..core.errors import (
+    ApprovalError,
+    BackendError,
+    GatewayError,
+    KernelStartError,
+    MessageTooLarge,
+)
 from .facade import KernelBackend
 from .gateway import GatewayKernel
 from .host_tools import HostTool
@@ -25,6 +34,7 @@ from .transport import KernelSetup, Transport
 
 __all__ = [
     "RUN_CODE",
+    "ApprovalError",
     "BackendError",
     "GatewayError",
     "GatewayKernel",
@@ -34,6 +44,7 @@ __all__ = [
     "KernelStartError",
     "LocalKernel",
     "MessageTooLarge",
+    "PendingApproval",
     "RunResult",
     "Telemetry",
     "Transport",

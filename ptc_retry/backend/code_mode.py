@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..core import sentences as said
+from ..core.approvals import Approval
 from ..core.notice import cut_after_arguments
 from ..core.partial import CutArguments, CutPlace, cut_arguments
 from ..core.status import ResultStatus
@@ -51,10 +52,14 @@ class CodeSession:
         }
 
     def register(
-        self, function: Callable[..., Any], name: str | None, description: str | None
+        self,
+        function: Callable[..., Any],
+        name: str | None,
+        description: str | None,
+        approval: Approval = False,
     ) -> None:
         """Add a host tool (``HostTools.register``); ``run_code``'s description names it."""
-        self.host_tools.register(function, name, description)
+        self.host_tools.register(function, name, description, approval)
         self._name_tools()
 
     def add(self, tool: HostTool) -> None:

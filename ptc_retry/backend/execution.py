@@ -387,6 +387,8 @@ class Execution:
             return ResultStatus.REFUSED
         if kernel_status == HistoryStatus.PARTIAL or ename == "CallCutOff":
             return ResultStatus.PARTIAL
+        if kernel_status == HistoryStatus.PAUSED or ename == "ApprovalPending":
+            return ResultStatus.PAUSED
         if reply.get("status") == "ok":  # the execute_reply's own status, not ours
             return ResultStatus.OK
         if self.interrupted:

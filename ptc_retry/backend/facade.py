@@ -16,12 +16,14 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import run_sync
 
+from ..core.approvals import Approver
 from ..core.errors import BackendError, GatewayError, KernelStartError
 from ..core.fs import default_root
 from ..core.layout import sanitize
 from ..core.status import Mode
 from ..core.time_limit import read_delay
 from ..native import ToolResult
+from .approvals import ApprovalSide, Waiting
 from .code_mode import CodeSession
 from .execution import Execution, ExecutionSettings
 from .input_requests import stdin_connected
@@ -41,7 +43,7 @@ __all__ = ["KernelBackend"]
 log = logging.getLogger(__name__)
 
 
-class KernelBackend(ModelSide):
+class KernelBackend(ModelSide, ApprovalSide):
     """One kernel that runs a model's programs, with checkpoints and replay.
 
     ``mode``: ``"code"`` (the model writes programs and replays a failed one with
@@ -62,6 +64,10 @@ class KernelBackend(ModelSide):
     ``await tools.<name>(...)`` (code mode; see ``register_tool``). ``telemetry``: where
     OpenTelemetry spans and metrics go (``Telemetry``; default: the application's global
     providers, if it configured any, else nothing is reported; docs/operators.md).
+    ``await tools.<name>(...)`` (code mode; see ``register_tool``). ``approver``: an async
+    callback, awaited with each ``PendingApproval`` while its program waits on the call:
+    True approves it, a str denies it with that reason, None leaves it paused for
+    ``approve`` / ``deny`` (see docs/agent-loop.md#approvals).
 
     ``mode="native"`` behind a gateway is refused (ValueError): the kernelspec there, not
     the backend, decides whether the kernel adds the code-mode notice, and the journal
@@ -83,6 +89,7 @@ class KernelBackend(ModelSide):
         time_limit_margin: float = 1.0,
         tools: Iterable[Callable[..., Any]] = (),
         telemetry: Telemetry | None = None,
+        approver: Approver | None = None,
         **kernel: Unpack[KernelKeywords],
     ) -> None:
         if mode not in tuple(Mode):
@@ -123,6 +130,11 @@ class KernelBackend(ModelSide):
         self.last_tool_result: ToolResult | None = None
         self._tracing = Tracing(telemetry)
         self._code = CodeSession(self.run_code, self._tracing)
+        if approver is not None and not callable(approver):
+            raise TypeError(f"approver must be an async function, not {approver!r}")
+        self._code.host_tools.approver = approver
+        #: The programs that wait for a person's decision (``pending_approvals``).
+        self._waiting = Waiting()
         for function in tools:
             self.register_tool(function)
         self._native: NativeSession | None = None
@@ -142,6 +154,11 @@ class KernelBackend(ModelSide):
         state = "closed" if self._closed else "running" if self._running else "not started"
         where = f" via {self.gateway_url}" if self.gateway_url else ""
         return f"<KernelBackend {self.kernel_name}{where} {self.session_dir} ({state})>"
+
+    @property
+    def approver(self) -> Approver | None:
+        """The inline approver given as ``approver=`` (None: calls that need approval pause)."""
+        return self._code.host_tools.approver
 
     @property
     def kernel_name(self) -> str:
@@ -248,6 +265,10 @@ class KernelBackend(ModelSide):
             raise
         if self.session_dir is None:
             self.session_dir = session_dir  # as the remote kernel said
+        if self.transport.checkpoints_here:
+            self._load_waiting(self.kernel_session_dir)
+        else:
+            await self._load_remote_waiting(self.transport, self.transport.startup_timeout)
         self._running = True
         where = f" via {self.gateway_url}" if self.gateway_url else ""
         log.info("started the %r kernel%s for %s", self.kernel_name, where, self.session_dir)
@@ -361,10 +382,15 @@ class KernelBackend(ModelSide):
             self.transport, code, request, timeout, settings, restart=restart, closing=closing
         )
         self._execution = execution
+        paused = self._code.host_tools.paused
+        paused.clear()
         try:
-            return await execution.run()
+            result = await execution.run()
         finally:
             self._execution = None
+        self._waiting.took(result, list(paused))  # the calls that now wait for a decision
+        paused.clear()
+        return result
 
     def running_output(self) -> str | None:
         """What the program running now has printed so far, as its result's text will show
@@ -425,6 +451,8 @@ class KernelBackend(ModelSide):
     handle_tool_call_sync = run_sync(ModelSide.handle_tool_call)
     handle_partial_tool_call_sync = run_sync(ModelSide.handle_partial_tool_call)
     restart_sync = run_sync(restart)
+    approve_sync = run_sync(ApprovalSide.approve)
+    deny_sync = run_sync(ApprovalSide.deny)
     shutdown_sync = run_sync(shutdown)
 
     def __enter__(self) -> KernelBackend:

@@ -14,6 +14,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ..core.approvals import (
+    DENIED,
+    WAITS,
+    Approval,
+    Approver,
+    Decisions,
+    PendingApproval,
+    call_key,
+    check_approval,
+    needs_approval,
+)
 from ..core.protocol import TOO_DEEP, lone_surrogate, sendable_text
 from ..core.schema import first_paragraph, signature_schema, signature_text
 from .results import json_kind
@@ -49,10 +60,21 @@ class HostTool:
     parameters: dict[str, Any]  # JSON schema of the keyword arguments
     function: Callable[..., Any]
     is_async: bool  # awaited on the loop; otherwise run in a worker thread
+    #: Whether a call needs a person's approval first: False, True, or a policy of its
+    #: arguments (see ``register_tool``).
+    approval: Approval = False
 
     def spec(self) -> dict[str, Any]:
-        """``{"name", "description", "parameters"}``: the tool as the kernel's catalog has it."""
-        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+        """``{"name", "description", "parameters"}``, and ``"approval": True`` for a tool
+        whose calls may need a person's approval: the tool as the kernel's catalog has it."""
+        spec: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "parameters": self.parameters,
+        }
+        if self.approval is not False:
+            spec["approval"] = True
+        return spec
 
 
 class HostTools:
@@ -74,6 +96,12 @@ class HostTools:
         )
         #: The programs whose calls were given each kept call's outcome: one call each.
         self._taken: dict[tuple[Any, Any], set[Any]] = {}
+        #: What people decided, for calls that need approval: only the host adds to it.
+        self.decisions = Decisions()
+        #: Awaited for a call that needs approval and has no decision (None: it pauses).
+        self.approver: Approver | None = None
+        #: The calls answered with a pause, since the backend last took them.
+        self.paused: list[PendingApproval] = []
 
     def __len__(self) -> int:
         return len(self._tools)
@@ -87,14 +115,20 @@ class HostTools:
         return [tool.spec() for tool in self._tools.values()]
 
     def register(
-        self, function: Callable[..., Any], name: str | None = None, description: str | None = None
+        self,
+        function: Callable[..., Any],
+        name: str | None = None,
+        description: str | None = None,
+        approval: Approval = False,
     ) -> HostTool:
         """Add ``function`` as ``tools.<name>`` (default its ``__name__``).
 
         The schema comes from its type hints, the description (default) from its docstring's
-        first paragraph. TypeError for what cannot be called with JSON keyword arguments
-        (not callable, ``*args``, positional-only parameters); ValueError for a name that is
-        not a public identifier or is taken.
+        first paragraph. ``approval``: True, or a policy (the arguments -> whether this call
+        needs a person), makes the calls that need it wait for a decision. TypeError for
+        what cannot be called with JSON keyword arguments (not callable, ``*args``,
+        positional-only parameters) and for an ``approval`` that is neither; ValueError for
+        a name that is not a public identifier or is taken.
         """
         if not callable(function):
             raise TypeError(f"register_tool takes a function, not {type(function).__name__}")
@@ -111,6 +145,7 @@ class HostTools:
             signature_schema(function),
             function,
             _is_async(function),
+            check_approval(approval),
         )
         return self.add(tool)
 
@@ -184,6 +219,11 @@ class HostTools:
                     result = await self._call(call, completed)
                 else:
                     result = await self._join(earlier, call, completed)
+        except _Undecided as undecided:
+            return {"id": call_id, "ok": False, "paused": True, "error": str(undecided)}
+        except _Denied as denied:
+            reason = sendable_text(str(denied))
+            return {"id": call_id, "ok": False, "denied": reason, "error": reason}
         except _Refused as refused:
             span.failed(refused.ename)
             # A message may quote what the tool said, lone surrogates and all.
@@ -207,9 +247,53 @@ class HostTools:
             raise _Refused(f"there is no tool named {name!r}; the tools are: {offered}")
         _check_arguments(tool, arguments)
         assert isinstance(arguments, dict)  # _check_arguments made sure
+        await self._decided(tool, arguments, call)
         result = await self._run(tool, arguments, call, completed)
         _check_result(result)
         return result
+
+    async def _decided(
+        self, tool: HostTool, arguments: dict[str, Any], call: dict[str, Any]
+    ) -> None:
+        """Return when ``tool`` may run with ``arguments``: it needs no approval, or a person
+        approved this exact call (a decision of ``decisions``, used up, else the approver's).
+        _Denied with the reason of a denial; _Undecided when nobody decided: the program
+        pauses, and ``paused`` lists the call. What the kernel sent beside the tool and its
+        arguments plays no part: nothing in the kernel can approve a call."""
+        needed, policy_error = needs_approval(tool.approval, arguments)
+        if not needed:
+            return
+        decided, denial = self.decisions.take(call_key(tool.name, arguments))
+        program = str(call.get("program") or "")
+        k = call.get("k")
+        number = k if isinstance(k, int) and not isinstance(k, bool) else 0
+        waiting = PendingApproval(
+            f"{program}/{number}", program, program, tool.name, arguments, number, policy_error
+        )
+        if not decided and self.approver is not None and policy_error is None:
+            decided, denial = await self._ask(waiting)
+        if not decided:
+            self.paused.append(waiting)
+            raise _Undecided(policy_error or WAITS)
+        if denial is not None:
+            raise _Denied(denial)
+
+    async def _ask(self, waiting: PendingApproval) -> tuple[bool, str | None]:
+        """The inline approver's decision on ``waiting``: ``(decided, denial)``. One that
+        raises decides nothing (the call pauses), and the backend logs why."""
+        assert self.approver is not None
+        try:
+            answer = await self.approver(waiting)
+        except Exception:
+            log.warning(
+                "the approver raised on tools.%s: the call waits", waiting.tool, exc_info=True
+            )
+            return False, None
+        if answer is None:
+            return False, None
+        if answer is True:
+            return True, None
+        return True, answer if isinstance(answer, str) and answer.strip() else DENIED
 
     async def _run(
         self,
@@ -421,6 +505,14 @@ class _Refused(Exception):
     def __init__(self, message: str, *, ename: str = "ToolError") -> None:
         super().__init__(message)
         self.ename = ename
+
+
+class _Undecided(Exception):
+    """A call that needs a person's approval and has no decision: the program pauses."""
+
+
+class _Denied(Exception):
+    """A call a person denied: the program gets ToolDenied with this reason."""
 
 
 def _json_result(result: Any) -> Any:

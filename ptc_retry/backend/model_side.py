@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..core.approvals import Approval
 from ..core.errors import BackendError
 from ..core.notice import prompt_section
 from ..core.status import Mode
@@ -53,7 +54,12 @@ class ModelSide:
         return prompt_section(self.mode, self.session_dir, tools=self._code.host_tools.catalog())
 
     def register_tool(
-        self, function: F, name: str | None = None, description: str | None = None
+        self,
+        function: F,
+        name: str | None = None,
+        description: str | None = None,
+        *,
+        approval: Approval = False,
     ) -> F:
         """Let programs call ``function`` as ``await tools.<name>(...)``; returns it unchanged.
 
@@ -62,10 +68,13 @@ class ModelSide:
         arguments and return JSON. ``name`` defaults to its ``__name__``, ``description``
         to its docstring's first paragraph; the schema comes from its type hints. The
         prompt section and ``run_code``'s description name the tools registered so far.
+        ``approval``: True, or a policy (a function of the call's arguments that returns
+        whether this call needs a person), makes a program that reaches such a call stop
+        before the tool runs, until ``approve`` or ``deny`` (or the ``approver``) decides it.
         TypeError or ValueError when it cannot be a tool (see ``HostTools.register``).
         """
         self._check_code_mode()
-        self._code.register(function, name, description)
+        self._code.register(function, name, description, approval)
         return function
 
     def add_tool(self, tool: HostTool) -> None:

@@ -43,12 +43,38 @@ class ToolError(PtcRetryError):
         self.tool = tool
 
 
+class ToolDenied(ToolError):
+    """A person denied this tool call (``kb.deny(reference, reason)``): the tool did not run.
+    ``reason`` is what they said. A program may catch it; uncaught, it fails the program."""
+
+    def __init__(self, reason: str, tool: str | None = None) -> None:
+        said = f"tools.{tool} was denied: {reason}" if tool else reason
+        super().__init__(said, tool=tool)
+        self.reason = sendable_text(reason)
+
+
+class ApprovalPending(BaseException):
+    """Raised in a program at a tool call that needs a person's approval and has none: the
+    tool did not run, and the program stops there (status ``paused``) until the host decides
+    it. A BaseException, so that ``except Exception`` in the program cannot swallow the
+    pause; its message is the one line the model reads."""
+
+    def _render_traceback_(self) -> list[str]:
+        # The line says everything: the frames would only cost the model tokens.
+        return [str(self)]
+
+
 class PatchError(PtcRetryError):
     """A native-mode patch cannot apply: bad shape, bad path, or an edit that does not match."""
 
 
 class BackendError(PtcRetryError):
     """The backend cannot do what was asked (not started, shut down, restart failed)."""
+
+
+class ApprovalError(BackendError):
+    """``approve`` or ``deny`` cannot decide what was named: nothing waits under that
+    reference in this session, or it was decided already. The message says what waits."""
 
 
 class KernelStartError(BackendError):

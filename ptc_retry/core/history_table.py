@@ -136,7 +136,7 @@ def format_tool_calls(records: Sequence[dict[str, Any]], call_id: str) -> str:
         duration = line.get("duration")
         seconds = f"{duration:.3f}" if isinstance(duration, (int, float)) else "?"
         reused = line.get("reused_from") if line.get("reused") else ""
-        status = "ok" if line.get("ok") is True else "error"
+        status = "ok" if line.get("ok") is True else "paused" if line.get("paused") else "error"
         rows.append([str(line["k"]), str(line.get("tool")), status, seconds, str(reused or "")])
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     text = [f"# tool calls: {len(numbered)} ({where})"]

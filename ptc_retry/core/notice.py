@@ -203,15 +203,22 @@ def prompt_section(
     section = said.CODE_PROMPT.render(session_dir=where)
     if not tools:
         return section
-    lines = [tool_line(t["name"], t.get("description") or "", t["parameters"]) for t in tools]
+    lines = [
+        tool_line(t["name"], t.get("description") or "", t["parameters"], t.get("approval"))
+        for t in tools
+    ]
     return section + said.TOOLS_PROMPT.render() + "".join(line + "\n" for line in lines)
 
 
-def tool_line(name: str, description: str, parameters: Mapping[str, Any]) -> str:
-    """``await tools.name(a: int, b: str = ...)  # description``: one host tool, one line."""
+def tool_line(
+    name: str, description: str, parameters: Mapping[str, Any], approval: object = None
+) -> str:
+    """``await tools.name(a: int, b: str = ...)  # description``: one host tool, one line;
+    a tool whose calls may need a person's approval (``approval`` true) says so at its end."""
     call = f"await tools.{name}({signature_text(parameters)})"
     summary = " ".join(description.split())
-    return f"{call}  # {summary}" if summary else call
+    line = f"{call}  # {summary}" if summary else call
+    return line + said.TOOL_NEEDS_APPROVAL.render() if approval else line
 
 
 #: The Python name of each JSON schema type, as a tool's signature shows it.

@@ -94,6 +94,14 @@ NOTICE_TIME_LIMIT = Sentence(
 SHORT_TIME_LIMIT = Sentence("Stopped by the time limit ({seconds:g} s).", 15, {"seconds": 55.5})
 #: The call that goes on with a stopped program.
 RESUME_CALL = Sentence(_RESUME, 15)
+#: A program stopped before tool calls that need a person's approval (ApprovalPending's
+#: message, the last line of its traceback): it goes on by itself once they are decided.
+NOTICE_PAUSED = Sentence(
+    PREFIX + "Paused before {calls}: waits for a person's approval; saved as {reference}. "
+    "Do not send it again: it goes on once decided.",
+    40,
+    {"calls": "tools.send_email"},
+)
 #: The repeated-failure guard's line, once per streak (``guard_mode = "observe"``).
 GUARD_REPEATED = Sentence(
     "{count} identical failures in a row: change the program, do not repeat it.", 20, {"count": 3}
@@ -372,6 +380,8 @@ TOOLS_PROMPT = Sentence(
     "Programs can call the host's tools (JSON in and out; asyncio.gather runs several at once):\n",
     25,
 )
+#: How the prompt section marks a tool that needs a person's approval, after its line.
+TOOL_NEEDS_APPROVAL = Sentence(" (waits for a person's approval)", 10)
 #: Native mode's system-prompt section (``prompt_section(mode="native")``). Each example
 #: line is a valid patch.
 NATIVE_PROMPT = Sentence(

@@ -14,7 +14,15 @@ import enum
 import textwrap
 from typing import TypeVar
 
-__all__ = ["FAILED", "HistoryStatus", "Mode", "ResultStatus", "history_status", "status_table"]
+__all__ = [
+    "FAILED",
+    "STOPPED",
+    "HistoryStatus",
+    "Mode",
+    "ResultStatus",
+    "history_status",
+    "status_table",
+]
 
 
 _S = TypeVar("_S", bound="_Status")
@@ -61,6 +69,10 @@ class HistoryStatus(_Status):
     )
     REFUSED = "refused", "not run: the repeated-failure guard pauses programs"
     PARTIAL = "partial", "cut off mid-stream: what arrived is saved, nothing ran"
+    PAUSED = (
+        "paused",
+        "stopped before a tool call that needs a person's approval (kb.approve, kb.deny)",
+    )
 
 
 class ResultStatus(_Status):
@@ -72,6 +84,10 @@ class ResultStatus(_Status):
     DIED = "died", "its kernel died while it ran and was restarted"
     REFUSED = "refused", "not run: the repeated-failure guard pauses programs"
     PARTIAL = "partial", "cut off mid-stream: what arrived is saved, nothing ran"
+    PAUSED = (
+        "paused",
+        "stopped before a tool call that needs a person's approval (kb.approve, kb.deny)",
+    )
 
 
 class Mode(_Status):
@@ -87,6 +103,10 @@ class Mode(_Status):
 #: The history statuses of a program that failed (a tuple: a status read from a damaged
 #: line may be unhashable, and ``in`` must still say no).
 FAILED = (HistoryStatus.ERROR, HistoryStatus.INTERRUPTED)
+#: The history statuses of a program that stopped part-way, which a resume goes on from: a
+#: failure, or a pause before a call that waits for approval (not a failure: the guard does
+#: not count it).
+STOPPED = (*FAILED, HistoryStatus.PAUSED)
 
 
 def status_table(statuses: type[_Status], *, indent: int = 0, width: int = 88) -> str:
@@ -108,6 +128,7 @@ def history_status(
     *,
     cut_off: bool = False,
     refused: bool = False,
+    paused: bool = False,
     interrupted: bool = False,
     failed: bool = False,
     stopped_by_limit: bool = False,
@@ -116,11 +137,14 @@ def history_status(
     ``refused`` by the guard, ``interrupted`` (by a person, a client or the time limit, or
     before it started), ``failed`` (an error that is no control-flow exit), and
     ``stopped_by_limit`` (its time limit fired, though it may have caught that and failed
-    after). The first that holds, in that order, decides."""
+    after); ``paused`` (a tool call waits for approval) comes right after ``refused``. The
+    first that holds, in that order, decides."""
     if cut_off:
         return HistoryStatus.PARTIAL
     if refused:
         return HistoryStatus.REFUSED
+    if paused:
+        return HistoryStatus.PAUSED
     if interrupted:
         return HistoryStatus.INTERRUPTED
     if not failed:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..tokens import Tokenizer
+from .approvals import ApprovalOutcome, approvals_section
 from .chart import savings_chart
 from .discussion import break_even_section, method_section, overhead_section, reference_section
 from .figures import analyse
@@ -39,15 +40,18 @@ def write_report(
     *,
     quick: bool = False,
     elapsed: float = 0.0,
+    approvals: Sequence[ApprovalOutcome] = (),
 ) -> tuple[list[Path], str]:
     """Write the three files to ``out`` (created if needed); return their paths and the
-    headline sentence."""
+    headline sentence. ``approvals``: the approval scenarios' outcomes, a section of their
+    own after the rest."""
     figures = analyse(runs, tokens)
     figures["run"] = _environment(quick, elapsed)
     figures["headline"] = headline(figures)
     out.mkdir(parents=True, exist_ok=True)
     markdown = out / "report.md"
-    markdown.write_text(render_markdown(figures), encoding="utf-8")
+    text = render_markdown(figures) + "\n".join(["", *approvals_section(approvals)])
+    markdown.write_text(text.rstrip("\n") + "\n", encoding="utf-8")
     data = out / "report.json"
     detail = dict(figures)
     detail["calls"] = {
@@ -56,6 +60,7 @@ def write_report(
         }
         for run in runs
     }
+    detail["approvals"] = [outcome.as_dict() for outcome in approvals]
     detail["cut_off_calls"] = {
         run.shape.name: {
             o.cut.name: {"regenerate": o.regenerate.as_dict(), "extend": o.extend.as_dict()}

@@ -21,10 +21,21 @@ from typing import Any
 
 from ..backend import KernelBackend
 from ..tokens import Tokenizer, load_tokenizer
+from .approvals import ApprovalOutcome, play_approvals
 from .arms import Arm
 from .host import EvalTools
 from .outcomes import ID_SHAPES, CutOutcome, IdShape, Outcome, ShapeRun
-from .scenarios import CUT_OFFS, QUICK, QUICK_CUT_OFFS, SCENARIOS, CutOff, Scenario, by_name
+from .scenarios import (
+    APPROVALS,
+    CUT_OFFS,
+    QUICK,
+    QUICK_CUT_OFFS,
+    SCENARIOS,
+    ApprovalScenario,
+    CutOff,
+    Scenario,
+    by_name,
+)
 
 __all__ = ["eval_backend", "main", "run_eval", "stock_backend", "work_dir"]
 
@@ -281,6 +292,27 @@ def run_eval(
     return runs, tokens
 
 
+def run_approvals(
+    scenarios: Sequence[ApprovalScenario], *, delay: float = 1.0
+) -> list[ApprovalOutcome]:
+    """Play the approval scenarios (:mod:`.approvals`), printing one line each: the host
+    calls a re-run from the top makes again against those ptc-retry makes again."""
+    from jupyter_core.utils import run_sync
+
+    work = work_dir()
+    try:
+        outcomes = run_sync(play_approvals)(scenarios, work, delay)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for outcome in outcomes:
+        print(
+            f"[approval] {outcome.scenario.name} ... calls made again: a re-run from the top "
+            f"{outcome.rerun_repeated}, ptc-retry {outcome.ptc_repeated}"
+            + ("" if outcome.agree else f" (FAILED: {outcome.problem or 'different values'})")
+        )
+    return outcomes
+
+
 def work_dir() -> Path:
     """A fresh private directory, ``<tempdir>/ptc-retry-e<pid>``: the checkpoint root.
 
@@ -326,8 +358,11 @@ def main(out: str | os.PathLike[str] = "eval-report", quick: bool = False) -> in
     )
     started = time.monotonic()
     runs, tokens = run_eval(scenarios, cut_offs=cut_offs, tokenizer=tokens, progress=True)
+    approvals = run_approvals(APPROVALS)
     elapsed = time.monotonic() - started
-    paths, headline = write_report(out_dir, runs, tokens, quick=quick, elapsed=elapsed)
+    paths, headline = write_report(
+        out_dir, runs, tokens, quick=quick, elapsed=elapsed, approvals=approvals
+    )
     print(f"\n{headline}\n")
     for path in paths:
         print(f"wrote {path}")
@@ -339,7 +374,7 @@ def main(out: str | os.PathLike[str] = "eval-report", quick: bool = False) -> in
             *((o.cut.name, o.agree) for o in run.cut_outcomes),
         ]
         if not agree
-    )
+    ) + [f"{outcome.scenario.name} (approval)" for outcome in approvals if not outcome.agree]
     if failed:
         print(
             f"ptc-retry eval: the arms did not both reach the expected result in: "

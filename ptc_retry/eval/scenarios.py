@@ -14,11 +14,13 @@ from dataclasses import dataclass, field
 from ..core.edits import apply_edits
 
 __all__ = [
+    "APPROVALS",
     "CUT_OFFS",
     "QUICK",
     "QUICK_CUT_OFFS",
     "SCENARIOS",
     "SIZES",
+    "ApprovalScenario",
     "CutOff",
     "Parallel",
     "Scenario",
@@ -109,6 +111,20 @@ class CutOff:
     program: str
     expected: str
     at: float
+
+
+@dataclass(frozen=True)
+class ApprovalScenario:
+    """A program that calls the evaluation's host tools (:mod:`.host`) and then
+    ``approved``, a tool that needs a person's approval: it pauses there, a person approves,
+    and the program goes on. Without ptc-retry the loop runs it again from the top once
+    approved; ``expected`` is the ``repr`` of the value it ends with either way."""
+
+    name: str
+    size: str
+    program: str
+    expected: str
+    approved: str = "send_email"
 
 
 # -- 150 B ------------------------------------------------------------------------------------
@@ -2445,6 +2461,23 @@ SCENARIOS: tuple[Scenario, ...] = (
         "('sent', 6, 1400, 6600)",
         edits=(('units["Lyon"]', 'units["lyon"]'),),
         tools=True,
+    ),
+)
+
+#: Programs that pause before a call a person must approve: the fix for an overdue-orders
+#: email (``1k-tools-wrong-key``, corrected) and the restock plan (``5k-tools-gather``).
+APPROVALS = (
+    ApprovalScenario(
+        "1k-approve-email",
+        "1 KB",
+        apply_edits(OVERDUE, [('receipt["message_id"]', 'receipt["id"]')]),
+        "{'overdue': 5, 'total': 6699.89, 'email': 'msg-70242ae773'}",
+    ),
+    ApprovalScenario(
+        "5k-approve-after-gather",
+        "5 KB",
+        apply_edits(RESTOCK, [('units["Lyon"]', 'units["lyon"]')]),
+        "('sent', 6, 1400, 6600)",
     ),
 )
 

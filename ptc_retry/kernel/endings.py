@@ -12,7 +12,14 @@ from ..core.status import HistoryStatus, history_status
 from .resume import KERNEL_TOKEN
 from .running import Failure, Running
 
-__all__ = ["history_extra", "outcome", "reply_metadata", "says_time_limit", "was_interrupted"]
+__all__ = [
+    "history_extra",
+    "is_paused",
+    "outcome",
+    "reply_metadata",
+    "says_time_limit",
+    "was_interrupted",
+]
 
 
 def was_interrupted(running: Running, error: BaseException | None) -> bool:
@@ -24,6 +31,11 @@ def was_interrupted(running: Running, error: BaseException | None) -> bool:
     limit = running.time_limit
     stopped = limit is not None and (limit.stopped or limit.interrupted)
     return stopped and isinstance(error, asyncio.CancelledError)
+
+
+def is_paused(running: Running) -> bool:
+    """Whether the program stopped at tool calls that wait for a person's approval."""
+    return running.calls is not None and bool(running.calls.pending())
 
 
 def outcome(
@@ -43,6 +55,7 @@ def outcome(
     status = history_status(
         cut_off=running.cut_off is not None,
         refused=running.refusal is not None,
+        paused=is_paused(running),
         interrupted=running.stopped_before_start
         or result is None
         or was_interrupted(running, error),
@@ -71,6 +84,8 @@ def history_extra(
     tool_calls = running.calls.summary() if running.calls is not None else None
     if tool_calls is not None:
         extra["tool_calls"] = tool_calls
+    if running.calls is not None and is_paused(running):
+        extra["pending"] = running.calls.pending()
     return extra
 
 
@@ -104,6 +119,8 @@ def reply_metadata(
         metadata["bytes"] = call.bytes
         if running.resumed_from is not None:
             metadata["resumed_from"] = running.resumed_from
+    if running.calls is not None and is_paused(running):  # the calls that wait for approval
+        metadata["pending"] = running.calls.pending()
     return metadata
 
 

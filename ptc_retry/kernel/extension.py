@@ -12,11 +12,12 @@ import types
 from typing import TYPE_CHECKING, Any
 
 from ..core import sentences as said
+from ..core.errors import ApprovalPending
 from ..core.guard import RepeatedFailureGuard, refusal_message
 from ..core.notice import failure_notice, partial_notice, short_failure_notice
 from ..core.partial import cut_arguments
 from ..core.protocol import TOOL_RESULTS
-from ..core.status import FAILED, HistoryStatus, history_status
+from ..core.status import STOPPED, HistoryStatus, history_status
 from ..core.store import Call, CheckpointStore
 from ..core.time_limit import TimeLimit
 from . import host, tracebacks
@@ -326,7 +327,7 @@ class PtcRetryExtension:
         program of a request, not a cell it ran) and the reply metadata (``keep_reply``: its
         request's reply is still to come)."""
         failure = None
-        if error is not None and status in FAILED:
+        if error is not None and status in STOPPED:
             failure = failure_of(self.shell, running, error, self._run_code)
         if running.call is not None:
             self.checkpoints.finish(running.call, status, **history_extra(running, error, failure))
@@ -334,7 +335,11 @@ class PtcRetryExtension:
             tool_calls = running.calls.summary() if running.calls is not None else None
             running.trace.run_ended(running.call, status, error, tool_calls)
         guard = running.refused
-        counted = not running.own_magics and status != HistoryStatus.PARTIAL
+        # A pause waits for a person: it is no failure, and no success either.
+        counted = not running.own_magics and status not in (
+            HistoryStatus.PARTIAL,
+            HistoryStatus.PAUSED,
+        )
         if outermost and guard is None and counted:
             # Tell the guard how an agent's call ended; its report, if it has one.
             guard = self.guards.record(running, error, failure)
@@ -404,6 +409,11 @@ class PtcRetryExtension:
         if running is None or running.notice is not None or running.stopped_before_start:
             return stb
         if self.is_control_flow(evalue):
+            return stb
+        if isinstance(evalue, ApprovalPending):  # its own line is the notice
+            running.notice = str(evalue)
+            if running.call is not None:
+                self.checkpoints.link_number(running.call)
             return stb
         notice = self._notice(running, failure_of(self.shell, running, evalue, self._run_code))
         if notice is None:

@@ -90,6 +90,8 @@ class CallRecord:
     #: died mid-call wrote none): the host may still be running that call, and then gives
     #: this one its outcome instead of calling again.
     retry_of: list[Any] | None = None
+    #: The host answered it with a pause: it waits for a person's approval, and never ran.
+    paused: bool = False
 
     def matches(self, line: dict[str, Any]) -> bool:
         """Whether ``line`` (a recorded call) is this call: same tool and arguments."""
@@ -129,6 +131,8 @@ class CallRecord:
             line["reused_from"] = self.reused_from
         if self.within is not None:
             line["within"] = self.within
+        if self.paused:
+            line["paused"] = True
         return line
 
 

@@ -10,6 +10,7 @@ does not know gets a clear error instead of a silent misunderstanding.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from ..core.version import __version__
@@ -50,3 +51,18 @@ def connect(api: int, *, session_id: str, root_dir: str | None = None) -> dict[s
     else:
         answer["session_dir"] = str(store.session_dir)
     return answer
+
+
+#: The keys of a history line that say what waits for approval (``core.approvals``).
+WAITING_KEYS = ("id", "n", "status", "replay_of", "pending")
+
+
+def waiting(api: int) -> str:
+    """The session's history lines, each cut to ``WAITING_KEYS``, as JSON text: what a
+    backend that starts on a session another one left reads to list what waits for a
+    person's approval (it takes them as an offer to decide, never as a decision)."""
+    if api not in APIS:
+        return "[]"
+    store = current_host().checkpoints.open()
+    lines = store.history() if store is not None else []
+    return json.dumps([{key: line.get(key) for key in WAITING_KEYS} for line in lines])

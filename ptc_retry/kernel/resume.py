@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import sentences as said
 from ..core.program import statement_spans
-from ..core.status import FAILED, HistoryStatus
+from ..core.status import STOPPED, HistoryStatus
 
 if TYPE_CHECKING:
     from ..core.store import CheckpointStore
@@ -58,7 +58,7 @@ class ResumePolicy:
         restarted = f"the kernel restarted after {call_id} ran, so what it computed is gone"
         if status == HistoryStatus.UNFINISHED:  # the kernel died while it ran
             return _run_whole(restarted)
-        if status not in FAILED:
+        if status not in STOPPED:
             return _run_whole(f"{call_id} did not fail, so there is nothing to skip")
         failed = line.get("failed_statement")
         index = failed.get("index") if isinstance(failed, dict) else None

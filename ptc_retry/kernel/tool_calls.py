@@ -20,7 +20,9 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..core.errors import PtcRetryError, ToolError
+from ..core import sentences as said
+from ..core.approvals import WAITS
+from ..core.errors import ApprovalPending, PtcRetryError, ToolDenied, ToolError
 from ..core.protocol import ToolCancel, parse_tool_reply, tool_cancel, tool_request
 from .catalog import NO_BACKEND
 from .host import Host, current_host
@@ -64,10 +66,34 @@ class ProgramCalls:
         self._interrupts: Interrupts | None = None
         self._closed = False
         self._statements = Statements(host.shell, running)
+        #: The calls the host answered with a pause: they wait for a person's approval.
+        self.paused: list[CallRecord] = []
 
     def running_programs(self) -> list[Running]:
         """The programs running in this program's thread, outermost first."""
         return list(self._host.programs.stack)
+
+    def pending(self) -> list[dict[str, Any]]:
+        """The calls that wait for approval, for the history line and the reply metadata:
+        ``{"k", "tool", "arguments"}`` each (and ``policy_error``, what the tool's policy
+        raised), in the order the program made them."""
+        entries = []
+        for record in self.paused:
+            entry: dict[str, Any] = {"k": record.k, "tool": record.tool}
+            entry["arguments"] = record.arguments
+            if record.error and record.error != WAITS:
+                entry["policy_error"] = record.error
+            entries.append(entry)
+        return entries
+
+    def _pause(self) -> ApprovalPending:
+        """The pause that stops the program at its calls that wait for approval."""
+        names = sorted({f"tools.{record.tool}" for record in self.paused})
+        call = self.running.call
+        reference = call.reference if call is not None else "this program"
+        return ApprovalPending(
+            said.NOTICE_PAUSED.render(calls=", ".join(names), reference=reference)
+        )
 
     def summary(self) -> dict[str, int] | None:
         """``{"reused": n, "live": m}`` for the history line; None when it made no call."""
@@ -104,6 +130,8 @@ class ProgramCalls:
         result, nor is its own ever reused."""
         if self._closed:
             raise ToolError(f"{tool}: the program that made this call has ended", tool=tool)
+        if self.paused:  # the program went on past its pause (a bare except): it stops here
+            raise self._pause()
         self._count += 1
         record = CallRecord(self._count, tool, arguments, self._statements.current(), code, reads)
         record.within = _WITHIN.get()
@@ -300,10 +328,27 @@ class ProgramCalls:
             for call in waiting:
                 self._fail(call, str(exc))
             return
+        # The calls of a batch that pause all stop the program together: each one's pause
+        # names every call that waits.
+        paused = [call for call in waiting if (replies.get(call.index) or {}).get("paused") is True]
+        for call in paused:
+            call.record.paused = True
+            self.finish(call.record, error=_policy_error(replies.get(call.index)) or WAITS)
+            self.paused.append(call.record)
+            self.live -= 1  # the host did not make it: the counts are of calls made
         for call in waiting:
-            self._settle(call, replies.get(call.index))
+            if call in paused:
+                call.future.set_exception(self._pause())
+            else:
+                self._settle(call, replies.get(call.index))
 
     def _settle(self, call: _Call, reply: dict[str, Any] | None) -> None:
+        denied = reply.get("denied") if reply is not None else None
+        if isinstance(denied, str):
+            self.finish(call.record, error=f"denied: {denied}")
+            tool = call.record.tool
+            call.future.set_exception(ToolDenied(denied, tool=tool))
+            return
         ok = reply is not None and reply.get("ok") is True and "result" in reply
         if reply is not None and reply.get("joined") is True:
             self._joined(call.record, result=ok)
@@ -380,6 +425,11 @@ class ProgramCalls:
             prompt, sent.route, lambda answer: _soon(loop, self._answered, sent, answer)
         )
         self._open[sent.request] = sent
+
+
+def _policy_error(reply: dict[str, Any] | None) -> str | None:
+    error = (reply or {}).get("error")
+    return error if isinstance(error, str) and error != WAITS else None
 
 
 #: How a call the program stopped waiting for is recorded.

@@ -26,7 +26,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 from mcp.server.stdio import stdio_server
 
-from ..backend import RUN_CODE, KernelBackend
+from ..backend import RUN_CODE, KernelBackend, PendingApproval
 from ..core.errors import BackendError
 from ..core.status import ResultStatus
 from ..core.version import __version__
@@ -34,9 +34,11 @@ from .upstream import Upstreams
 from .upstream_config import UpstreamConfig
 
 __all__ = [
+    "CANNOT_ASK",
     "ERROR_STATUSES",
     "RUN_CODE_ANNOTATIONS",
     "SERVER_NAME",
+    "AskThePerson",
     "KernelTools",
     "ServerOptions",
     "is_error",
@@ -100,6 +102,9 @@ class ServerOptions:
     timeout: float | None = None
     progress_every: float = 5.0
     upstreams: tuple[UpstreamConfig, ...] = ()
+    #: ``--approve-destructive``: a call of an upstream tool marked ``destructiveHint``
+    #: waits for the person, whom the host asks (``AskThePerson``).
+    approve_destructive: bool = False
 
     def check(self) -> None:
         """ValueError, saying what is wrong, when these options cannot make a kernel."""
@@ -114,7 +119,53 @@ class ServerOptions:
             token=self.token,
             root=self.root,
             default_timeout=self.timeout,
+            approver=AskThePerson() if self.approve_destructive else None,
         )
+
+
+#: What a call that needs approval is denied with when the host cannot ask the person.
+CANNOT_ASK = (
+    "this call needs a person's approval, and the MCP host could not be asked (no "
+    "elicitation on this connection), so it was not made"
+)
+#: What the host shows the person (elicitation's message).
+APPROVAL_QUESTION = "A program wants to call {tool} with {arguments}. Allow this call?"
+#: The form the host shows: one yes or no.
+APPROVAL_FORM: dict[str, Any] = {
+    "type": "object",
+    "properties": {"approve": {"type": "boolean", "title": "Allow this call"}},
+    "required": ["approve"],
+}
+
+
+class AskThePerson:
+    """The approver of an MCP session's backend with ``--approve-destructive``: it asks the
+    person, through the host whose ``run_code`` call is running (MCP elicitation), and
+    returns their answer. A host that cannot ask, or a person who declines or cancels,
+    denies the call: a program never waits for a decision nobody can make."""
+
+    def __init__(self) -> None:
+        #: The request context of the host's call that runs now (set by ``KernelTools``).
+        self.request: Any = None
+
+    async def __call__(self, pending: PendingApproval) -> bool | str:
+        request = self.request
+        if request is None:
+            return CANNOT_ASK
+        arguments = json.dumps(pending.arguments, ensure_ascii=False)
+        message = APPROVAL_QUESTION.format(tool=pending.tool, arguments=arguments)
+        try:
+            # Related to the running call: on a transport whose back-channel is the call's
+            # own exchange, that is the one way the question reaches the host.
+            answer = await request.session.elicit_form(
+                message, APPROVAL_FORM, related_request_id=request.request_id
+            )
+        except Exception as exc:  # no elicitation in this host, or it went away
+            log.info("could not ask about %s: %s", pending.tool, exc)
+            return CANNOT_ASK
+        if answer.action == "accept" and (answer.content or {}).get("approve") is True:
+            return True
+        return f"the person did not allow this call ({answer.action})"
 
 
 def is_error(result: Any) -> bool:
@@ -133,7 +184,7 @@ async def start_kernel(options: ServerOptions) -> tuple[KernelBackend, Upstreams
     backend, upstreams = options.backend(), Upstreams(options.upstreams)
     try:
         await upstreams.start()
-        upstreams.register(backend)
+        upstreams.register(backend, options.approve_destructive)
         await backend.start()
     except BaseException:
         await stop_kernel(backend, upstreams, keep=False)
@@ -213,18 +264,20 @@ class KernelTools:
         self, ctx: Any, params: types.CallToolRequestParams
     ) -> types.CallToolResult:
         progress = ctx.session if wants_progress(params) else None
-        text, error = await self.call(params.name, params.arguments or {}, progress)
+        text, error = await self.call(params.name, params.arguments or {}, progress, asker=ctx)
         return types.CallToolResult(
             content=[types.TextContent(text=text)],
             is_error=error,
         )
 
     async def call(
-        self, name: str, arguments: dict[str, Any], session: Any = None
+        self, name: str, arguments: dict[str, Any], session: Any = None, *, asker: Any = None
     ) -> tuple[str, bool]:
         """Run one tool call: ``(text, is_error)``. ``session`` (None: none) gets progress
         notifications while the program runs: pass the request's session only when the
-        request carried a progress token (``wants_progress``).
+        request carried a progress token (``wants_progress``). ``asker``: the request context
+        of the call, through which the host asks the person about calls that need approval
+        (with ``--approve-destructive``).
 
         Calls run one at a time, in the order they came. A cancelled call interrupts its
         program and waits (up to ``CANCEL_GRACE``) until the kernel has stopped it, so the
@@ -232,7 +285,7 @@ class KernelTools:
         """
         # Its own task: anyio's cancellation would cancel every await of the backend's
         # cleanup (the interrupt among them); a task cancelled once runs its cleanup.
-        task = _eager_task(self._run(name, arguments, session))
+        task = _eager_task(self._run(name, arguments, session, asker))
         try:
             return await asyncio.shield(task)
         except BackendError as exc:  # the kernel is gone and cannot come back
@@ -247,10 +300,15 @@ class KernelTools:
                     await task
             raise
 
-    async def _run(self, name: str, arguments: dict[str, Any], session: Any) -> tuple[str, bool]:
+    async def _run(
+        self, name: str, arguments: dict[str, Any], session: Any, asker: Any
+    ) -> tuple[str, bool]:
         # One at a time: the backend's last_result and running output are this call's own
         # only while no other call of the session runs.
         async with self._one_at_a_time:
+            approver = self.backend.approver
+            if isinstance(approver, AskThePerson):
+                approver.request = asker
             if session is None:  # no task per call for a host that asked for no progress
                 text = await self.backend.handle_tool_call(name, arguments)
                 return text, is_error(self.backend.last_result)

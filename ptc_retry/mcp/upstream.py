@@ -44,6 +44,7 @@ __all__ = [
     "UpstreamError",
     "Upstreams",
     "add_upstream_arguments",
+    "is_destructive",
     "tool_name",
     "upstream_configs",
 ]
@@ -83,6 +84,14 @@ def describe(tool: Any) -> str:
     text = " ".join((tool.description or "").split())
     hints = _hints(tool.annotations)
     return f"[{', '.join(hints)}] {text}".strip() if hints else text
+
+
+def is_destructive(tool: Any) -> bool:
+    """Whether an MCP tool's annotations say it is destructive (``destructiveHint: true``;
+    the spec's default for a tool without annotations is to assume so, but a host that puts
+    every unannotated tool under approval would ask about read-only ones too)."""
+    annotations = getattr(tool, "annotations", None)
+    return annotations is not None and getattr(annotations, "destructive_hint", None) is True
 
 
 def _hints(annotations: Any) -> list[str]:
@@ -162,8 +171,10 @@ class Upstream:
         """The upstream's tools (``mcp_types.Tool``) as it listed them when it started."""
         return self._connection.tools if self._connection is not None else []
 
-    def host_tools(self) -> list[HostTool]:
-        """Its tools as host tools: ``tools.<server>_<tool>`` calling ``call``."""
+    def host_tools(self, approve_destructive: bool = False) -> list[HostTool]:
+        """Its tools as host tools: ``tools.<server>_<tool>`` calling ``call``; with
+        ``approve_destructive``, each tool whose annotations say ``destructiveHint: true``
+        needs a person's approval before a call runs."""
         return [
             HostTool(
                 tool_name(self.name, tool.name),
@@ -171,6 +182,7 @@ class Upstream:
                 tool.input_schema,
                 self._caller(tool.name),
                 is_async=True,
+                approval=approve_destructive and is_destructive(tool),
             )
             for tool in self.tools
         ]
@@ -406,12 +418,12 @@ class Upstreams:
             elif isinstance(outcome, BaseException):
                 raise outcome
 
-    def host_tools(self) -> list[HostTool]:
-        """The started servers' tools as host tools, server by server; UpstreamConfigError
-        when two would get one name."""
+    def host_tools(self, approve_destructive: bool = False) -> list[HostTool]:
+        """The started servers' tools as host tools, server by server (``approve_destructive``:
+        see ``Upstream.host_tools``); UpstreamConfigError when two would get one name."""
         tools: dict[str, HostTool] = {}
         for upstream in self.upstreams:
-            for tool in upstream.host_tools():
+            for tool in upstream.host_tools(approve_destructive):
                 if tool.name in tools:
                     raise UpstreamConfigError(
                         f"two upstream tools would both be tools.{tool.name} (one of them "
@@ -420,9 +432,11 @@ class Upstreams:
                 tools[tool.name] = tool
         return list(tools.values())
 
-    def register(self, backend: KernelBackend) -> None:
-        """Let ``backend``'s programs call every started server's tools (``add_tool``)."""
-        for tool in self.host_tools():
+    def register(self, backend: KernelBackend, approve_destructive: bool = False) -> None:
+        """Let ``backend``'s programs call every started server's tools (``add_tool``); with
+        ``approve_destructive``, a call of a tool marked ``destructiveHint`` waits for a
+        person's approval (``kb.approve``, or the backend's ``approver``)."""
+        for tool in self.host_tools(approve_destructive):
             backend.add_tool(tool)
 
     async def close(self) -> None:
@@ -447,6 +461,12 @@ def add_upstream_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         help="one upstream MCP server, started as COMMAND (split as a shell would), or "
         "reached at NAME=URL; may be repeated",
+    )
+    parser.add_argument(
+        "--approve-destructive",
+        action="store_true",
+        help="ask the person, through the MCP host (elicitation), before a program's call of "
+        "an upstream tool marked destructiveHint runs; a host that cannot ask denies it",
     )
 
 

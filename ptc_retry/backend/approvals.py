@@ -1,0 +1,210 @@
+"""The backend's side of approvals: the programs that wait for a person's decision
+(``kb.pending_approvals()``), and ``kb.approve`` / ``kb.deny``, which go on with such a
+program from its paused statement, as ``ptc_retry.resume`` does, every recorded result
+reused. ``core/approvals.py`` says where the trust boundary is."""
+
+from __future__ import annotations
+
+import ast
+import json
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from ..core.approvals import PendingApproval, pending_calls, pending_in_history
+from ..core.errors import ApprovalError
+from ..core.protocol import execute_request
+from ..core.session_files import read_history
+from ..core.status import ResultStatus
+from .code_mode import CodeSession
+from .results import RunResult
+from .transport import Transport
+
+__all__ = ["ApprovalSide", "Waiting"]
+
+log = logging.getLogger(__name__)
+
+
+class Waiting:
+    """The programs of one session that wait for decisions, by call id, in the order they
+    paused, and the decisions made on some of their calls while others still wait."""
+
+    def __init__(self) -> None:
+        self._programs: dict[str, list[PendingApproval]] = {}
+        self._decided: dict[str, str | None] = {}
+
+    def calls(self) -> list[PendingApproval]:
+        """Every call that waits for a decision, program by program."""
+        return [
+            call
+            for calls in self._programs.values()
+            for call in calls
+            if call.ref not in self._decided
+        ]
+
+    def load(self, lines: Iterable[Mapping[str, Any]]) -> None:
+        """Add what a session's history says waits (a backend that starts on a session that
+        another one left): offered to a person, never taken as a decision."""
+        for call in pending_in_history(lines):
+            self._programs.setdefault(call.call_id, []).append(call)
+
+    def took(self, result: RunResult, paused: list[PendingApproval]) -> None:
+        """A program ended as ``result``; ``paused``: the calls the host itself answered with
+        a pause meanwhile. Only those wait: the kernel's word that a call waits is not
+        taken. A program that went on from a waiting one (``replay_of``) replaces it."""
+        metadata = result.metadata or {}
+        went_on_from = metadata.get("replay_of")
+        if isinstance(went_on_from, str):
+            self.forget(went_on_from)
+        if result.status != ResultStatus.PAUSED or result.call_id is None or not paused:
+            return
+        reference = result.reference or result.call_id
+        # One entry per call of this program (by its number there): a request the program
+        # sent itself, naming another program or a number twice, adds nothing.
+        entries = {
+            call.k: {
+                "k": call.k,
+                "tool": call.tool,
+                "arguments": call.arguments,
+                "policy_error": call.policy_error,
+            }
+            for call in paused
+            if call.call_id == result.call_id
+        }
+        calls = pending_calls(reference, result.call_id, list(entries.values()))
+        if calls:
+            self._programs[result.call_id] = calls
+
+    def forget(self, call_id: str) -> None:
+        for call in self._programs.pop(call_id, []):
+            self._decided.pop(call.ref, None)
+
+    def restore(self, call_id: str, calls: list[PendingApproval]) -> None:
+        """Put back a program whose continuation could not be sent: it still waits."""
+        self._programs[call_id] = calls
+
+    def decide(
+        self, ref: object, denial: str | None, session_id: str
+    ) -> tuple[str, list[PendingApproval], dict[str, str | None]] | None:
+        """Record the decision on what ``ref`` names: a program's reference (``"#3"``) or
+        call id (every call of it that waits), or one call's ``ref`` (``"#3/2"``). When that
+        leaves none of the program's calls undecided: ``(call id, its calls, the decision of
+        each by ref)``, and it waits no more; else None. ApprovalError, saying what waits,
+        when ``ref`` names nothing that waits in this session."""
+        if not isinstance(ref, str):
+            raise ApprovalError(
+                f"approve and deny take a reference such as '#3' (a program) or '#3/2' (one "
+                f"call of it), not {type(ref).__name__}; see kb.pending_approvals()"
+            )
+        chosen = [call for call in self.calls() if ref in (call.ref, call.reference, call.call_id)]
+        if not chosen:
+            raise ApprovalError(self._nothing_waits(ref, session_id))
+        for call in chosen:
+            self._decided[call.ref] = denial
+        call_id = chosen[0].call_id
+        calls = self._programs[call_id]
+        if any(call.ref not in self._decided for call in calls):
+            return None
+        decisions = {call.ref: self._decided.pop(call.ref) for call in calls}
+        del self._programs[call_id]
+        return call_id, calls, decisions
+
+    def _nothing_waits(self, ref: str, session_id: str) -> str:
+        waiting = ", ".join(dict.fromkeys(call.reference for call in self.calls()))
+        return (
+            f"nothing waits for approval under {ref!r} in session {session_id!r} (it was "
+            "decided already, never paused, or belongs to another session: decide it with a "
+            "backend of its own session_id); "
+            + (f"waiting now: {waiting}" if waiting else "nothing waits now")
+        )
+
+
+class ApprovalSide:
+    """``KernelBackend``'s approvals; it sets the attributes declared here."""
+
+    session_id: str
+    _code: CodeSession
+    _waiting: Waiting
+
+    def pending_approvals(self) -> list[PendingApproval]:
+        """Every tool call that waits for a person's decision, in the order they paused:
+        those of this backend's programs, and those a backend that ran this session before
+        left (read when it starts). Each one's ``ref`` decides it alone, its ``reference``
+        every call of its program."""
+        return self._waiting.calls()
+
+    async def approve(self, ref: str, *, timeout: float | None = None) -> RunResult | None:
+        """Approve what ``ref`` names (see ``pending_approvals``) and, once no call of its
+        program waits any more, go on with it from its paused statement, as
+        ``ptc_retry.resume`` does: earlier names are still there and recorded results are
+        reused, and each approved call runs once. Returns that continuation's result (its
+        text is what the model reads next; it may pause again at a call not approved yet),
+        or None while other calls of the program still wait. ApprovalError when nothing
+        waits under ``ref``; ``timeout`` as ``run_code``'s."""
+        return await self._decide(ref, None, timeout)
+
+    async def deny(
+        self, ref: str, reason: str = "", *, timeout: float | None = None
+    ) -> RunResult | None:
+        """Deny what ``ref`` names, with ``reason``: the program goes on as ``approve`` says,
+        and gets ``ptc_retry.ToolDenied(reason)`` at each denied call, which it may catch;
+        uncaught, it fails the program with the ordinary notice."""
+        if not isinstance(reason, str):
+            raise TypeError(f"deny: reason must be a str, not {type(reason).__name__}")
+        return await self._decide(ref, reason.strip() or "a person denied this call", timeout)
+
+    async def _decide(
+        self, ref: str, denial: str | None, timeout: float | None
+    ) -> RunResult | None:
+        decided = self._waiting.decide(ref, denial, self.session_id)
+        if decided is None:
+            return None
+        call_id, calls, decisions = decided
+        host = self._code.host_tools.decisions
+        keys = [call.key() for call in calls]
+        for call in calls:
+            host.add(call.key(), decisions[call.ref])
+        target = json.dumps(calls[0].reference, ensure_ascii=False)
+        try:
+            return await self._code.run(f"await ptc_retry.resume({target})", timeout=timeout)
+        except BaseException:
+            self._waiting.restore(call_id, calls)
+            raise
+        finally:
+            host.drop(keys)  # a decision covers this continuation, never a later program
+
+    def _load_waiting(self, session_dir: Path | None) -> None:
+        """Read what waits from the session's history, when this machine holds it."""
+        if session_dir is not None and session_dir.is_dir():
+            self._waiting.load(read_history(session_dir))
+
+    async def _load_remote_waiting(self, transport: Transport, timeout: float) -> None:
+        """Read what waits from the history of a session on the kernel's host, through a
+        silent request (no checkpoint, no history line). A kernel that does not answer in
+        ``timeout`` seconds, or answers oddly, leaves the list as it is (logged)."""
+        content = execute_request("", silent=True, user_expressions={"waiting": _WAITING})
+        try:
+            msg_id = await transport.send_execute(content, {})
+            reply = await _reply(transport, msg_id, timeout)
+            found = (reply or {}).get("user_expressions", {}).get("waiting", {})
+            text = ast.literal_eval(found["data"]["text/plain"])
+            self._waiting.load(json.loads(text))
+        except Exception as exc:
+            log.warning("could not read what waits for approval in the kernel: %s", exc)
+
+
+#: The user expression a kernel behind a gateway evaluates (``kernel/remote.py``'s API).
+_WAITING = '__import__("ptc_retry.kernel.remote", fromlist=["waiting"]).waiting(1)'
+
+
+async def _reply(transport: Transport, msg_id: str, timeout: float) -> dict[str, Any] | None:
+    """The content of the execute_reply to ``msg_id``, or None after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        message = await transport.receive(msg_id, min(0.5, deadline - time.monotonic()))
+        if message is not None and message["msg_type"] == "execute_reply":
+            content: dict[str, Any] = message["content"]
+            return content
+    return None

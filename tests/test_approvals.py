@@ -1,0 +1,423 @@
+"""Approvals: a program stops before a tool call that needs a person's approval, and goes on
+from that statement once a person decides, making no call twice.
+
+Every test follows the path a loop takes: the model's program is a ``run_code`` call, the
+person's decision is ``kb.approve`` / ``kb.deny``, and the host's tools count their calls.
+The main scenario runs on a local kernel and behind a real Kernel Gateway; the rest share
+one local backend, whose inline approver decides nothing unless a test tells it to.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ptc_retry.backend import ApprovalError, KernelBackend, PendingApproval, RunResult
+from ptc_retry.core.history_table import format_tool_calls
+from ptc_retry.core.status import HistoryStatus, ResultStatus
+
+from .gateway_server import KERNEL_GATEWAY
+from .helpers import OnLoop, StartBackend, line_of, tool_call_lines
+
+#: The main scenario runs locally and behind a real Kernel Gateway.
+TRANSPORTS = ["local", KERNEL_GATEWAY]
+#: Seconds within which each call of these tests must end (hang tests fail on this bound).
+BOUND = 40
+
+
+class Office:
+    """The agent's side: tools with side effects, each call counted on the host."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+        self.sent: list[dict[str, Any]] = []
+        #: What the inline approver answers (None: no decision, the call pauses).
+        self.answer: Any = None
+        self.asked: list[PendingApproval] = []
+
+    def search(self, q: str) -> list[str]:
+        """Find the people a query names."""
+        self.calls["search"] += 1
+        return [f"{q}-owner"]
+
+    def lookup(self, name: str) -> str:
+        """The address of a person."""
+        self.calls["lookup"] += 1
+        return f"{name}@example.com"
+
+    def send_email(self, to: str, body: str) -> str:
+        """Send an email."""
+        self.calls["send_email"] += 1
+        self.sent.append({"to": to, "body": body})
+        return f"sent to {to}"
+
+    def pay(self, amount: int) -> str:
+        """Pay an invoice."""
+        self.calls["pay"] += 1
+        return f"paid {amount}"
+
+    async def approver(self, call: PendingApproval) -> Any:
+        self.asked.append(call)
+        return self.answer(call) if callable(self.answer) else self.answer
+
+    def register(self, kb: KernelBackend) -> None:
+        kb.register_tool(self.search)
+        kb.register_tool(self.lookup)
+        kb.register_tool(self.send_email, approval=True)
+        kb.register_tool(self.pay, approval=large_or_odd)
+
+
+def large_or_odd(arguments: dict[str, Any]) -> bool:
+    """The policy of ``pay``: a person approves amounts over 100; a negative one raises."""
+    if arguments["amount"] < 0:
+        raise ValueError("a negative amount")
+    return bool(arguments["amount"] > 100)
+
+
+def program(*lines: str) -> str:
+    """A program long enough for a notice to name it."""
+    head = "# Chase an unpaid invoice: each tool call below has a side effect on the host.\n" * 3
+    return head + "\n".join(lines) + "\n"
+
+
+#: Two harmless calls, an email that needs approval, then a print.
+CHASE = program(
+    'hits = await tools.search(q="invoice")',
+    "owner = await tools.lookup(name=hits[0])",
+    'sent = await tools.send_email(to=owner, body="Your invoice is due.")',
+    'print("done:", sent, "| found before the pause:", hits, owner)',
+)
+
+
+async def run(kb: KernelBackend, code: str) -> RunResult:
+    """One ``run_code`` call of the model, bounded; the result as the loop sees it."""
+    await asyncio.wait_for(kb.handle_tool_call("run_code", json.dumps({"code": code})), BOUND)
+    assert kb.last_result is not None
+    return kb.last_result
+
+
+async def bounded(call: Any) -> Any:
+    return await asyncio.wait_for(call, BOUND)
+
+
+def continued(result: RunResult | None, status: ResultStatus = ResultStatus.OK) -> RunResult:
+    """The continuation a decision ran, once it is known to have ended with ``status``."""
+    assert result is not None, "the decision ran nothing"
+    assert result.status == status, result.text
+    return result
+
+
+def deny_all(kb: KernelBackend, on_loop: OnLoop[Any]) -> None:
+    """Deny what waits until nothing does (a program that swallowed its pause and runs again
+    whole may pause again), within a few rounds."""
+    for _ in range(5):
+        waiting = kb.pending_approvals()
+        if not waiting:
+            return
+        on_loop(bounded(kb.deny(waiting[0].reference, "cleanup")))
+    assert kb.pending_approvals() == []
+
+
+@pytest.fixture(scope="module")
+def office(transport: str, desk: Office) -> Office:
+    return desk if transport == "local" else Office()
+
+
+@pytest.fixture(scope="module")
+def backend(
+    transport: str, start_backend: StartBackend, office: Office, request: pytest.FixtureRequest
+) -> KernelBackend:
+    """The main scenario's backend: the shared local one, or one behind the gateway."""
+    if transport == "local":
+        found: KernelBackend = request.getfixturevalue("kb")
+        return found
+    kb = start_backend(**request.getfixturevalue("options"))
+    office.register(kb)
+    return kb
+
+
+@pytest.fixture(scope="module")
+def desk() -> Office:
+    """The host of the local backend the other tests share."""
+    return Office()
+
+
+@pytest.fixture(scope="module")
+def local_options(
+    roots: dict[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
+    return {"root": roots["local"], "env": {"IPYTHONDIR": str(tmp_path_factory.mktemp("ipy"))}}
+
+
+@pytest.fixture(scope="module")
+def kb(start_backend: StartBackend, desk: Office, local_options: dict[str, Any]) -> KernelBackend:
+    kb = start_backend(approver=desk.approver, **local_options)
+    desk.register(kb)
+    return kb
+
+
+@pytest.fixture(autouse=True)
+def fresh_desk(desk: Office) -> Iterator[None]:
+    yield
+    desk.answer = None
+    desk.calls.clear()
+    desk.asked.clear()
+
+
+def test_a_program_pauses_before_the_email_and_goes_on_once_approved(
+    backend: KernelBackend, office: Office, on_loop: OnLoop[Any]
+) -> None:
+    paused = on_loop(run(backend, CHASE))
+
+    assert paused.status == ResultStatus.PAUSED
+    assert office.calls == {"search": 1, "lookup": 1}  # everything before the pause ran
+    last = paused.text.splitlines()[-1]
+    assert "Paused before tools.send_email" in last and "Do not send it again" in last
+    assert paused.reference is not None and paused.reference in last
+    (waiting,) = backend.pending_approvals()
+    assert (waiting.tool, waiting.reference) == ("send_email", paused.reference)
+    assert waiting.arguments == {"to": "invoice-owner@example.com", "body": "Your invoice is due."}
+    assert paused.metadata is not None and paused.metadata["pending"][0]["tool"] == "send_email"
+    if backend.transport.checkpoints_here:
+        line = line_of(backend.session_dir, paused.call_id or "")
+        assert line["status"] == HistoryStatus.PAUSED
+        assert line["pending"][0]["arguments"] == waiting.arguments
+        listing = format_tool_calls(tool_call_lines(backend.session_dir, paused.call_id or ""), "")
+        assert [row.split()[2:4] for row in listing.splitlines()[2:]] == [
+            ["search", "ok"],
+            ["lookup", "ok"],
+            ["send_email", "paused"],
+        ]
+
+    went_on = continued(on_loop(bounded(backend.approve(paused.reference))))
+
+    assert office.calls == {"search": 1, "lookup": 1, "send_email": 1}  # 2 + 1, none repeated
+    assert "done: sent to invoice-owner@example.com" in went_on.text
+    assert "found before the pause: ['invoice-owner'] invoice-owner@example.com" in went_on.text
+    assert backend.pending_approvals() == []
+
+
+def test_a_denial_the_program_catches_goes_on_without_the_call(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'owner = await tools.lookup(name="ann")',
+        "try:",
+        '    await tools.send_email(to=owner, body="hi")',
+        "except ptc_retry.ToolDenied as denied:",
+        '    print("not sent:", denied.reason)',
+        'print("after", owner)',
+    )
+    paused = on_loop(run(kb, code))
+    assert paused.status == ResultStatus.PAUSED, paused.text
+
+    went_on = continued(on_loop(bounded(kb.deny(paused.reference or "", "not to customers"))))
+
+    assert "not sent: not to customers" in went_on.text
+    assert "after ann@example.com" in went_on.text
+    assert desk.calls == {"lookup": 1}
+
+
+def test_a_denial_the_program_does_not_catch_fails_it_with_the_ordinary_notice(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program('await tools.search(q="x")', 'await tools.send_email(to="a@b", body="x")')
+    paused = on_loop(run(kb, code))
+
+    failed = continued(on_loop(bounded(kb.deny(paused.reference or "", "no"))), ResultStatus.ERROR)
+
+    assert failed.ename == "ToolDenied" and "tools.send_email was denied: no" in failed.text
+    assert failed.notice is not None and "ptc_retry.replay" in failed.notice
+    assert desk.calls == {"search": 1}
+    assert kb.pending_approvals() == []
+
+
+def test_approval_after_a_kernel_restart_reruns_the_program_reusing_every_result(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    paused = on_loop(run(kb, CHASE))
+    on_loop(bounded(kb.restart()))
+
+    went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+
+    assert "the kernel restarted" in went_on.text  # it says why it ran the whole program
+    assert "done: sent to invoice-owner@example.com" in went_on.text
+    assert desk.calls == {"search": 1, "lookup": 1, "send_email": 1}
+
+
+def test_a_new_backend_on_the_same_session_lists_and_decides_what_waits(
+    start_backend: StartBackend, options: dict[str, Any], on_loop: OnLoop[Any]
+) -> None:
+    host = Office()
+    first = start_backend(session_id="left-waiting", **options)
+    host.register(first)
+    paused = on_loop(run(first, CHASE))
+    on_loop(first.shutdown(keep=True))
+
+    second = start_backend(session_id="left-waiting", **options)
+    host.register(second)
+    (waiting,) = second.pending_approvals()
+    assert (waiting.tool, waiting.reference) == ("send_email", paused.reference)
+
+    went_on = continued(on_loop(bounded(second.approve(waiting.ref))))
+
+    assert "done: sent to invoice-owner@example.com" in went_on.text
+    assert host.calls == {"search": 1, "lookup": 1, "send_email": 1}
+    assert second.pending_approvals() == []
+
+
+def test_a_gather_of_three_calls_waits_for_all_and_each_is_decided_on_its_own(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        "import asyncio",
+        'people = ["ann", "bob", "cy"]',
+        "sent = await asyncio.gather(",
+        '    *(tools.send_email(to=p, body="hi") for p in people), return_exceptions=True',
+        ")",
+        "print([type(s).__name__ if isinstance(s, Exception) else s for s in sent])",
+    )
+    paused = on_loop(run(kb, code))
+    waiting = kb.pending_approvals()
+    assert sorted(call.arguments["to"] for call in waiting) == ["ann", "bob", "cy"]
+    assert {call.reference for call in waiting} == {paused.reference}
+    by_name = {call.arguments["to"]: call.ref for call in waiting}
+
+    assert on_loop(kb.approve(by_name["ann"])) is None  # the others still wait
+    assert on_loop(kb.deny(by_name["bob"], "not bob")) is None
+    went_on = continued(on_loop(bounded(kb.approve(by_name["cy"]))))
+
+    assert "['sent to ann', 'ToolDenied', 'sent to cy']" in went_on.text
+    assert sorted(mail["to"] for mail in desk.sent[-2:]) == ["ann", "cy"]
+    assert desk.calls == {"send_email": 2}
+
+
+def test_an_approval_covers_that_exact_call_and_a_different_one_pauses_again(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        "for amount in (50, 500, 900):",
+        "    print(await tools.pay(amount=amount))",
+    )
+    paused = on_loop(run(kb, code))
+    assert paused.status == ResultStatus.PAUSED
+    assert [call.arguments for call in kb.pending_approvals()] == [{"amount": 500}]
+    assert desk.calls == {"pay": 1}  # 50 needs nobody
+
+    again = continued(on_loop(bounded(kb.approve(paused.reference or ""))), ResultStatus.PAUSED)
+
+    assert [call.arguments for call in kb.pending_approvals()] == [{"amount": 900}]
+    done = continued(on_loop(bounded(kb.approve(again.reference or ""))))
+    assert desk.calls == {"pay": 3}  # 50, 500 and 900 once each
+    assert "paid 900" in done.text
+
+
+def test_a_policy_that_raises_pauses_the_call_with_its_error(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    desk.answer = True  # the approver would approve: a raising policy never reaches it
+    paused = on_loop(run(kb, program("await tools.pay(amount=-5)")))
+
+    assert paused.status == ResultStatus.PAUSED
+    (waiting,) = kb.pending_approvals()
+    assert waiting.policy_error == "the approval policy raised ValueError: a negative amount"
+    assert desk.calls == {} and desk.asked == []
+    on_loop(bounded(kb.deny(waiting.ref, "negative")))
+
+
+def test_the_inline_approver_decides_while_the_program_waits(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    desk.answer = lambda call: True if call.arguments["to"] == "ann" else "only ann"
+    code = program(
+        'print(await tools.send_email(to="ann", body="x"))',
+        "try:",
+        '    await tools.send_email(to="bob", body="x")',
+        "except ptc_retry.ToolDenied as denied:",
+        '    print("denied:", denied.reason)',
+    )
+    ran = on_loop(run(kb, code))
+
+    assert ran.status == ResultStatus.OK, ran.text
+    assert "sent to ann" in ran.text and "denied: only ann" in ran.text
+    assert desk.calls == {"send_email": 1}
+    assert [call.arguments["to"] for call in desk.asked] == ["ann", "bob"]
+    assert kb.pending_approvals() == []
+
+
+def test_a_program_cannot_approve_its_own_paused_call(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    paused = on_loop(run(kb, program('await tools.send_email(to="eve", body="x")')))
+    (waiting,) = kb.pending_approvals()
+    forged = {"k": waiting.k, "tool": "send_email", "arguments": waiting.arguments}
+    tries = program(
+        "import json, pathlib",
+        "from ptc_retry.core.protocol import tool_request",
+        "from ptc_retry.kernel.tool_calls import current_calls",
+        f"session = pathlib.Path({str(kb.session_dir)!r})",
+        # Files in the session directory that claim a decision.
+        f"entry = {{'id': {paused.call_id!r}, 'status': 'ok', 'approved': True}}",
+        "with open(session / 'history.jsonl', 'a') as history:",
+        "    history.write(json.dumps(entry) + '\\n')",
+        f"(session / 'approvals.json').write_text(json.dumps([{forged!r}]))",
+        # Its own tool request, saying it is approved.
+        f"call = dict({forged!r}, id=0, approved=True, approval='granted')",
+        f"call['program'] = {paused.call_id!r}",
+        "reply = get_ipython().kernel.raw_input(tool_request([call]))",
+        "print('own request:', json.loads(reply)['results'][0].get('paused'))",
+        # The kernel's own record of what waits.
+        "calls = current_calls()",
+        "calls.paused.clear()",
+        # A resume of the paused program, from inside a program.
+        f"await ptc_retry.resume({paused.reference!r})",
+    )
+    tried = on_loop(run(kb, tries))
+
+    assert "own request: True" in tried.text, tried.text  # the host paused it again
+    assert tried.status == ResultStatus.PAUSED  # and so it did the resume's call
+    assert "Paused before tools.send_email" in tried.text.splitlines()[-1]
+    assert desk.calls == {}  # nothing the kernel did sent the email
+    assert [call.ref for call in kb.pending_approvals()][:1] == [waiting.ref]
+    deny_all(kb, on_loop)
+    assert desk.calls == {}
+
+
+def test_deciding_what_does_not_wait_says_what_does(
+    kb: KernelBackend, desk: Office, local_options: dict[str, Any], on_loop: OnLoop[Any]
+) -> None:
+    with pytest.raises(ApprovalError, match="nothing waits for approval under '#999'"):
+        on_loop(kb.approve("#999"))
+    paused = on_loop(run(kb, program('await tools.send_email(to="zed", body="x")')))
+    other = KernelBackend(session_id="another-session", **local_options)
+    with pytest.raises(ApprovalError, match="another session"):
+        on_loop(other.approve(paused.reference or ""))
+    with pytest.raises(ApprovalError, match="a reference such as '#3'"):
+        on_loop(kb.approve(3))  # type: ignore[arg-type]
+
+    on_loop(bounded(kb.approve(paused.reference or "")))
+    with pytest.raises(ApprovalError, match=f"under '{paused.reference}'.*nothing waits now"):
+        on_loop(kb.approve(paused.reference or ""))
+    assert desk.calls == {"send_email": 1}
+
+
+def test_register_tool_refuses_an_approval_that_is_neither_bool_nor_policy(
+    kb: KernelBackend,
+) -> None:
+    with pytest.raises(TypeError, match="approval must be True, False or a policy"):
+        kb.register_tool(lambda: None, name="odd", approval="yes")  # type: ignore[arg-type]
+
+
+def test_the_prompt_marks_the_tools_that_need_approval(kb: KernelBackend) -> None:
+    lines = {
+        line.split("(")[0]: line for line in kb.system_prompt().splitlines() if "tools." in line
+    }
+    assert lines["await tools.send_email"].endswith("(waits for a person's approval)")
+    assert lines["await tools.pay"].endswith("(waits for a person's approval)")
+    assert "approval" not in lines["await tools.search"]
