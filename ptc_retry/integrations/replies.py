@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from ..backend import KernelBackend
-from ..core.sentences import CONTINUE_CUT_REPLY, CUT_REPLY_QUOTE
+from ..core import sentences as said
 
 __all__ = [
     "CallResult",
@@ -387,11 +387,11 @@ def continue_text(partial: Reply, quote: Callable[[str], str], *, text_quoted: b
     text quoted too unless ``text_quoted`` is False (it went back as the model's own
     message)."""
     where = " while you were reasoning" if partial.reasoning and not partial.text else ""
-    words = CONTINUE_CUT_REPLY.render(where=where)
+    words = said.CONTINUE_CUT_REPLY.render(where=where)
     if partial.reasoning:
-        words += CUT_REPLY_QUOTE.render(what="reasoning", quote=quote(partial.reasoning))
+        words += said.CUT_REPLY_QUOTE.render(what="reasoning", quote=quote(partial.reasoning))
     if partial.text and text_quoted:
-        words += CUT_REPLY_QUOTE.render(what="text", quote=quote(partial.text))
+        words += said.CUT_REPLY_QUOTE.render(what="text", quote=quote(partial.text))
     return words
 
 
