@@ -16,25 +16,32 @@ RESTART = "kernel restarted"
 
 
 def format_history(
-    lines: Iterable[dict[str, Any]], *, session_dir: str | Path | None = None
+    lines: Iterable[dict[str, Any]],
+    *,
+    session_dir: str | Path | None = None,
+    last: int | None = None,
 ) -> str:
-    """One row per history line, oldest first, in fixed-width plain-text columns (no ANSI).
+    """One row per history line, oldest first, in fixed-width plain-text columns (no ANSI):
+    the ``last`` lines (all when None) of ``lines``, a session's history in file order.
 
     Columns: ``ref`` (``#n``, what ``replay`` and ``ptc-retry show`` take; blank on lines of
     older versions), ``id``, ``status``; ``turn`` when some call has a turn other than 0;
     ``step`` and ``ordinal`` (the call's position in its step, its ``previous/<n>.json``)
     only when some call belongs to a backend's step, ``-`` in ``step`` for a call that was a
-    step of its own; ``bytes``, the program's UTF-8 size (``code_bytes``; lines of older
-    versions and unfinished lines only have the size of the saved arguments, ``bytes``);
-    ``ename``, ``replay_of``, ``extend_of`` (the cut-off call a call completed) only when some
-    call has one, and ``when``. A line ``-- kernel restarted ---...`` separates the
-    rows between which the kernel restarted: see ``restarts``.
+    step of its own; ``code_bytes``, the program's UTF-8 size (blank where the line does not
+    know it: lines of older versions, unfinished lines); ``ename``; ``replay_of`` and
+    ``extend_of`` (the program a call ran again, or the cut-off call it completed, by its
+    ``#n``), ``resumed_from`` (the top-level statement a resume started at, from 0), each
+    only when some call has one; and ``when``. A line ``-- kernel restarted ---...``
+    separates the rows between which the kernel restarted: see ``restarts``.
     """
-    lines = list(lines)
+    every = list(lines)
+    lines = every[-last:] if last else every
     if not lines:
         return f"no calls yet in {session_dir}" if session_dir else "no calls yet"
+    names = {line.get("id"): _reference_of(line) for line in every if _reference_of(line)}
     columns = _columns(lines)
-    rows = [[_cell(line, column) for column in columns] for line in lines]
+    rows = [[_cell(line, column, names) for column in columns] for line in lines]
     widths = [max(len(column), *(len(row[i]) for row in rows)) for i, column in enumerate(columns)]
     text = [_row(columns, widths)] + [_row(row, widths) for row in rows]
     width = max(len(row) for row in text)
@@ -84,14 +91,18 @@ def _reference_of(line: dict[str, Any]) -> str:
     return reference(n) if isinstance(n, int) and not isinstance(n, bool) and n >= 1 else ""
 
 
+#: Columns shown only when some line has the key.
+_WHERE_PRESENT = ("replay_of", "extend_of", "resumed_from")
+
+
 def _columns(lines: list[dict[str, Any]]) -> list[str]:
     stepped = any(_is_int(line.get("step")) for line in lines)
     turns = stepped or any(line.get("turn") not in (None, 0) for line in lines)
     columns = ["ref", "id", "status"]
     columns += ["turn"] if turns else []
     columns += ["step", "ordinal"] if stepped else []
-    columns += ["bytes", "ename", "replay_of"]
-    columns += ["extend_of"] if any("extend_of" in line for line in lines) else []
+    columns += ["code_bytes", "ename"]
+    columns += [key for key in _WHERE_PRESENT if any(key in line for line in lines)]
     return columns + ["when"]
 
 
@@ -107,7 +118,7 @@ def _row(cells: list[str], widths: list[int]) -> str:
     return "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
 
 
-def _cell(line: dict[str, Any], column: str) -> str:
+def _cell(line: dict[str, Any], column: str, names: dict[Any, str]) -> str:
     if column == "ref":
         return _reference_of(line)
     if column == "when":
@@ -116,13 +127,11 @@ def _cell(line: dict[str, Any], column: str) -> str:
             return time.strftime("%H:%M:%S", time.localtime(stamp)) if _is_real(stamp) else ""
         except (OverflowError, OSError, ValueError):  # a damaged line: 1e300, nan
             return ""
-    if column == "bytes":
-        size = line.get("code_bytes")
-        value = size if _is_int(size) else line.get("bytes")
-    elif column == "step" and line.get("step") is None and line.get("turn") is not None:
+    if column == "step" and line.get("step") is None and line.get("turn") is not None:
         return "-"  # a step of its own (the unfinished lines of a dead kernel know no turn)
-    else:
-        value = line.get(column)
+    value = line.get(column)
+    if column in ("replay_of", "extend_of") and isinstance(value, str):
+        return names.get(value, value)  # the name the notice gave that program
     return "" if value is None else str(value)
 
 

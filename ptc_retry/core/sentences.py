@@ -120,6 +120,12 @@ GUARD_REFUSAL = Sentence(
         "last_time": "12:00:09",
     },
 )
+#: Said when a person loads the extension in a cell (``%load_ext ptc_retry``).
+LOADED = Sentence(
+    "ptc-retry: every program is saved in {session_dir} before it runs.",
+    40,
+    {"session_dir": "/tmp/ptc-retry-1000/k3f9a1c2b7d"},
+)
 #: Said on stderr when the program's namespace already has a ``tools`` of its own.
 TOOLS_NAME_TAKEN = Sentence(
     "ptc-retry: `tools` is a name of this kernel's own, so the agent's tools are at "
@@ -147,6 +153,20 @@ RUN_WHOLE = Sentence(
         "computed is gone"
     },
 )
+
+#: Said on stderr when a resume skips statements: the one it starts at (``statement``: its
+#: first line, quoted) and, for a loop, ``LOOP_FROM_START``.
+RESUMED_AT = Sentence(
+    "ptc-retry: resuming {reference} at line {line}: `{statement}`{loop}.",
+    45,
+    {
+        "line": 1234,
+        "statement": "for page in range(first_page, last_page + 1, step_between_p...",
+        "loop": "; the loop starts again from its first iteration",
+    },
+)
+#: ``loop`` of ``RESUMED_AT`` when the statement it starts at is a loop.
+LOOP_FROM_START = "; the loop starts again from its first iteration"
 
 # -- calls cut off mid-stream ---------------------------------------------------------------
 
