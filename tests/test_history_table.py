@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ptc_retry.cli import main
-from ptc_retry.core.history_table import format_history, restarts
+from ptc_retry.core.history_table import format_history, history_html, restarts
 
 from .helpers import DYING, Kernel
 
@@ -138,6 +138,18 @@ def test_the_table_is_plain_fixed_width_text() -> None:
             assert all(row[i - 1] == " " for i in starts[1:] if i < len(row)), row
 
 
+def test_the_html_table_has_the_same_cells_each_kept_whole() -> None:
+    lines = [line(1, "error", ename="<Err>"), line(2, kernel="200-bbbb", replay_of="c1")]
+    html = history_html(lines, session_dir="/somewhere/s", last=2)
+    text = rows(format_history(lines))
+    assert html.startswith("<p>session: <code>/somewhere/s</code></p><table>")
+    cells = re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", html)
+    assert cells[: len(text[0])] == text[0]  # the header
+    assert "&lt;Err&gt;" in cells and "#1" in cells  # escaped; replay_of by its reference
+    assert '<td colspan="7">-- kernel restarted --</td>' in html
+    assert html.count('style="white-space: nowrap"') == len(cells) - 1  # all but the mark
+
+
 def test_no_lines_says_no_calls_yet() -> None:
     assert format_history([], session_dir="/somewhere/s") == "no calls yet in /somewhere/s"
 
@@ -182,7 +194,7 @@ def test_ptc_history_marks_a_kernel_restart(kernel: Kernel) -> None:
     kernel.execute("before = 1")
     kernel.restart()
     kernel.execute("after = 2")
-    table = rows(kernel.execute("%ptc_history").stdout)
+    table = rows(kernel.execute("%ptc_history").displayed)
     assert table[0] == ["session:", str(Path(table[0][1]))]
     assert [row[:3] for row in table[2:]] == [["#1", "c1", "ok"], ["RESTART"], ["#2", "c2", "ok"]]
 

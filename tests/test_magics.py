@@ -31,7 +31,7 @@ def traceback_text(ran: Execution) -> str:
 
 def last_row(kernel: Kernel) -> dict[str, str]:
     """The last row of ``%ptc_history``, by column: cells are read under their headers."""
-    header, *rows = kernel.execute("%ptc_history 1").stdout.splitlines()[1:]
+    header, *rows = kernel.execute("%ptc_history 1").displayed.splitlines()[1:]
     starts = [match.start() for match in re.finditer(r"\S+", header)]
     ends = [*starts[1:], None]
     return {header[a:b].strip(): rows[-1][a:b].strip() for a, b in zip(starts, ends, strict=True)}
@@ -107,7 +107,7 @@ def test_a_resume_says_which_statement_it_starts_at_and_history_shows_it(kernel:
 
     assert resumed.status == "ok", resumed.error
     assert resumed.stderr == (
-        f"ptc-retry: resuming {ref} at line 3: `for page in range(4):`; "
+        f"ptc-retry: resuming {ref} at line 3 (for page in range(4):); "
         "the loop starts again from its first iteration.\n"
     )
     assert resumed.stdout == "pages [0, 1, 2, 0, 1, 2, 3]\n"  # `done = []` did not run again
@@ -122,4 +122,4 @@ def test_a_resume_at_a_statement_that_is_no_loop_says_only_where(kernel: Kernel)
     resumed = kernel.execute(f"await ptc_retry.replay({ref!r}, 'undefined', '1', resume=True)")
 
     assert resumed.stdout == "2\n"
-    assert resumed.stderr == f"ptc-retry: resuming {ref} at line 2: `second = first + 1`.\n"
+    assert resumed.stderr == f"ptc-retry: resuming {ref} at line 2 (second = first + 1).\n"

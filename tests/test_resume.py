@@ -64,7 +64,7 @@ def test_the_failed_statement_is_recorded_and_noticed(kernel: Kernel, module_roo
     assert parse_notice(failed.ptc["notice"]) == failed.ptc["reference"]
     reference = failed.ptc["reference"]
     assert failed.ptc["notice"].endswith(
-        f'Send only: await ptc_retry.replay("{reference}", "<old>", "<new>", resume=True)'
+        f'Send only:\nawait ptc_retry.replay("{reference}", "<old>", "<new>", resume=True)'
     )
 
 
@@ -79,8 +79,8 @@ def test_resume_runs_only_the_failed_statement(kernel: Kernel, module_root: Path
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "total: 4.15\n"  # no %time output: the first statement did not run
     reference = latest_line_of(module_root / "resume", "r2")["n"]
-    started = '`print(f"total: {total:.2f}")`'
-    assert fixed.stderr == f"ptc-retry: resuming #{reference} at line 15: {started}.\n"
+    started = '(print(f"total: {total:.2f}"))'
+    assert fixed.stderr == f"ptc-retry: resuming #{reference} at line 15 {started}.\n"
     assert slow_runs(kernel) == "1"
     assert latest_line_of(module_root / "resume", fixed.ptc["call_id"])["resumed_from"] == 3
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
+from html import escape
 from pathlib import Path
 from typing import Any
 
@@ -35,22 +36,66 @@ def format_history(
     only when some call has one; and ``when``. A line ``-- kernel restarted ---...``
     separates the rows between which the kernel restarted: see ``restarts``.
     """
-    every = list(lines)
-    lines = every[-last:] if last else every
-    if not lines:
-        return f"no calls yet in {session_dir}" if session_dir else "no calls yet"
-    names = {line.get("id"): _reference_of(line) for line in every if _reference_of(line)}
-    columns = _columns(lines)
-    rows = [[_cell(line, column, names) for column in columns] for line in lines]
+    table = _table(lines, last)
+    if table is None:
+        return _no_calls(session_dir)
+    columns, rows, marks = table
     widths = [max(len(column), *(len(row[i]) for row in rows)) for i, column in enumerate(columns)]
     text = [_row(columns, widths)] + [_row(row, widths) for row in rows]
     width = max(len(row) for row in text)
-    for index, after in reversed(restarts(lines)):  # row i is text[i + 1], under the header
-        where = f" (somewhere after {after})" if after else ""
-        text.insert(index + 2, f"-- {RESTART}{where} ".ljust(width, "-"))
+    for index, mark in reversed(marks):  # row i is text[i + 1], under the header
+        text.insert(index + 2, f"-- {mark} ".ljust(width, "-"))
     if session_dir:
         text.insert(0, f"session: {session_dir}")
     return "\n".join(text)
+
+
+def history_html(
+    lines: Iterable[dict[str, Any]],
+    *,
+    session_dir: str | Path | None = None,
+    last: int | None = None,
+) -> str:
+    """The same table as ``format_history``, as HTML for a notebook: a front end that is too
+    narrow for it scrolls it, or wraps it between cells, never inside one."""
+    table = _table(lines, last)
+    if table is None:
+        return f"<p>{escape(_no_calls(session_dir))}</p>"
+    columns, rows, marks = table
+    body = [_html_row("th", columns)] + [_html_row("td", row) for row in rows]
+    for index, mark in reversed(marks):
+        body.insert(index + 2, f'<tr><td colspan="{len(columns)}">-- {escape(mark)} --</td></tr>')
+    where = f"<p>session: <code>{escape(str(session_dir))}</code></p>" if session_dir else ""
+    return f"{where}<table>{''.join(body)}</table>"
+
+
+def _html_row(tag: str, cells: list[str]) -> str:
+    # No break inside a cell: a row wraps, if it must, between its cells.
+    style = ' style="white-space: nowrap"'
+    return "<tr>" + "".join(f"<{tag}{style}>{escape(cell)}</{tag}>" for cell in cells) + "</tr>"
+
+
+def _no_calls(session_dir: str | Path | None) -> str:
+    return f"no calls yet in {session_dir}" if session_dir else "no calls yet"
+
+
+def _table(
+    lines: Iterable[dict[str, Any]], last: int | None
+) -> tuple[list[str], list[list[str]], list[tuple[int, str]]] | None:
+    """``(columns, rows, restart marks)`` of the last ``last`` of ``lines``; None for none.
+    A mark ``(i, text)`` goes after row i."""
+    every = list(lines)
+    shown = every[-last:] if last else every
+    if not shown:
+        return None
+    names = {line.get("id"): _reference_of(line) for line in every if _reference_of(line)}
+    columns = _columns(shown)
+    rows = [[_cell(line, column, names) for column in columns] for line in shown]
+    marks = [
+        (index, RESTART + (f" (somewhere after {after})" if after else ""))
+        for index, after in restarts(shown)
+    ]
+    return columns, rows, marks
 
 
 def restarts(lines: Sequence[dict[str, Any]]) -> list[tuple[int, str | None]]:

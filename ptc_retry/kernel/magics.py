@@ -8,9 +8,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.display import display
 
 from ..core.errors import PtcRetryError
-from ..core.history_table import format_history, format_tool_calls
+from ..core.history_table import format_history, format_tool_calls, history_html
 from .host import Host
 
 if TYPE_CHECKING:
@@ -58,12 +59,20 @@ class PtcRetryMagics(Magics):
 
     @line_magic
     def ptc_history(self, line: str) -> None:
-        """%ptc_history [N]: the last N calls of this session (default 20)."""
+        """%ptc_history [N]: the last N calls of this session (default 20), displayed as
+        text (``format_history``) and as an HTML table."""
         store = self.extension.checkpoints.open()
         if store is None:
             return
         count = int(line) if line.strip().isdigit() else 20
-        print(format_history(store.history(), session_dir=store.session_dir, last=count))
+        lines, where = store.history(), store.session_dir
+        # Plain text for a terminal and for a model; a table for a notebook, which a
+        # narrow output scrolls rather than breaking it inside its cells.
+        shown = {
+            "text/plain": format_history(lines, session_dir=where, last=count),
+            "text/html": history_html(lines, session_dir=where, last=count),
+        }
+        display(shown, raw=True)
 
     @line_magic
     def ptc_show(self, line: str) -> None:
