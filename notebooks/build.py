@@ -388,7 +388,8 @@ for call_id in CALL_IDS[:4]:
     text = await kb.handle_tool_call("run_code", json.dumps({"code": PROGRAM}), call_id)
     lines = text.splitlines()
     # What the model reads after the traceback: the notice, or the refusal's last line.
-    tail = [line for line in lines if line.startswith("[ptc-retry]")] or lines[-1:]
+    said = [line for line in lines if line.startswith(("[ptc-retry]", "await ptc_retry."))]
+    tail = said or lines[-1:]
     print(f"{call_id}: {kb.last_result.status}")
     for line in tail:
         print("   ", line)

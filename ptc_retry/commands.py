@@ -206,7 +206,7 @@ def run_history(args: argparse.Namespace) -> int:
         for line in shown:
             print(line_text(line))
         return EXIT_OK
-    print(format_history(shown, session_dir=reader.path))
+    print(format_history(lines, session_dir=reader.path, last=args.last or None))
     if len(shown) < len(lines):
         print(f"(the last {len(shown)} of {len(lines)} calls; --last 0 shows all)")
     if any(line.get("status") == "unfinished" for line in shown):

@@ -82,8 +82,8 @@ def follow(notice: str | None, **fill: str) -> str:
     """The call a notice tells the model to send, as the model sends it: the template's
     placeholders (``old``, ``new``, ``rest``) filled with ``fill``'s texts as string literals."""
     assert notice is not None, "the program got no notice"
-    first = notice.splitlines()[0]  # the template ends it (a quoted program may precede it)
-    call = first[first.rindex("await ptc_retry.") :]
+    # The call is a line of its own, the first that starts with it.
+    call = next(line for line in notice.splitlines() if line.startswith("await ptc_retry."))
     for name, text in fill.items():
         placeholder = f'"<{name}>"'
         assert placeholder in call, f"{placeholder} is not in {call!r}"
@@ -182,6 +182,15 @@ class Execution:
             o["content"]["text"]
             for o in self.outputs
             if o["msg_type"] == "stream" and o["content"]["name"] == "stderr"
+        )
+
+    @property
+    def displayed(self) -> str:
+        """The text/plain of what the cell displayed (``display``), in order."""
+        return "".join(
+            o["content"]["data"].get("text/plain", "")
+            for o in self.outputs
+            if o["msg_type"] == "display_data"
         )
 
     @property

@@ -45,7 +45,7 @@ def test_run_result_carries_the_kernels_facts(backend: KernelBackend, on_loop: O
     assert (result.ename, result.evalue) == ("KeyError", "'regoin'")
     assert result.call_id == "call_f1"
     assert result.checkpoint == str(backend.session_dir / "by-id" / "call_f1.json")
-    assert result.notice == result.text.splitlines()[-1]
+    assert result.notice is not None and result.text.endswith("\n" + result.notice)
     assert result.text.count("[ptc-retry]") == 1
     assert result.metadata["notice"] == result.notice
     assert result.outputs[-1]["output_type"] == "error"
@@ -121,7 +121,7 @@ def test_notice_survives_truncation_once(backend: KernelBackend, on_loop: OnLoop
     code = "print('x' * 100_000)\n" + PROGRAM
     result = on_loop(backend.run_code(code, call_id="call_t2", arguments=raw(code)))
 
-    assert result.text.splitlines()[-1] == result.notice
+    assert result.notice is not None and result.text.endswith("\n" + result.notice)
     assert result.text.count(result.notice) == 1
     assert "characters cut" in result.text
 
@@ -457,7 +457,7 @@ def test_another_ipython_kernel_gets_the_extension_through_argv(
 
     assert failed.metadata is None and failed.status == "error"
     assert failed.call_id == "call_n1" and failed.checkpoint.endswith("by-id/call_n1.json")
-    assert failed.notice == failed.text.splitlines()[-1]
+    assert failed.notice is not None and failed.text.endswith("\n" + failed.notice)
     assert fixed.status == "ok" and fixed.text.startswith("regions:")
 
 

@@ -46,7 +46,7 @@ def test_scripted_agent_fails_reads_the_notice_replays_and_succeeds(
     assert failed is not None and failed.text == first
     assert (failed.status, failed.ename) == ("error", "KeyError")
     assert "KeyError: 'regoin'" in first
-    notice = first.splitlines()[-1]
+    notice = "\n".join(first.splitlines()[-2:])  # its sentence, then the call to send
     assert notice == failed.notice
     assert notice.startswith("[ptc-retry]") and "\x1b[" not in first
     target = parse_notice(notice)

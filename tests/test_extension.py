@@ -120,7 +120,7 @@ def test_traits_are_settable_on_the_kernel_command_line(start_kernel) -> None:  
 def test_history_and_show_magics(stock: Kernel) -> None:
     stock.execute("%load_ext ptc_retry")
     stock.execute("answer = 42")
-    history = stock.execute("%ptc_history").stdout
+    history = stock.execute("%ptc_history").displayed
     assert "c1" in history and "ok" in history
     shown = stock.execute("%ptc_show c1").stdout
     assert shown.endswith("answer = 42\n")

@@ -81,7 +81,7 @@ def test_an_interrupted_replay_is_offered_going_on(
     stopped, after = interrupted_when_waiting(kernel, replay)
     assert after < 5, f"the replay ran on for {after:.1f} s after the interrupt"
     assert stopped.ptc["notice"] == (
-        '[ptc-retry] Interrupted; saved as #2. To go on: await ptc_retry.resume("#2")'
+        '[ptc-retry] Interrupted; saved as #2. To go on:\nawait ptc_retry.resume("#2")'
     )
     assert stopped.ptc["status"] == history(kernel.session_dir)[-1]["status"] == "interrupted"
 
@@ -266,8 +266,12 @@ def test_a_stock_kernel_that_never_takes_reply_metadata_does_not_pile_it_up(
     assert int(kept.result) <= 64
 
 
-def test_the_cell_that_unloads_the_extension_is_recorded_not_left_unfinished(
+def test_the_cell_that_unloads_the_extension_is_no_program_and_leaves_none_unfinished(
     kernel: Kernel, checkpoint_root: Path
 ) -> None:
     kernel.execute("%unload_ext ptc_retry")
-    assert [line["status"] for line in history(kernel.session_dir)] == ["ok"]
+    # A person's command, as the magics are: not saved, and nothing is left unfinished.
+    assert history(kernel.session_dir) == []
+    assert not (kernel.session_dir / "by-id").exists() or not any(
+        (kernel.session_dir / "by-id").iterdir()
+    )

@@ -313,7 +313,7 @@ def test_a_kernel_on_a_damaged_history_runs_and_shows_it(
     assert [r.status for r in runs] == ["ok", "ok", "ok"]
     assert all("Error in callback" not in r.stderr and "Traceback" not in r.stderr for r in runs)
     assert runs[0].ptc["call_id"] == "c6" and runs[2].ptc["call_id"] == "c7"
-    assert "c1" in runs[1].stdout and "etc/passwd" not in runs[1].stdout
+    assert "c1" in runs[1].displayed and "etc/passwd" not in runs[1].displayed
 
 
 # -- 6. nothing is read or written through a planted link ---------------------------------------

@@ -16,7 +16,7 @@ from ptc_retry.core.guard import RepeatedFailureGuard, canonical_arguments, fail
 from ptc_retry.core.notice import parse_notice
 from ptc_retry.kernel.config import PtcRetry
 
-from .helpers import Execution, Kernel, StartKernel
+from .helpers import Execution, Kernel, StartKernel, latest_line_of
 
 # Over notice_min_bytes, so failures get the full notice. Its error message holds an
 # address that differs from run to run.
@@ -292,8 +292,11 @@ def test_status_magic_describes_the_streak(kernel: Kernel) -> None:
     fail(kernel, turn)
     status = kernel.execute("%ptc_guard")
     assert "mode observe, limit 3" in status.stdout
-    assert "2 identical failure(s) of run_code (ValueError)" in status.stdout
-    assert first.ptc["call_id"] in status.stdout
+    # A person reads the programs by the names the notices gave them, and no tool name.
+    assert "2 identical failure(s) (ValueError)" in status.stdout
+    assert "run_code" not in status.stdout
+    first_n = latest_line_of(kernel.session_dir, first.ptc["call_id"])["n"]
+    assert f"#{first_n} at " in status.stdout
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from ptc_retry.cli import main
-from ptc_retry.core.history_table import format_history, restarts
+from ptc_retry.core.history_table import format_history, history_html, restarts
 
 from .helpers import DYING, Kernel
 
@@ -65,16 +65,31 @@ def test_each_row_starts_with_the_reference_to_replay_it_by() -> None:
 
 def test_without_steps_turn_step_and_ordinal_are_left_out() -> None:
     table = format_history([line(1), line(2)])
-    assert rows(table)[0] == ["ref", "id", "status", "bytes", "ename", "replay_of", "when"]
+    assert rows(table)[0] == ["ref", "id", "status", "code_bytes", "ename", "when"]
 
 
 def test_a_call_that_completes_a_cut_off_one_shows_it_in_extend_of() -> None:
     table = format_history([line(1, "partial", ename="CallCutOff"), line(2, extend_of="c1")])
     assert rows(table)[0] == [
-        "ref", "id", "status", "bytes", "ename", "replay_of", "extend_of", "when"
+        "ref", "id", "status", "code_bytes", "ename", "extend_of", "when"
     ]  # fmt: skip
     assert rows(table)[1][:5] == ["#1", "c1", "partial", "12", "CallCutOff"]
-    assert rows(table)[2][:5] == ["#2", "c2", "ok", "12", "c1"]
+    assert rows(table)[2][:5] == ["#2", "c2", "ok", "12", "#1"]
+
+
+def test_a_replay_names_the_program_it_ran_again_by_its_reference_and_where_it_resumed() -> None:
+    lines = [line(1, "error", ename="KeyError"), line(2), line(3, replay_of="c1", resumed_from=4)]
+    table = rows(format_history(lines, last=2))
+    assert table[0] == [
+        "ref", "id", "status", "code_bytes", "ename", "replay_of", "resumed_from", "when"
+    ]  # fmt: skip
+    # #1 is not among the rows shown, and still named as its notice named it.
+    assert table[2][:6] == ["#3", "c3", "ok", "12", "#1", "4"]
+
+
+def test_a_replay_of_a_program_without_a_number_names_its_id() -> None:
+    table = rows(format_history([old(1, "error", ename="KeyError"), line(2, replay_of="c1")]))
+    assert table[2][-2] == "c1"  # replay_of, before when (ename is blank)
 
 
 def test_with_steps_the_table_shows_turn_step_and_ordinal() -> None:
@@ -93,21 +108,22 @@ def test_with_steps_the_table_shows_turn_step_and_ordinal() -> None:
 
 def test_turns_without_steps_show_only_the_turn() -> None:
     table = rows(format_history([line(1, turn=1), line(2, turn=2)]))
-    assert table[0][:5] == ["ref", "id", "status", "turn", "bytes"]
+    assert table[0][:5] == ["ref", "id", "status", "turn", "code_bytes"]
 
 
-def test_bytes_is_the_size_of_the_program_not_of_its_saved_arguments() -> None:
+def test_code_bytes_is_the_size_of_the_program_not_of_its_saved_arguments() -> None:
     table = rows(format_history([line(1, bytes=812, code_bytes=790)]))
-    assert table[1][table[0].index("bytes")] == "790"
+    assert table[1][table[0].index("code_bytes")] == "790"
+    assert "bytes" not in table[0]  # the saved arguments' size is history.jsonl's own
 
 
 def test_lines_of_older_versions_show_what_they_have() -> None:
     table = rows(format_history([old(1), old(2, "error", ename="NameError", kernel="k1")]))
-    assert table[0] == ["ref", "id", "status", "bytes", "ename", "replay_of", "when"]
-    # No reference to show (the first word is the id), and the size of the saved arguments.
-    assert [row[:4] for row in table[1:]] == [
-        ["c1", "ok", "31", time.strftime("%H:%M:%S", time.localtime(START))],
-        ["c2", "error", "32", "NameError"],
+    assert table[0] == ["ref", "id", "status", "code_bytes", "ename", "when"]
+    # No reference and no program size to show: the first word is the id, then the status.
+    assert [row[:3] for row in table[1:]] == [
+        ["c1", "ok", time.strftime("%H:%M:%S", time.localtime(START))],
+        ["c2", "error", "NameError"],
     ]
 
 
@@ -120,6 +136,18 @@ def test_the_table_is_plain_fixed_width_text() -> None:
     for row in table:
         if not MARKER.fullmatch(row):
             assert all(row[i - 1] == " " for i in starts[1:] if i < len(row)), row
+
+
+def test_the_html_table_has_the_same_cells_each_kept_whole() -> None:
+    lines = [line(1, "error", ename="<Err>"), line(2, kernel="200-bbbb", replay_of="c1")]
+    html = history_html(lines, session_dir="/somewhere/s", last=2)
+    text = rows(format_history(lines))
+    assert html.startswith("<p>session: <code>/somewhere/s</code></p><table>")
+    cells = re.findall(r"<t[hd][^>]*>(.*?)</t[hd]>", html)
+    assert cells[: len(text[0])] == text[0]  # the header
+    assert "&lt;Err&gt;" in cells and "#1" in cells  # escaped; replay_of by its reference
+    assert '<td colspan="7">-- kernel restarted --</td>' in html
+    assert html.count('style="white-space: nowrap"') == len(cells) - 1  # all but the mark
 
 
 def test_no_lines_says_no_calls_yet() -> None:
@@ -166,7 +194,7 @@ def test_ptc_history_marks_a_kernel_restart(kernel: Kernel) -> None:
     kernel.execute("before = 1")
     kernel.restart()
     kernel.execute("after = 2")
-    table = rows(kernel.execute("%ptc_history").stdout)
+    table = rows(kernel.execute("%ptc_history").displayed)
     assert table[0] == ["session:", str(Path(table[0][1]))]
     assert [row[:3] for row in table[2:]] == [["#1", "c1", "ok"], ["RESTART"], ["#2", "c2", "ok"]]
 
@@ -187,7 +215,7 @@ def test_history_command_marks_the_kernel_death_after_the_program_that_died(
         ["#1", "c1", "ok"], ["#2", "c2", "unfinished"], ["RESTART"]
     ]  # fmt: skip
     assert table[5][:3] == ["#3", "c3", "ok"]
-    size = table[1].index("bytes")
+    size = table[1].index("code_bytes")
     assert table[2][size] == str(len(b"ready = True"))  # the program's size, from code_bytes
     assert json.loads((checkpoint_root / "test" / "by-id" / "c2.json").read_text()) == {
         "code": DYING

@@ -877,7 +877,7 @@ def test_an_interrupt_while_awaiting_a_tool_stops_the_program_and_cancels_the_ca
     result = on_loop(asyncio.wait_for(interrupted(), 20))
 
     assert (result.ename, result.restarted) == ("KeyboardInterrupt", False), result.text
-    assert result.notice is not None and "To go on: await ptc_retry.resume(" in result.notice
+    assert result.notice is not None and "To go on:\nawait ptc_retry.resume(" in result.notice
     assert result.text.startswith("asking")
     assert host.cancelled["hang"] == cancelled + 1
     assert on_loop(backend.run_code("await tools.add(a=2)", call_id="call_b6")).value == "4"

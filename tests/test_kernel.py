@@ -39,7 +39,7 @@ def test_failure_is_saved_byte_for_byte_and_noticed(kernel: Kernel, checkpoint_r
     assert executed.error["evalue"] == "'regoin'"
     notice = executed.error["traceback"][-1]
     assert "call_7" not in notice and str(saved) not in notice  # the short reference names it
-    assert 'Saved as #1. Small fix? Send only: await ptc_retry.replay("#1"' in notice
+    assert 'Saved as #1. Small fix? Send only:\nawait ptc_retry.replay("#1"' in notice
     assert "\x1b[" not in notice
     assert executed.reply["content"]["traceback"][-1] == notice
     assert executed.ptc == {
@@ -214,7 +214,7 @@ def test_keyboard_interrupt_is_noticed(kernel: Kernel) -> None:
     assert executed.error["ename"] == "KeyboardInterrupt"
     assert executed.ptc["status"] == "interrupted"
     notice = executed.error["traceback"][-1]
-    assert notice == '[ptc-retry] Interrupted; saved as #1. To go on: await ptc_retry.resume("#1")'
+    assert notice == '[ptc-retry] Interrupted; saved as #1. To go on:\nawait ptc_retry.resume("#1")'
 
 
 # Over notice_min_bytes: an agent's program that ends by raising its final answer.

@@ -214,9 +214,10 @@ def test_as_an_extension_the_notice_reaches_the_model_and_its_replay_line_fixes_
 
     lines = text(failed).splitlines()
     assert "KeyError: 'regoin'" in lines and "\x1b" not in text(failed)
-    reference = str(parse_notice(lines[-1]))
-    assert lines[-1] == (
-        f"[ptc-retry] Saved as {reference}. Small fix? Send only: "
+    notice = "\n".join(lines[-2:])  # its sentence, then the call to send
+    reference = str(parse_notice(notice))
+    assert notice == (
+        f"[ptc-retry] Saved as {reference}. Small fix? Send only:\n"
         f'await ptc_retry.replay("{reference}", "<old>", "<new>")'
     )
     assert {"code": ORDERS} in checkpoints(root, reference)  # as the client sent it
@@ -253,7 +254,8 @@ def test_as_an_extension_a_notebook_cell_gets_the_notice_and_the_replay_too(
 
     failed, fixed = on_loop(calls())
 
-    assert text(failed).splitlines()[-1].startswith("[ptc-retry] Saved as #")
+    said, call = text(failed).splitlines()[-2:]
+    assert said.startswith("[ptc-retry] Saved as #") and call.startswith("await ptc_retry.")
     assert FIXED_OUTPUT in text(fixed) and "Traceback" not in text(fixed), text(fixed)
 
 
@@ -270,5 +272,6 @@ def test_standalone_on_a_ptc_retry_kernel_given_by_id_the_notice_and_the_replay_
     failed, fixed = on_loop(calls())
 
     assert failed.is_error is False
-    assert text(failed).splitlines()[-1].startswith("[ptc-retry] Saved as #")
+    said, call = text(failed).splitlines()[-2:]
+    assert said.startswith("[ptc-retry] Saved as #") and call.startswith("await ptc_retry.")
     assert FIXED_OUTPUT in text(fixed) and "Traceback" not in text(fixed), text(fixed)

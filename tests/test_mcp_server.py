@@ -80,14 +80,14 @@ def test_a_failing_1kb_program_ends_with_the_notice_and_is_an_error(
     text, error = server.call(on_loop, PROGRAM)
     assert error is True
     assert "KeyError: 'regoin'" in text
-    assert parse_notice(text.splitlines()[-1]) is not None  # the last line is the notice
+    assert parse_notice("\n".join(text.splitlines()[-2:])) is not None  # the notice ends it
 
 
 def test_the_one_line_replay_the_notice_teaches_fixes_it(
     on_loop: OnLoop[Any], server: StdioServer
 ) -> None:
     text, error = server.call(on_loop, PROGRAM)
-    reference = parse_notice(text.splitlines()[-1])
+    reference = parse_notice("\n".join(text.splitlines()[-2:]))
     old, new = (json.dumps(part) for part in ORDERS_FIX)
     replay = f"await ptc_retry.replay({json.dumps(reference)}, {old}, {new})"
     assert len(replay) < 100

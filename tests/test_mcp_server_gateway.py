@@ -48,7 +48,7 @@ def test_a_failure_and_its_replay_through_a_kernel_gateway(
 
                 text, error = call(ORDERS)
                 assert error is True
-                reference = parse_notice(text.splitlines()[-1])
+                reference = parse_notice("\n".join(text.splitlines()[-2:]))
                 assert reference is not None
                 old, new = (json.dumps(part) for part in ORDERS_FIX)
                 fixed, error = call(

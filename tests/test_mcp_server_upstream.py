@@ -87,7 +87,7 @@ print("orders in all:", sum(row["ordres"] for row in rows))
     failed, error = server.call(on_loop, program)
     assert error is True and "KeyError: 'ordres'" in failed, failed
     written = report.stat()
-    reference = parse_notice(failed.splitlines()[-1])
+    reference = parse_notice("\n".join(failed.splitlines()[-2:]))
     assert reference is not None, failed
 
     line = f"await ptc_retry.replay({reference!r}, 'row[\"ordres\"]', 'row[\"orders\"]')"

@@ -103,8 +103,14 @@ def _notices(nb: Any) -> list[str]:
                 texts.extend(out["traceback"])
             elif out["output_type"] == "stream":
                 texts.append(out["text"])
-    lines = (line.strip() for text in texts for line in text.splitlines())
-    return [line for line in lines if line.startswith("[ptc-retry] ")]
+    lines = [line.strip() for text in texts for line in text.splitlines()]
+    # A notice's lines: its sentences, and the call it offers on the line after one.
+    return [
+        line
+        for before, line in zip(["", *lines], lines)
+        if line.startswith("[ptc-retry] ")
+        or (before.startswith("[ptc-retry] ") and line.startswith("await ptc_retry."))
+    ]
 
 
 @pytest.mark.parametrize("path", CODE_MODE, ids=[p.stem for p in CODE_MODE])

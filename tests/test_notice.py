@@ -90,7 +90,7 @@ def test_the_notice_names_the_program_and_shows_the_call_to_send_as_a_template(
     assert ref is not None and ref.startswith("#")
     # The statements before the failure ran in no time: skipping them is not offered.
     assert result.notice == (
-        f'[ptc-retry] Saved as {ref}. Small fix? Send only: await ptc_retry.replay("{ref}", '
+        f'[ptc-retry] Saved as {ref}. Small fix? Send only:\nawait ptc_retry.replay("{ref}", '
         '"<old>", "<new>")'
     )
     assert parse_notice(result.text) == ref
@@ -115,7 +115,7 @@ def test_the_replay_lines_fixed_part_costs_at_most_20_tokens(count: Any, ref: st
 # -- the notice's words -----------------------------------------------------------------------
 
 
-def test_each_line_of_every_notice_fits_in_120_characters() -> None:
+def test_each_line_of_every_notice_fits_in_120_characters_and_the_call_is_one() -> None:
     notices = [
         failure_notice("#1234"),
         failure_notice("#1234", completed=12),
@@ -125,8 +125,11 @@ def test_each_line_of_every_notice_fits_in_120_characters() -> None:
         failure_notice("#1234", completed=3, repeated=3, paused=True),
     ]
     for notice in notices:
-        assert all(len(line) <= 120 for line in notice.splitlines()), notice
-        assert all(line.startswith("[ptc-retry] ") for line in notice.splitlines())
+        lines = notice.splitlines()
+        assert all(len(line) <= 120 for line in lines), notice
+        # The call to send is the second line, whole and alone; the others are ours.
+        assert lines[1].startswith("await ptc_retry.") and lines[1].endswith(")"), notice
+        assert all(line.startswith("[ptc-retry] ") for line in lines[:1] + lines[2:])
 
 
 def test_the_guards_sentence_is_a_line_of_its_own() -> None:
@@ -142,7 +145,7 @@ def test_a_stopped_program_is_offered_going_on_not_a_fix() -> None:
         failure_notice("#3", interrupted=True, completed=2),
         failure_notice("#3", time_limit=5, completed=2),
     ):
-        assert notice.endswith(f"To go on: {resume_call('#3')}")
+        assert notice.endswith(f"To go on:\n{resume_call('#3')}")
         assert "Small fix" not in notice and "replay(" not in notice
     assert failure_notice("#3", time_limit=5).startswith(
         "[ptc-retry] Stopped by the time limit (5 s); saved as #3."

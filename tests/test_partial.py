@@ -101,7 +101,7 @@ def test_the_notice_quotes_where_the_program_stops_and_stays_short() -> None:
         ("", "before its first line; saved as #4."),
     ]:
         notice = partial_notice("#4", held)
-        assert notice.startswith(f"[ptc-retry] Cut off {where} Send only what follows: ")
+        assert notice.startswith(f"[ptc-retry] Cut off {where} Send only what follows:\n")
         assert notice.endswith('await ptc_retry.extend("#4", "<rest>")')
         assert parse_notice(notice) == "#4"
         tail = notice.partition(", ending ")[2].partition(". Send")[0]
@@ -237,13 +237,13 @@ def test_a_kernel_asked_to_run_nothing_of_a_whole_program_says_how_to_run_it(
     assert result.status == "partial" and result.reference is not None
     assert result.notice == (
         f'[ptc-retry] Cut off after "code" arrived whole; saved as {result.reference}, not run. '
-        f'To run it: await ptc_retry.extend("{result.reference}", "")'
+        f'To run it:\nawait ptc_retry.extend("{result.reference}", "")'
     )
     assert parse_notice(result.notice) == result.reference
     tokenizer = load_tokenizer()
     if tokenizer.available:
         assert tokenizer.count(partial_notice("#12", SHORT, whole=True)) <= 40
-    line = result.notice.partition("To run it: ")[2]
+    line = result.notice.partition("To run it:\n")[2]
     assert on_loop(backend.handle_tool_call("run_code", raw(line))) == short_expected
 
 
@@ -331,7 +331,7 @@ def test_a_failing_program_cut_after_it_ended_is_replayed_without_calling_a_tool
     assert result is not None and result.status == "error" and result.notice is not None
     assert parse_notice(text) == result.reference
     # Exactly what the notice says to send, its placeholders filled in.
-    offered = result.notice.partition("Send only: ")[2]
+    offered = result.notice.partition("Send only:\n")[2]
     line = offered.replace('"<old>"', '"uper"').replace('"<new>"', '"upper"')
     assert line.startswith(f'await ptc_retry.replay("{result.reference}"')
     fixed = on_loop(backend.handle_tool_call("run_code", raw(line), "call_pay_fix"))

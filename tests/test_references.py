@@ -238,7 +238,7 @@ def test_a_replay_that_does_not_compile_shows_the_line_not_ptc_retrys_frames(
 
     text = model_text(broken)
     assert broken.error["ename"] == "SyntaxError"
-    assert "<ptc-retry s2>" in text and "prices[" in text
+    assert f"<ptc-retry {broken.ptc['reference']}>" in text and "prices[" in text
     assert "replay.py" not in text and "program.py" not in text and "interactiveshell" not in text
 
 

@@ -64,7 +64,7 @@ def test_the_failed_statement_is_recorded_and_noticed(kernel: Kernel, module_roo
     assert parse_notice(failed.ptc["notice"]) == failed.ptc["reference"]
     reference = failed.ptc["reference"]
     assert failed.ptc["notice"].endswith(
-        f'Send only: await ptc_retry.replay("{reference}", "<old>", "<new>", resume=True)'
+        f'Send only:\nawait ptc_retry.replay("{reference}", "<old>", "<new>", resume=True)'
     )
 
 
@@ -78,7 +78,9 @@ def test_resume_runs_only_the_failed_statement(kernel: Kernel, module_root: Path
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "total: 4.15\n"  # no %time output: the first statement did not run
-    assert fixed.stderr == ""
+    reference = latest_line_of(module_root / "resume", "r2")["n"]
+    started = '(print(f"total: {total:.2f}"))'
+    assert fixed.stderr == f"ptc-retry: resuming #{reference} at line 15 {started}.\n"
     assert slow_runs(kernel) == "1"
     assert latest_line_of(module_root / "resume", fixed.ptc["call_id"])["resumed_from"] == 3
 
@@ -141,13 +143,13 @@ def test_the_budget_ends_in_a_full_run(kernel: Kernel) -> None:
         failed_program(kernel, "r7", turn)
         resumes = [kernel.execute_call("await ptc_retry.resume('r7')", turn=turn) for _ in range(3)]
         assert [r.error["ename"] for r in resumes] == ["NameError"] * 3
-        assert [r.stderr for r in resumes[:2]] == ["", ""]
+        assert all(r.stderr.startswith("ptc-retry: resuming #") for r in resumes[:2])
         assert "used its 2 resumes (PtcRetry.max_resumes_per_turn): running the whole" in (
             resumes[2].stderr
         )
         assert slow_runs(kernel) == "2"  # only the last resume ran the slow step again
         fresh = kernel.execute_call("await ptc_retry.resume('r7')", turn=next(_turns))
-        assert fresh.stderr == ""  # a new turn, a new budget
+        assert fresh.stderr.startswith("ptc-retry: resuming #")  # a new turn, a new budget
     finally:
         kernel.execute_call("%config PtcRetry.max_resumes_per_turn = 3")
 

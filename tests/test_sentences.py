@@ -77,8 +77,16 @@ def test_every_example_fills_the_fields_its_template_has(name: str) -> None:
 @pytest.mark.parametrize("name", NOTICE_LINES + GUARD_LINES)
 def test_each_notice_line_fits_in_120_characters(name: str) -> None:
     text = rendered(SENTENCES[name], ID_SHAPES["openai"])
-    line = text if text.startswith(PREFIX) else PREFIX + text
-    assert "\n" not in line and len(line) <= 120, line
+    lines = (text if text.startswith(PREFIX) else PREFIX + text).split("\n")
+    assert all(len(line) <= 120 for line in lines), lines
+
+
+@pytest.mark.parametrize("name", NOTICE_LINES)
+def test_the_call_a_notice_offers_is_a_line_of_its_own(name: str) -> None:
+    # A notebook breaks a long line at any character: alone, the call fits and stays whole.
+    said, call = rendered(SENTENCES[name], ID_SHAPES["openai"]).split("\n")
+    assert said.startswith(PREFIX) and "await" not in said
+    assert call.startswith("await ptc_retry.") and call.endswith(")") and len(call) <= 70
 
 
 def test_the_json_conversion_quotes_a_reference_as_a_string_literal() -> None:
@@ -153,12 +161,17 @@ def _matches(parts: list[str | None], quote: str) -> bool:
 
 
 def _quote_from(text: str, index: int) -> str:
-    """The sentence that starts at ``index``: to the end of the line, or, inside a JSON
-    string, to the end of that string, decoded."""
+    """The sentence that starts at ``index``: to the end of the line (and the next line, when
+    it is the call a notice offers), or, inside a JSON string, to the end of that string,
+    decoded."""
     if index and text[index - 1] == '"':
         with contextlib.suppress(ValueError):
             return str(json.JSONDecoder().raw_decode(text, index - 1)[0])
-    line = text[index:].split("\n", 1)[0].rstrip()
+    line, _, after = text[index:].partition("\n")
+    line = line.rstrip()
+    call = after.split("\n", 1)[0].strip()
+    if line.startswith(PREFIX) and call.startswith("await ptc_retry."):
+        return f"{line}\n{call}"  # a notice's call, on the line after its sentence
     inside = re.match(r'(?:[^"\\]|\\.)*(?=")', line)  # the rest of an enclosing JSON string
     if '\\"' in line and inside is not None:
         with contextlib.suppress(ValueError):
@@ -177,11 +190,13 @@ def _quotes_in_text(text: str) -> list[str]:
             found = span.find(ANYWHERE) if ANYWHERE in span else 0
             quotes.append(_quote_from(span, found))
     rest = spans.sub(" ", text)
-    for line in rest.splitlines():
+    lines = rest.splitlines()
+    for i, line in enumerate(lines):
+        both = "\n".join(lines[i : i + 2])  # the line and the next, where a notice's call is
         if ANYWHERE in line:
-            quotes.append(_quote_from(line, line.index(ANYWHERE)))
+            quotes.append(_quote_from(both, line.index(ANYWHERE)))
         elif line.lstrip().startswith(AT_START):
-            quotes.append(_quote_from(line, line.index(AT_START)))
+            quotes.append(_quote_from(both, line.index(AT_START)))
     return quotes
 
 
@@ -217,13 +232,16 @@ def test_every_quoted_sentence_is_one_as_its_template_renders_it(where: str, quo
     # A notice's line is PREFIX and a sentence; a sentence may also be quoted without it.
     prefixed = quote.startswith(PREFIX)
     candidates = [_parts(sentence, prefixed=prefixed) for sentence in SENTENCES.values()]
-    assert any(_matches(parts, quote) for parts in candidates), f"{where}: {quote}"
+    # The evaluation's report writes a notice's lines in one table cell, " / " between them.
+    quotes = {quote, quote.replace(" / await ptc_retry.", "\nawait ptc_retry.")}
+    assert any(_matches(parts, q) for parts in candidates for q in quotes), f"{where}: {quote}"
 
 
 def test_a_quote_that_differs_from_every_template_is_caught() -> None:
     notice = _parts(SENTENCES["NOTICE_FAILED"], prefixed=True)
     good = (
-        PREFIX + 'Saved as #4. Small fix? Send only: await ptc_retry.replay("#4", "<old>", "<new>")'
+        PREFIX
+        + 'Saved as #4. Small fix? Send only:\nawait ptc_retry.replay("#4", "<old>", "<new>")'
     )
     assert _matches(notice, good) and _matches(notice, "[ptc-retry] Saved as #4. ...")
     assert not _matches(notice, good.replace("Send only", "Send"))

@@ -120,7 +120,7 @@ def test_a_failed_action_is_fixed_by_a_one_line_replay(
     assert failed.error is not None
     message = str(failed.error)
     assert "KeyError: 'qyt'" in message and "\x1b" not in message
-    assert message.rstrip().splitlines()[-1].startswith("[ptc-retry] Saved as #")
+    assert message.rstrip().splitlines()[-2].startswith("[ptc-retry] Saved as #")
     assert len(model.steps) == 0 and len(agent.memory.steps) == 3  # task, failure, replay
     session = executor.backend.session_dir
     assert session is not None

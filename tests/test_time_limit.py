@@ -49,7 +49,7 @@ def test_a_looping_program_stops_at_the_limit_with_its_output(kernel: Kernel) ->
     reference = stopped.ptc["reference"]
     assert stopped.ptc["notice"] == (
         f"[ptc-retry] Stopped by the time limit (0.5 s); saved as {reference}. "
-        f'To go on: await ptc_retry.resume("{reference}")'
+        f'To go on:\nawait ptc_retry.resume("{reference}")'
     )
 
     following, seconds = timed(kernel, "print('next')")

@@ -320,7 +320,7 @@ def test_an_interrupt_while_awaiting_a_tool_is_a_keyboard_interrupt_offering_res
     assert after < 5, f"the program went on for {after:.1f} s after the interrupt"
     assert stopped.error is not None and stopped.error["ename"] == "KeyboardInterrupt"
     assert stopped.ptc is not None and stopped.ptc["status"] == "interrupted"
-    assert "To go on: await ptc_retry.resume(" in stopped.ptc["notice"]
+    assert "To go on:\nawait ptc_retry.resume(" in stopped.ptc["notice"]
     assert stopped.stdout == "asking\n"
     assert host.run(shared, "await tools.double(x=5)").result == "10"
 

@@ -11,7 +11,7 @@ import hashlib
 import json
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -195,27 +195,34 @@ class RepeatedFailureGuard:
             "refused": self.refused,
         }
 
-    def status(self) -> str:
-        """One line for a person (``%ptc_guard``)."""
+    def status(self, name: Callable[[str], str] = str) -> str:
+        """One line for a person (``%ptc_guard``); ``name`` gives the name a person knows a
+        program by (its ``#n``) for a call id."""
         head = f"ptc-retry guard: mode {self.mode}, limit {self.limit}"
         if self.exclude:
             head += f", not counting {', '.join(sorted(self.exclude))}"
         if self.paused is not None:
             return (
-                f"{head}. PAUSED: {describe(self.paused)}; {self.refused} program(s) refused "
-                f"since. A person lifts it with %ptc_guard reset alone in a cell."
+                f"{head}. PAUSED: {describe(self.paused, name)}; {self.refused} program(s) "
+                f"refused since. A person lifts it with %ptc_guard reset alone in a cell."
             )
         if self.streak is not None:
-            return f"{head}. Current streak: {describe(self.streak)}."
+            return f"{head}. Current streak: {describe(self.streak, name)}."
         return f"{head}. No failures in a row."
 
 
-def describe(streak: Streak) -> str:
-    """``3 identical failures of run_code (KeyError), c1 at 12:00:01 to c3 at 12:00:09``."""
-    first = f"{streak.first_id} at {_clock(streak.first_time)}"
-    last = f"{streak.last_id} at {_clock(streak.last_time)}"
+#: The tool every program a person runs in a notebook counts as: not named to them.
+_PROGRAM_TOOL = "run_code"
+
+
+def describe(streak: Streak, name: Callable[[str], str] = str) -> str:
+    """``3 identical failures (KeyError), #1 at 12:00:01 to #3 at 12:00:09``: the programs by
+    ``name`` of their call ids; the tool is named when it is another than ``run_code``."""
+    first = f"{name(streak.first_id or '?')} at {_clock(streak.first_time)}"
+    last = f"{name(streak.last_id or '?')} at {_clock(streak.last_time)}"
     span = first if streak.count == 1 else f"{first} to {last}"
-    return f"{streak.count} identical failure(s) of {streak.tool} ({streak.ename}), {span}"
+    tool = "" if streak.tool == _PROGRAM_TOOL else f" of {streak.tool}"
+    return f"{streak.count} identical failure(s){tool} ({streak.ename}), {span}"
 
 
 def refusal_message(report: dict[str, Any]) -> str:

@@ -42,7 +42,7 @@ def failure_notice(
     repeated: int = 0,
     paused: bool = False,
 ) -> str:
-    """The text appended to a stopped program's traceback: one line, two where it must.
+    """The text appended to a stopped program's traceback: two lines, three with the guard's.
 
     ``reference`` names the saved program (``"#7"``; a call id where no number is known).
     A failure offers the fix as a template with two literal placeholders,
@@ -51,9 +51,11 @@ def failure_notice(
     skipping them would save too little to be worth it). A program that was
     stopped (``interrupted``, or by the ``time_limit``) offers going on instead:
     ``await ptc_retry.resume("#7")``. The guard's sentence follows, on a line of its own,
-    when this is the ``repeated``-th identical failure in a row. Each line stays under
-    about 120 characters, so a notebook does not break it mid-word; the error itself is
-    never repeated, and neither is the word "call id" (some frameworks print their own).
+    when this is the ``repeated``-th identical failure in a row. The call to send is a
+    line of its own, after the line that says what happened: a notebook breaks a line
+    that does not fit at any character, and a short line alone stays whole. Each line
+    stays under about 120 characters; the error itself is never repeated, and neither
+    is the word "call id" (some frameworks print their own).
     """
     if time_limit:
         lines = [said.NOTICE_TIME_LIMIT.render(reference=reference, seconds=time_limit)]
@@ -72,9 +74,10 @@ def resume_call(reference: str) -> str:
     return said.RESUME_CALL.render(reference=reference)
 
 
+# The call to send ends the notice's first line or is the line after it.
 _NOTICE = re.compile(
     re.escape(PREFIX)
-    + r"[^\n]*?await ptc_retry\.(?:replay|resume|extend)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
+    + r"[^\n]*?\n?await ptc_retry\.(?:replay|resume|extend)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
 )
 
 

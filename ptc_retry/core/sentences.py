@@ -10,7 +10,9 @@ A template is ``str.format`` text, plus the conversion ``!j`` (the value as a JS
 cost, rendered with its ``example`` values and with the ids real models send (``call_`` + 24
 characters, ``toolu_01`` + 22) in every field named ``call_id`` or ending in ``_id``, and
 ``#1234`` in ``reference``; tests/test_sentences.py checks each one. A notice line stays
-under about 120 characters, so that a notebook does not break it mid-word.
+under about 120 characters, and the call a notice tells the model to send is a line of its
+own: JupyterLab and Notebook 7 break an error output's lines at any character
+(``word-break: break-all``), so only a line that fits stays whole.
 """
 
 from __future__ import annotations
@@ -70,7 +72,7 @@ _SEND_AGAIN = "Send the whole call again."
 #: A failed program: the fix, as a template with two literal placeholders. ``resume`` is
 #: ``RESUME_FLAG`` when the statements that completed need not run again, else empty.
 NOTICE_FAILED = Sentence(
-    PREFIX + "Saved as {reference}. Small fix? Send only: "
+    PREFIX + "Saved as {reference}. Small fix? Send only:\n"
     'await ptc_retry.replay({reference!j}, "<old>", "<new>"{resume})',
     40,
     {"resume": ", resume=True"},
@@ -80,12 +82,12 @@ NOTICE_FAILED = Sentence(
 RESUME_FLAG = ", resume=True"
 #: An interrupted program: going on, not a fix.
 NOTICE_INTERRUPTED = Sentence(
-    PREFIX + "Interrupted; saved as {reference}. To go on: " + _RESUME, 40
+    PREFIX + "Interrupted; saved as {reference}. To go on:\n" + _RESUME, 40
 )
 #: A program the kernel's time limit stopped.
 NOTICE_TIME_LIMIT = Sentence(
     PREFIX
-    + "Stopped by the time limit ({seconds:g} s); saved as {reference}. To go on: "
+    + "Stopped by the time limit ({seconds:g} s); saved as {reference}. To go on:\n"
     + _RESUME,
     40,
     {"seconds": 55.5},
@@ -128,6 +130,12 @@ GUARD_REFUSAL = Sentence(
         "last_time": "12:00:09",
     },
 )
+#: Said when a person loads the extension in a cell (``%load_ext ptc_retry``).
+LOADED = Sentence(
+    "ptc-retry: every program is saved in {session_dir} before it runs.",
+    40,
+    {"session_dir": "/tmp/ptc-retry-1000/k3f9a1c2b7d"},
+)
 #: Said on stderr when the program's namespace already has a ``tools`` of its own.
 TOOLS_NAME_TAKEN = Sentence(
     "ptc-retry: `tools` is a name of this kernel's own, so the agent's tools are at "
@@ -156,12 +164,26 @@ RUN_WHOLE = Sentence(
     },
 )
 
+#: Said on stderr when a resume skips statements: the one it starts at (``statement``: its
+#: first line, quoted) and, for a loop, ``LOOP_FROM_START``.
+RESUMED_AT = Sentence(
+    "ptc-retry: resuming {reference} at line {line} ({statement}){loop}.",
+    45,
+    {
+        "line": 1234,
+        "statement": "for page in range(first_page, last_page + 1, step_between_p...",
+        "loop": "; the loop starts again from its first iteration",
+    },
+)
+#: ``loop`` of ``RESUMED_AT`` when the statement it starts at is a loop.
+LOOP_FROM_START = "; the loop starts again from its first iteration"
+
 # -- calls cut off mid-stream ---------------------------------------------------------------
 
 #: The start of the program was saved; ``where`` says where the cut fell (``in line 4``),
 #: ``ending`` quotes how that line ends (``, ending 'total +='``), or is empty.
 CUT_IN_PROGRAM = Sentence(
-    PREFIX + "Cut off {where}; saved as {reference}{ending}. Send only what follows: "
+    PREFIX + "Cut off {where}; saved as {reference}{ending}. Send only what follows:\n"
     'await ptc_retry.extend({reference!j}, "<rest>")',
     95,
     {"where": "in line 1234", "ending": ", ending ..." + repr("x = " * 25)},
@@ -169,7 +191,7 @@ CUT_IN_PROGRAM = Sentence(
 #: The program arrived whole in a request that asked the kernel to run nothing.
 CUT_AFTER_CODE = Sentence(
     PREFIX + 'Cut off after "code" arrived whole; saved as {reference}, not run. To run '
-    'it: await ptc_retry.extend({reference!j}, "")',
+    'it:\nawait ptc_retry.extend({reference!j}, "")',
     40,
 )
 #: Cut off after every argument the tool takes came whole, so it ran: ``arrived`` names

@@ -361,6 +361,21 @@ class CheckpointStore:
             f"the previous step (int >= 1), not {type(target).__name__} {target!r}."
         )
 
+    def next_previous_id(self, n: int) -> str:
+        """The call ``previous/<n>.json`` stands for once the next step begins: the n-th call
+        of the current step. It is what ``replay(n)`` runs in a person's next cell (each such
+        cell is a step of its own), whatever ``previous/`` holds now. CheckpointError when
+        the current step has no n-th call."""
+        with self._lock:
+            ids = list(self._index.step_ids)
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(ids):
+            raise CheckpointError(
+                f"no previous/{n}.json for the next cell: the current step has {len(ids)} "
+                f'call(s), numbered from 1. For program number {n} of the session write "#{n}"; '
+                f"the most recent are: {self._recent_text()}."
+            )
+        return ids[n - 1]
+
     def id_for_reference(self, ref: str) -> str:
         """The call id that reference ``"#n"`` names; CheckpointError when there is none.
 

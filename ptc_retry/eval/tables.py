@@ -269,7 +269,8 @@ def cut_off_section(figures: dict[str, Any], shapes: Sequence[dict[str, Any]]) -
     lines.append(f"| **all {totals[0]['scenarios']}** | | | | {cells(totals)} |")
     example = shapes[0]["cut_off"]["scenarios"][0]["notice_text"]
     if example:
-        shown = example.replace("|", "\\|")
+        # One code span: the notice's lines with " / " between them, as the other tables show.
+        shown = " / ".join(example.splitlines()).replace("|", "\\|")
         lines += ["", f"The notice the first extend arm read: `{shown}`"]
     return [*lines, ""]
 

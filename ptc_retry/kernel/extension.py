@@ -467,6 +467,13 @@ class PtcRetryExtension:
         # reported in that program's output, where the model reads it, rather
         # than in a kernel log nobody sees.
 
+    def say_where_saved(self) -> None:
+        """One line on stdout naming the session directory, opening the store for it (a
+        problem with it is said instead, once, as at a program's start)."""
+        store = self.checkpoints.open()
+        if store is not None:
+            print(said.LOADED.render(session_dir=store.session_dir))
+
     def unregister(self) -> None:
         shell = self.shell
         shell.events.unregister("pre_run_cell", self.pre_run_cell)
@@ -521,6 +528,15 @@ def load_ipython_extension(shell: InteractiveShell, api: types.ModuleType) -> No
     extension = PtcRetryExtension(shell, api)
     host.add(shell, extension)
     extension.register()
+    if _in_a_cell(shell):
+        extension.say_where_saved()
+
+
+def _in_a_cell(shell: InteractiveShell) -> bool:
+    """Whether a cell is running: ``%load_ext`` typed by a person, not a kernel loading the
+    extension at start-up (IPython gives the displayhook a cell's result only while the cell
+    runs)."""
+    return getattr(getattr(shell, "displayhook", None), "exec_result", None) is not None
 
 
 def unload_ipython_extension(shell: InteractiveShell) -> None:

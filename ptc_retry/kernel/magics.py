@@ -8,25 +8,32 @@ import sys
 from typing import TYPE_CHECKING
 
 from IPython.core.magic import Magics, line_magic, magics_class
+from IPython.display import display
 
 from ..core.errors import PtcRetryError
-from ..core.history_table import format_history, format_tool_calls
+from ..core.history_table import format_history, format_tool_calls, history_html
 from .host import Host
 
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
+    from ..core.store import CheckpointStore
+
 MAGIC_NAMES = {"line": ["ptc_history", "ptc_show", "ptc_guard"]}
 
-# A cell that only runs our own magics (and blank or comment lines) is not a call.
-_OWN_MAGICS_ONLY = re.compile(
-    rf"(?:[ \t]*(?:%(?:{'|'.join(MAGIC_NAMES['line'])})\b[^\n]*|#[^\n]*)?\n)*"
+# A person's commands to ptc-retry: its magics, and loading or unloading the extension.
+_OWN_COMMAND = (
+    rf"%(?:{'|'.join(MAGIC_NAMES['line'])})\b[^\n]*"
+    r"|%(?:load_ext|unload_ext|reload_ext)[ \t]+ptc_retry[ \t]*"
 )
+# A cell that only runs those (and blank or comment lines) is not a call.
+_OWN_MAGICS_ONLY = re.compile(rf"(?:[ \t]*(?:{_OWN_COMMAND}|#[^\n]*)?\n)*")
 _PERSON_RESET = re.compile(r"\s*%ptc_guard[ \t]+reset\s*")
 
 
 def only_own_magics(source: str) -> bool:
-    """Whether a cell runs nothing but these magics: it takes no number or id."""
+    """Whether a cell runs nothing but these magics and ``%load_ext``, ``%unload_ext`` or
+    ``%reload_ext ptc_retry``: a person's commands, which take no number or id."""
     return _OWN_MAGICS_ONLY.fullmatch(source + "\n") is not None
 
 
@@ -52,16 +59,26 @@ class PtcRetryMagics(Magics):
 
     @line_magic
     def ptc_history(self, line: str) -> None:
-        """%ptc_history [N]: the last N calls of this session (default 20)."""
+        """%ptc_history [N]: the last N calls of this session (default 20), displayed as
+        text (``format_history``) and as an HTML table."""
         store = self.extension.checkpoints.open()
         if store is None:
             return
         count = int(line) if line.strip().isdigit() else 20
-        print(format_history(store.history()[-count:], session_dir=store.session_dir))
+        lines, where = store.history(), store.session_dir
+        # Plain text for a terminal and for a model; a table for a notebook, which a
+        # narrow output scrolls rather than breaking it inside its cells.
+        shown = {
+            "text/plain": format_history(lines, session_dir=where, last=count),
+            "text/html": history_html(lines, session_dir=where, last=count),
+        }
+        display(shown, raw=True)
 
     @line_magic
     def ptc_show(self, line: str) -> None:
-        """%ptc_show #N|ID|N: the program saved as #N, for a call id, or as previous/N.json."""
+        """%ptc_show #N|ID|N: the program saved as #N, or for a call id; for a number N, the
+        program that ``replay(N, ...)`` runs when typed in the next cell. The first line
+        names it (``#n`` and its id) and where it is saved."""
         store = self.extension.checkpoints.open()
         if store is None:
             return
@@ -69,15 +86,20 @@ class PtcRetryMagics(Magics):
         if not text:
             print("usage: %ptc_show #N (program N), <call id>, or a number N for previous/N.json")
             return
-        target: str | int = int(text) if text.isdigit() else text
+        position = int(text) if text.isascii() and text.isdigit() else None
         try:
+            # A cell of magics does not move previous/, but the next cell will.
+            target = store.next_previous_id(position) if position is not None else text
             call_id, code = store.load_code(target)
+            path = store.path_for(call_id)
         except PtcRetryError as exc:
             print(exc, file=sys.stderr)
             return
         ref = store.reference_of(call_id)
         name = f"{ref} ({call_id})" if ref else call_id
-        print(f"# {name}: {store.path_for(target)}\n{code}")
+        if position is not None:
+            name += f", what replay({position}, ...) runs in the next cell"
+        print(f"# {name}: {path}\n{code}")
         records = self.extension.checkpoints.tool_calls(call_id)
         if records:
             end = "" if code.endswith("\n") else "\n"
@@ -93,7 +115,8 @@ class PtcRetryMagics(Magics):
         extension = self.extension
         word = line.strip()
         if word in ("", "status"):
-            print(extension.guard.status())
+            store = extension.checkpoints.store
+            print(extension.guard.status(lambda cid: _person_name(store, cid)))
         elif word == "reset":
             running = extension.programs.outermost()
             if running is None or not running.person_reset:
@@ -107,3 +130,8 @@ class PtcRetryMagics(Magics):
             print("ptc-retry: the guard starts fresh; programs run again.")
         else:
             print("usage: %ptc_guard [reset]", file=sys.stderr)
+
+
+def _person_name(store: CheckpointStore | None, call_id: str) -> str:
+    """The name a person was given for the program saved as ``call_id``: its ``#n``."""
+    return (store.reference_of(call_id) if store is not None else None) or call_id

@@ -26,7 +26,7 @@ from ..core.program import run_program, statement_spans
 from ..core.store import CheckpointStore
 from .host import Host, current_host
 from .recording import RecordedCalls, Reuse, calls_made, in_order
-from .resume import history_line
+from .resume import history_line, where_resumed
 from .running import Running
 from .tool_calls import program_calls
 from .tracebacks import cell_text, replay_filename
@@ -167,7 +167,8 @@ class Replay:
         _require_utf8(corrected)
         whole_call = _is_whole_call(self.host, running)
         name = self._become_corrected(running, corrected, call_id) if whole_call else call_id
-        filename = replay_filename(name)
+        # Its frames carry the name the notice gives the program: "#11", not "c11".
+        filename = replay_filename(store.reference_of(name) or name)
         transformed = self.host.shell.transform_cell(corrected)
         start = self._first_statement(store, call_id, code, corrected, transformed)
         if whole_call:
@@ -280,8 +281,13 @@ class Resume(Replay):
         self, store: CheckpointStore, call_id: str, code: str, corrected: str, transformed: str
     ) -> int:
         """The earlier of the statement that failed and the first one an edit touched, or
-        0 when the whole program must run (see :meth:`.resume.ResumePolicy.start`)."""
-        return self.host.resumes.start(store, call_id, code, corrected, transformed)
+        0 when the whole program must run (see :meth:`.resume.ResumePolicy.start`). A
+        start past the first statement is said in one line on stderr."""
+        start = self.host.resumes.start(store, call_id, code, corrected, transformed)
+        if start:
+            reference = store.reference_of(call_id) or call_id
+            print(where_resumed(reference, transformed, start), file=sys.stderr)
+        return start
 
 
 class Extend(Replay):

@@ -3,6 +3,7 @@ the whole program (with one line on stderr saying why), within a budget per turn
 
 from __future__ import annotations
 
+import ast
 import io
 import os
 import secrets
@@ -87,6 +88,29 @@ def history_line(store: CheckpointStore, call_id: str) -> dict[str, Any] | None:
         if line.get("id") == call_id:
             return line
     return None
+
+
+#: The longest part of a statement's first line that ``where_resumed`` quotes.
+_QUOTED_CHARS = 60
+
+
+def where_resumed(reference: str, transformed: str, start: int) -> str:
+    """The line a resume of ``reference`` says: the top-level statement it starts at
+    (``start``, 0-based, of ``transformed``, the program as compiled), by its line and its
+    first line's text, and, when that statement is a loop, that the loop runs again from
+    its first iteration."""
+    statement = ast.parse(transformed).body[start]
+    first = statement_spans(transformed)[start][0]
+    text = transformed.splitlines()[first - 1].strip()
+    if len(text) > _QUOTED_CHARS:
+        text = text[: _QUOTED_CHARS - 3] + "..."
+    loop = isinstance(statement, (ast.For, ast.AsyncFor, ast.While))
+    return said.RESUMED_AT.render(
+        reference=reference,
+        line=first,
+        statement=text,
+        loop=said.LOOP_FROM_START if loop else "",
+    )
 
 
 def _run_whole(reason: str) -> int:

@@ -36,9 +36,10 @@ _REPLAY_PREFIX = "<ptc-retry "
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def replay_filename(call_id: str) -> str:
-    """The file name the program that ``call_id`` runs as a replay compiles under."""
-    return f"{_REPLAY_PREFIX}{call_id}>"
+def replay_filename(name: str) -> str:
+    """The file name a replayed program compiles under, which its frames show:
+    ``<ptc-retry #11>`` for ``name`` ``"#11"`` (its reference, else its call id)."""
+    return f"{_REPLAY_PREFIX}{name}>"
 
 
 def cell_text(shell: InteractiveShell, info: Any) -> str | None:
@@ -112,11 +113,14 @@ def own_lines_only(
     as IPython shows one in a cell (the line and the caret), not through the frames of
     the replay that compiled it. An interrupt raised by our SIGINT handler, or while a
     tool call waited, would end in ptc-retry's frames (IPython shows the last frame even
-    when hidden); the reader needs it to end in the program's line.
+    when hidden); the reader needs it to end in the program's line. The frames of
+    ptc-retry's own code that IPython would hide are left out before it formats them.
     """
     filename = getattr(evalue, "filename", None)
     if isinstance(evalue, SyntaxError) and str(filename).startswith(_REPLAY_PREFIX):
         return list(shell.SyntaxTB.structured_traceback(etype, evalue, None))
+    if callable(getattr(evalue, "_render_traceback_", None)):
+        return stb  # IPython showed what the error renders itself, no frames
     entries = []
     tb = evalue.__traceback__
     while tb is not None:
@@ -128,10 +132,14 @@ def own_lines_only(
     if isinstance(evalue, (KeyboardInterrupt, asyncio.CancelledError)):
         while keep > 1 and _own_hidden(entries[keep - 1].tb_frame):
             keep -= 1
-    if keep == len(entries) and not rebuild:
+    # IPython hides the frames of a replay's own steps but writes "[... skipping hidden N
+    # frame]" in their place: left out here, they leave no trace (the last frame IPython
+    # shows in any case).
+    kept = [e for i, e in enumerate(entries[:keep]) if i == keep - 1 or not _own_hidden(e.tb_frame)]
+    if len(kept) == len(entries) and not rebuild:
         return stb
     trimmed = None
-    for entry in reversed(entries[:keep]):
+    for entry in reversed(kept):
         trimmed = types.TracebackType(trimmed, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
     evalue.__traceback__ = trimmed
     return list(shell.InteractiveTB.structured_traceback(etype, evalue, trimmed))

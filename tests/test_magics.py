@@ -1,0 +1,125 @@
+"""What a person at the notebook sees, in one shared ptc-retry kernel: the magics name the
+program the next cell's replay runs, a program has one name everywhere, a person's own
+commands are not programs, and a resume says where it starts."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from ptc_retry.core.protocol import strip_ansi
+
+from .helpers import Execution, Kernel, StartKernel, history, latest_line_of, raw
+
+
+@pytest.fixture(scope="module")
+def kernel(start_shared_kernel: StartKernel) -> Kernel:
+    return start_shared_kernel("magics")
+
+
+def reference(kernel: Kernel, ran: Execution) -> str:
+    """The ``#n`` the program of ``ran`` was saved as."""
+    assert ran.ptc is not None
+    return f"#{latest_line_of(kernel.session_dir, ran.ptc['call_id'])['n']}"
+
+
+def traceback_text(ran: Execution) -> str:
+    assert ran.error is not None, ran.outputs
+    return strip_ansi("\n".join(ran.error["traceback"]))
+
+
+def last_row(kernel: Kernel) -> dict[str, str]:
+    """The last row of ``%ptc_history``, by column: cells are read under their headers."""
+    header, *rows = kernel.execute("%ptc_history 1").displayed.splitlines()[1:]
+    starts = [match.start() for match in re.finditer(r"\S+", header)]
+    ends = [*starts[1:], None]
+    return {header[a:b].strip(): rows[-1][a:b].strip() for a, b in zip(starts, ends, strict=True)}
+
+
+def test_ptc_show_n_shows_the_program_that_replay_n_runs_in_the_next_cell(kernel: Kernel) -> None:
+    kernel.execute("print('the one before')")
+    last = kernel.execute("print('the last program')")
+
+    shown = kernel.execute("%ptc_show 1")
+    header, code = shown.stdout.split("\n", 1)
+    assert code == "print('the last program')\n"
+    assert header.startswith(f"# {reference(kernel, last)} (")
+    assert "what replay(1, ...) runs in the next cell" in header
+    # A cell of magics is not a step: the next cell's replay(1) is the program shown.
+    replayed = kernel.execute("await ptc_retry.replay(1, 'the last', 'the shown')")
+    assert replayed.stdout == "the shown program\n"
+
+
+def test_a_replayed_programs_frames_carry_the_name_its_notice_gives_it(kernel: Kernel) -> None:
+    failed = kernel.execute('def price(row):\n    return row["cost"]\n\nprice({"amount": 3})\n')
+    again = kernel.execute(f"await ptc_retry.replay({reference(kernel, failed)!r}, 'cost', 'sum')")
+
+    text = traceback_text(again)
+    assert again.error["ename"] == "KeyError"
+    assert f"File <ptc-retry {reference(kernel, again)}>" in text
+    assert not re.search(r"<ptc-retry (?!#)", text)
+    # ptc-retry's own frames are left out, without IPython's line in their place.
+    assert "skipping hidden" not in text and "replay.py" not in text
+
+
+def test_unloading_and_loading_are_a_persons_commands_not_programs(kernel: Kernel) -> None:
+    program = kernel.execute("kept = 'a program'")
+    lines = len(history(kernel.session_dir))
+
+    kernel.execute("%unload_ext ptc_retry")
+    loaded = kernel.execute("%load_ext ptc_retry")
+
+    assert len(history(kernel.session_dir)) == lines
+    said = f"ptc-retry: every program is saved in {kernel.session_dir} before it runs.\n"
+    assert loaded.stdout == said
+    row = last_row(kernel)
+    assert (row["ref"], row["id"]) == (reference(kernel, program), program.ptc["call_id"])
+    assert kernel.execute("%ptc_show 1").stdout.endswith("\nkept = 'a program'\n")
+
+
+def test_ptc_history_names_the_programs_size_code_bytes(kernel: Kernel) -> None:
+    code = "size = 'ünïcode'  # program"
+    ran = kernel.execute(code)
+
+    row = last_row(kernel)
+    assert "bytes" not in row
+    assert row["code_bytes"] == str(len(code.encode()))
+    line = latest_line_of(kernel.session_dir, ran.ptc["call_id"])
+    assert line["bytes"] == len(raw(code).encode())  # the saved arguments
+
+
+LOOP = """\
+done = []
+for page in range(4):
+    done.append(page)
+    if page == 2 and not fixed:
+        raise RuntimeError("page 2 failed")
+print("pages", done)
+"""
+
+
+def test_a_resume_says_which_statement_it_starts_at_and_history_shows_it(kernel: Kernel) -> None:
+    failed = kernel.execute("fixed = False\n" + LOOP)
+    ref = reference(kernel, failed)
+
+    resumed = kernel.execute(f"await ptc_retry.replay({ref!r}, 'not fixed', 'fixed', resume=True)")
+
+    assert resumed.status == "ok", resumed.error
+    assert resumed.stderr == (
+        f"ptc-retry: resuming {ref} at line 3 (for page in range(4):); "
+        "the loop starts again from its first iteration.\n"
+    )
+    assert resumed.stdout == "pages [0, 1, 2, 0, 1, 2, 3]\n"  # `done = []` did not run again
+    row = last_row(kernel)
+    assert (row["replay_of"], row["resumed_from"]) == (ref, "2")
+
+
+def test_a_resume_at_a_statement_that_is_no_loop_says_only_where(kernel: Kernel) -> None:
+    failed = kernel.execute("first = 1\nsecond = first + undefined\nprint(second)\n")
+    ref = reference(kernel, failed)
+
+    resumed = kernel.execute(f"await ptc_retry.replay({ref!r}, 'undefined', '1', resume=True)")
+
+    assert resumed.stdout == "2\n"
+    assert resumed.stderr == f"ptc-retry: resuming {ref} at line 2 (second = first + 1).\n"
