@@ -380,10 +380,25 @@ class PriceList:
         return {"tea": 3.0, "milk": 2.0}.get(item, 1.0)
 
 
+def notices_in(text: str) -> list[str]:
+    """The notices in ``text`` (what a model read), in order: each ``[ptc-retry] `` line with
+    the call to send on the line after it, where it offers one."""
+    lines = text.splitlines()
+    return [
+        line + ("\n" + lines[i + 1] if lines[i + 1 : i + 2] and _is_call(lines[i + 1]) else "")
+        for i, line in enumerate(lines)
+        if line.startswith("[ptc-retry] ")
+    ]
+
+
+def _is_call(line: str) -> bool:
+    return line.startswith("await ptc_retry.")
+
+
 def fix_line(text: str) -> str:
     """What a model sends after reading ``text``, a failed program's result: the replay
     line its notice offers, filled with ``PRICED_FIX``."""
-    notices = [line for line in text.splitlines() if line.startswith("[ptc-retry] ")]
+    notices = notices_in(text)
     assert notices, f"no notice in what the model read: {text[-300:]!r}"
     old, new = PRICED_FIX
     return follow(notices[-1], old=old, new=new)
@@ -399,7 +414,8 @@ def check_fixed_by_one_replay(
     the notice, and the replay it sent (``ids[1]``) reused both host results: ``host_calls``,
     the host's calls since the run began, are the program's first two."""
     assert "KeyError: 'qyt'" in failed and "\x1b" not in failed
-    assert failed.rstrip().splitlines()[-1].startswith("[ptc-retry] Saved as #")
+    said, call = failed.rstrip().splitlines()[-2:]  # the notice: its sentence, then the call
+    assert said.startswith("[ptc-retry] Saved as #") and _is_call(call)
     assert host_calls == ["tea", "milk"]
     replayed = line_of(backend.session_dir, ids[1])
     assert replayed["replay_of"] == ids[0]

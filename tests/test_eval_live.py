@@ -17,7 +17,7 @@ from ptc_retry.cli import main as cli  # noqa: E402
 from ptc_retry.eval import live  # noqa: E402
 from ptc_retry.eval.scenarios import by_name  # noqa: E402
 
-from .helpers import follow, raw  # noqa: E402
+from .helpers import follow, notices_in, raw  # noqa: E402
 from .model_server import Call, ModelServer, Reply, Request  # noqa: E402
 
 #: The usage each arm's fix reports: a replay is short, a re-sent program long.
@@ -32,7 +32,7 @@ def _scripted_fix(request: Request) -> Reply:
     messages = request.body["messages"]
     result = messages[-1]["content"]
     text = result if isinstance(result, str) else result[0]["content"]
-    notices = [line for line in text.splitlines() if line.startswith("[ptc-retry]")]
+    notices = notices_in(text)
     if notices:
         old, new = scenario.edits[0]
         return Reply(

@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("openai", reason="openai is an optional extra (ptc-retry[openai])")
 pytest.importorskip("anthropic", reason="anthropic is an optional extra (ptc-retry[anthropic])")
 
-from .helpers import follow, raw  # noqa: E402
+from .helpers import follow, notices_in, raw  # noqa: E402
 from .model_server import FIX, PROGRAM, Call, ModelServer, Reply, Request  # noqa: E402
 
 EXAMPLES = Path(__file__).parent.parent / "examples"
@@ -41,11 +41,7 @@ def _last_tool_result(body: dict[str, Any]) -> str:
 
 def _replay(request: Request) -> Reply:
     """The model reads the notice in the result it was sent and sends the replay line."""
-    (notice,) = [
-        line
-        for line in _last_tool_result(request.body).splitlines()
-        if line.startswith("[ptc-retry]")
-    ]
+    (notice,) = notices_in(_last_tool_result(request.body))
     return Reply(calls=[Call("run_code", raw(follow(notice, old=FIX[0], new=FIX[1])))])
 
 

@@ -34,7 +34,7 @@ from ptc_retry.integrations.replies import (  # noqa: E402
     ToolCall,
 )
 
-from .helpers import OnLoop, StartBackend, follow, history, raw  # noqa: E402
+from .helpers import OnLoop, StartBackend, follow, history, notices_in, raw  # noqa: E402
 from .model_server import FIX, PROGRAM, TOTAL, Call, ModelServer  # noqa: E402
 from .model_server import Reply as Scripted  # noqa: E402
 
@@ -156,8 +156,8 @@ def _rest(arrived: str) -> str:
 
 
 def _notice(text: str) -> str:
-    (line,) = [line for line in text.splitlines() if line.startswith("[ptc-retry]")]
-    return line
+    (notice,) = notices_in(text)
+    return notice
 
 
 def _bounded(on_loop: OnLoop[Any], coroutine: Any, seconds: float = 30) -> Any:
