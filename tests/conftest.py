@@ -44,6 +44,7 @@ ALL_TRANSPORTS = ["local", KERNEL_GATEWAY, ENTERPRISE_GATEWAY]
 #: first. They are collected first, so that pytest-xdist, which hands each worker whole
 #: modules in collection order, never starts a long one when the others are nearly done.
 SLOWEST_MODULES = (
+    "test_browser.py",
     "test_gateway.py",
     "test_eval.py",
     "test_late_results.py",
@@ -60,6 +61,10 @@ SLOWEST_MODULES = (
     "test_notebooks.py",
     "test_smolagents.py",
     "test_references.py",
+    "test_provider_sdks.py",
+    "test_approvals.py",
+    "test_tracing.py",
+    "test_examples.py",
 )
 
 
