@@ -421,3 +421,88 @@ def test_the_prompt_marks_the_tools_that_need_approval(kb: KernelBackend) -> Non
     assert lines["await tools.send_email"].endswith("(waits for a person's approval)")
     assert lines["await tools.pay"].endswith("(waits for a person's approval)")
     assert "approval" not in lines["await tools.search"]
+
+
+def test_an_approval_is_used_by_its_continuation_never_by_another_program_running_meanwhile(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    email = 'print("sent:", await tools.send_email(to="ann", body="due"))'
+    paused = on_loop(run(kb, program(email)))
+    # Another program with the same call is running while the person approves the first.
+    meanwhile = program("import asyncio", "await asyncio.sleep(1)", email)
+
+    async def approve_while_another_runs() -> tuple[RunResult, RunResult | None]:
+        other = asyncio.ensure_future(run(kb, meanwhile))
+        await asyncio.sleep(0.3)
+        approved = await bounded(kb.approve(paused.reference or ""))
+        return await other, approved
+
+    other, approved = on_loop(approve_while_another_runs())
+
+    assert "sent: sent to ann" in continued(approved).text
+    assert other.status == ResultStatus.PAUSED, other.text  # it waits for a decision of its own
+    assert [call.reference for call in kb.pending_approvals()] == [other.reference]
+    assert desk.calls == {"send_email": 1}
+    deny_all(kb, on_loop)
+    assert desk.calls == {"send_email": 1}
+
+
+def test_two_programs_paused_at_the_same_call_each_go_on_when_approved_together(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    email = program('print("sent:", await tools.send_email(to="bo", body="due"))')
+    first, second = on_loop(run(kb, email)), on_loop(run(kb, email))
+
+    async def approve_both() -> list[RunResult | None]:
+        both = (kb.approve(first.reference or ""), kb.approve(second.reference or ""))
+        return list(await bounded(asyncio.gather(*both)))
+
+    for went_on in on_loop(approve_both()):
+        assert "sent: sent to bo" in continued(went_on).text
+    assert desk.calls == {"send_email": 2}  # each approved once, each sent once
+    assert kb.pending_approvals() == []
+
+
+def test_an_approval_given_up_on_after_its_call_ran_never_runs_it_again(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'sent = await tools.send_email(to="cy", body="due")',
+        "import time",
+        "time.sleep(3)",
+        "print(sent)",
+    )
+    paused = on_loop(run(kb, code))
+
+    async def give_up() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(kb.approve(paused.reference or ""), 1.5)
+
+    on_loop(give_up())
+
+    assert desk.calls == {"send_email": 1}
+    assert kb.pending_approvals() == []  # the continuation reached the kernel: it is the program
+    with pytest.raises(ApprovalError, match="nothing waits now"):
+        on_loop(kb.approve(paused.reference or ""))
+    assert desk.calls == {"send_email": 1}
+
+
+def test_an_approval_given_up_on_before_its_continuation_reached_the_kernel_still_waits(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    paused = on_loop(run(kb, program('print(await tools.send_email(to="di", body="due"))')))
+    busy = program("import time", "time.sleep(2)")
+
+    async def give_up_while_another_runs() -> None:
+        other = asyncio.ensure_future(run(kb, busy))
+        await asyncio.sleep(0.3)
+        with pytest.raises(asyncio.TimeoutError):  # it waited for the kernel all along
+            await asyncio.wait_for(kb.approve(paused.reference or ""), 0.5)
+        await other
+
+    on_loop(give_up_while_another_runs())
+
+    assert [call.reference for call in kb.pending_approvals()] == [paused.reference]
+    assert desk.calls == {}
+    assert "sent to di" in continued(on_loop(bounded(kb.approve(paused.reference or "")))).text
+    assert desk.calls == {"send_email": 1}

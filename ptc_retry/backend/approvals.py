@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import secrets
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -127,6 +128,7 @@ class ApprovalSide:
     session_id: str
     _code: CodeSession
     _waiting: Waiting
+    _reached: str | None
 
     def pending_approvals(self) -> list[PendingApproval]:
         """Every tool call that waits for a person's decision, in the order they paused:
@@ -162,18 +164,26 @@ class ApprovalSide:
         if decided is None:
             return None
         call_id, calls, decisions = decided
+        # The continuation's own call id, which no program can know before it runs: the
+        # decisions cover its calls only, never those of a program that runs meanwhile.
+        continuation = f"approved-{secrets.token_hex(6)}"
         host = self._code.host_tools.decisions
-        keys = [call.key() for call in calls]
         for call in calls:
-            host.add(call.key(), decisions[call.ref])
+            host.add(continuation, call.key(), decisions[call.ref])
         target = json.dumps(calls[0].reference, ensure_ascii=False)
         try:
-            return await self._code.run(f"await ptc_retry.resume({target})", timeout=timeout)
+            return await self._code.run(
+                f"await ptc_retry.resume({target})", call_id=continuation, timeout=timeout
+            )
         except BaseException:
-            self._waiting.restore(call_id, calls)
+            # Given up on (cancelled) or failed: once the continuation reached the kernel it
+            # is the program (a resume of it goes on, reusing what it recorded), and the
+            # paused one waits no more; before that, nothing ran and it still waits.
+            if self._reached != continuation:
+                self._waiting.restore(call_id, calls)
             raise
         finally:
-            host.drop(keys)  # a decision covers this continuation, never a later program
+            host.drop(continuation)  # a decision covers this continuation, never a later one
 
     def _load_waiting(self, session_dir: Path | None) -> None:
         """Read what waits from the session's history, when this machine holds it."""

@@ -131,6 +131,8 @@ class KernelBackend(ModelSide, ApprovalSide):
         self._code.host_tools.approver = approver
         #: The programs that wait for a person's decision (``pending_approvals``).
         self._waiting = Waiting()
+        #: The call id of the latest program whose request may have reached the kernel.
+        self._reached: str | None = None
         for function in tools:
             self.register_tool(function)
         self._native: NativeSession | None = None
@@ -374,6 +376,8 @@ class KernelBackend(ModelSide, ApprovalSide):
                 self.last_result = await execution.run()
             finally:
                 self._execution = None
+                if execution.sent:
+                    self._reached = sent_id
             self._waiting.took(self.last_result, list(paused))
             paused.clear()
             return self.last_result

@@ -247,15 +247,16 @@ class HostTools:
         self, tool: HostTool, arguments: dict[str, Any], call: dict[str, Any]
     ) -> None:
         """Return when ``tool`` may run with ``arguments``: it needs no approval, or a person
-        approved this exact call (a decision of ``decisions``, used up, else the approver's).
-        _Denied with the reason of a denial; _Undecided when nobody decided: the program
-        pauses, and ``paused`` lists the call. What the kernel sent beside the tool and its
-        arguments plays no part: nothing in the kernel can approve a call."""
+        approved this exact call for the program making it (a decision of ``decisions``, used
+        up, else the approver's). _Denied with the reason of a denial; _Undecided when nobody
+        decided: the program pauses, and ``paused`` lists the call. Nothing in the kernel can
+        approve a call: a decision names the continuation's call id, which no program knows
+        before that continuation runs."""
         needed, policy_error = needs_approval(tool.approval, arguments)
         if not needed:
             return
-        decided, denial = self.decisions.take(call_key(tool.name, arguments))
         program = str(call.get("program") or "")
+        decided, denial = self.decisions.take(program, call_key(tool.name, arguments))
         k = call.get("k")
         number = k if isinstance(k, int) and not isinstance(k, bool) else 0
         waiting = PendingApproval(
