@@ -506,3 +506,47 @@ def test_an_approval_given_up_on_before_its_continuation_reached_the_kernel_stil
     assert desk.calls == {}
     assert "sent to di" in continued(on_loop(bounded(kb.approve(paused.reference or "")))).text
     assert desk.calls == {"send_email": 1}
+
+
+def test_approval_after_another_program_rebound_its_names_reruns_it_with_its_own(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'who = "ann-1"',
+        "hits = await tools.search(q=who)",
+        'await tools.send_email(to=hits[0], body="receipt")',
+        'print("looked up:", await tools.lookup(name=who))',
+    )
+    paused = on_loop(run(kb, code))
+    on_loop(run(kb, program('who = "bob-2"')))  # the model works on meanwhile
+
+    went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+
+    assert "looked up: ann-1@example.com" in went_on.text  # the paused program's own names
+    assert f"another program ran after {paused.call_id} paused" in went_on.text
+    assert desk.sent[-1]["to"] == "ann-1-owner"
+    assert desk.calls == {"search": 1, "send_email": 1, "lookup": 1}
+
+
+def test_approvals_in_one_turn_beyond_the_resume_budget_each_go_on_from_their_call(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    people = ["p1", "p2", "p3", "p4", "p5"]  # more approvals than max_resumes_per_turn (3)
+    code = program(
+        "import secrets",
+        "token = secrets.token_hex(4)",  # a whole re-run would ask about other emails
+        *(f'await tools.send_email(to="{p}", body=f"ref {{token}}")' for p in people),
+        'print("all sent")',
+    )
+    result = on_loop(run(kb, code))
+    for _ in people:
+        assert result.status == ResultStatus.PAUSED, result.text
+        went_on = on_loop(bounded(kb.approve(result.reference or "")))
+        assert went_on is not None
+        result = went_on
+
+    assert result.status == ResultStatus.OK and "all sent" in result.text, result.text
+    assert "resumes" not in result.text
+    assert [mail["to"] for mail in desk.sent[-5:]] == people
+    assert len({mail["body"] for mail in desk.sent[-5:]}) == 1  # one run's token, never re-drawn
+    assert desk.calls == {"send_email": 5}
