@@ -550,3 +550,33 @@ def test_approvals_in_one_turn_beyond_the_resume_budget_each_go_on_from_their_ca
     assert [mail["to"] for mail in desk.sent[-5:]] == people
     assert len({mail["body"] for mail in desk.sent[-5:]}) == 1  # one run's token, never re-drawn
     assert desk.calls == {"send_email": 5}
+
+
+def exiting(arguments: dict[str, Any]) -> bool:
+    """A policy that calls ``sys.exit``, as a command-line parser does on odd input."""
+    raise SystemExit(2)
+
+
+def interrupted(call: PendingApproval) -> Any:
+    """An approver's answer that is Ctrl-C, as an interactive prompt raises it."""
+    raise KeyboardInterrupt
+
+
+def test_a_policy_or_approver_raising_systemexit_or_keyboardinterrupt_leaves_the_call_waiting(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    kb.register_tool(desk.pay, name="refund", approval=exiting)
+    paused = on_loop(run(kb, program("await tools.refund(amount=5)")))
+
+    assert paused.status == ResultStatus.PAUSED, paused.text
+    (waiting,) = kb.pending_approvals()
+    assert waiting.policy_error == "the approval policy raised SystemExit: 2"
+
+    desk.answer = interrupted
+    asked = on_loop(run(kb, program('await tools.send_email(to="ed", body="x")')))
+
+    assert asked.status == ResultStatus.PAUSED, asked.text
+    assert [call.arguments["to"] for call in desk.asked] == ["ed"]
+    assert desk.calls == {}
+    deny_all(kb, on_loop)
+    assert desk.calls == {}

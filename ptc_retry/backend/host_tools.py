@@ -272,11 +272,15 @@ class HostTools:
 
     async def _ask(self, waiting: PendingApproval) -> tuple[bool, str | None]:
         """The inline approver's decision on ``waiting``: ``(decided, denial)``. One that
-        raises decides nothing (the call pauses), and the backend logs why."""
+        raises decides nothing (the call pauses), and the backend logs why: also one that
+        raises ``SystemExit`` or ``KeyboardInterrupt`` (a prompt on Ctrl-C), which must not
+        end the agent's process. A CancelledError passes: the batch may be cancelled."""
         assert self.approver is not None
         try:
             answer = await self.approver(waiting)
-        except Exception:
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
             log.warning(
                 "the approver raised on tools.%s: the call waits", waiting.tool, exc_info=True
             )

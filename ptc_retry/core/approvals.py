@@ -89,12 +89,14 @@ def check_approval(approval: object) -> Approval:
 
 def needs_approval(approval: Approval, arguments: dict[str, Any]) -> tuple[bool, str | None]:
     """Whether a call with ``arguments`` needs approval, and what the policy raised: a
-    policy that raises (or answers no bool) makes the call wait, with its error."""
+    policy that raises (or answers no bool) makes the call wait, with its error: also one
+    that raises ``SystemExit`` or ``KeyboardInterrupt``, which must not end the agent's
+    process."""
     if not callable(approval):
         return bool(approval), None
     try:
         answer = approval(dict(arguments))
-    except Exception as exc:
+    except BaseException as exc:  # a policy is sync: nothing it raises is our cancellation
         return True, f"the approval policy raised {type(exc).__name__}: {exc}"
     if not isinstance(answer, bool):
         return True, f"the approval policy returned {answer!r}, not True or False"
