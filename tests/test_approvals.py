@@ -580,3 +580,33 @@ def test_a_policy_or_approver_raising_systemexit_or_keyboardinterrupt_leaves_the
     assert desk.calls == {}
     deny_all(kb, on_loop)
     assert desk.calls == {}
+
+
+def test_the_live_count_leaves_out_calls_that_were_paused_or_denied(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'owner = await tools.lookup(name="fay")', 'await tools.send_email(to=owner, body="hi")'
+    )
+    paused = on_loop(run(kb, code))
+    edited = f"await ptc_retry.replay({paused.reference!r}, 'body=\"hi\"', 'body=\"hello\"')"
+
+    again = on_loop(run(kb, edited))
+
+    assert again.status == ResultStatus.PAUSED, again.text
+    assert f"1 tool result reused from {paused.reference}; 0 calls made live" in again.text
+    deny_all(kb, on_loop)
+
+    desk.answer = "not now"  # the inline approver denies the email of a gather
+    gathered = program(
+        "import asyncio",
+        "print(await asyncio.gather(",
+        '    tools.lookup(name="gus"), tools.send_email(to="gus", body="x"),',
+        "    return_exceptions=True,",
+        "))",
+    )
+    ran = on_loop(run(kb, gathered))
+
+    assert ran.status == ResultStatus.OK and "ToolDenied" in ran.text, ran.text
+    assert (ran.metadata or {})["tool_calls"] == {"reused": 0, "live": 1}
+    assert desk.calls == {"lookup": 2}

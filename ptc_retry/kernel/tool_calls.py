@@ -324,7 +324,7 @@ class ProgramCalls:
             call.record.paused = True
             self.finish(call.record, error=_policy_error(replies.get(call.index)) or WAITS)
             self.paused.append(call.record)
-            self.live -= 1  # the host did not make it: the counts are of calls made
+            self._not_made()
         for call in waiting:
             if call in paused:
                 call.future.set_exception(self._pause())
@@ -334,6 +334,7 @@ class ProgramCalls:
     def _settle(self, call: _Call, reply: dict[str, Any] | None) -> None:
         denied = reply.get("denied") if reply is not None else None
         if isinstance(denied, str):
+            self._not_made()
             self.finish(call.record, error=f"denied: {denied}")
             tool = call.record.tool
             call.future.set_exception(ToolDenied(denied, tool=tool))
@@ -350,6 +351,12 @@ class ProgramCalls:
         if not isinstance(error, str):
             error = "the backend's reply holds no result for this call"
         self._fail(call, error)
+
+    def _not_made(self) -> None:
+        """The host paused or denied a call counted live: the counts are of calls made, in
+        this program's and in each running replay's sentence."""
+        self.live -= 1
+        self.reuses.not_made()
 
     def _joined(self, record: CallRecord, *, result: bool) -> None:
         """The host gave ``record`` (a call that a replay makes again) the outcome of the
