@@ -610,3 +610,34 @@ def test_the_live_count_leaves_out_calls_that_were_paused_or_denied(
     assert ran.status == ResultStatus.OK and "ToolDenied" in ran.text, ran.text
     assert (ran.metadata or {})["tool_calls"] == {"reused": 0, "live": 1}
     assert desk.calls == {"lookup": 2}
+
+
+def test_a_pause_waits_for_the_calls_other_tasks_have_in_flight_and_approval_reuses_them(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    started: list[int] = []
+
+    async def charge(amount: int) -> str:
+        """Charge a card, slowly."""
+        started.append(amount)
+        await asyncio.sleep(1)
+        desk.calls["charge"] += 1
+        return f"charged {amount}"
+
+    kb.register_tool(charge)
+    code = program(
+        "import asyncio",
+        "charging = asyncio.create_task(tools.charge(amount=5))",
+        "await asyncio.sleep(0.1)",  # the charge is in flight when the email pauses
+        'sent = await tools.send_email(to="hal", body="receipt")',
+        "print(await charging, sent)",
+    )
+    paused = on_loop(run(kb, code))
+
+    assert paused.status == ResultStatus.PAUSED, paused.text
+    assert desk.calls == {"charge": 1}  # it ended before the pause ended the program
+
+    went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+
+    assert "charged 5 sent to hal" in went_on.text
+    assert started == [5] and desk.calls == {"charge": 1, "send_email": 1}

@@ -68,6 +68,9 @@ class ProgramCalls:
         self._statements = Statements(host.shell, running)
         #: The calls the host answered with a pause: they wait for a person's approval.
         self.paused: list[CallRecord] = []
+        #: Paused calls whose pause is held back while other calls of the program are in
+        #: flight (see ``_release_pauses``).
+        self._held: list[_Call] = []
 
     def running_programs(self) -> list[Running]:
         """The programs running in this program's thread, outermost first."""
@@ -327,9 +330,24 @@ class ProgramCalls:
             self._not_made()
         for call in waiting:
             if call in paused:
-                call.future.set_exception(self._pause())
+                self._held.append(call)
             else:
                 self._settle(call, replies.get(call.index))
+        self._release_pauses()
+
+    def _release_pauses(self) -> None:
+        """Stop the program at its paused calls once no other call of it is in flight.
+
+        A call another task made before the pause still runs on the host: ending the
+        program now would lose its result (a resume would make it again). So the pause
+        waits for those calls to end and be recorded (within the program's time limit);
+        a call made meanwhile is not made, it raises the pause."""
+        held = [call for call in self._held if not call.future.done()]
+        if self._pending > len(held):
+            return
+        self._held = []
+        for call in held:
+            call.future.set_exception(self._pause())
 
     def _settle(self, call: _Call, reply: dict[str, Any] | None) -> None:
         denied = reply.get("denied") if reply is not None else None
@@ -386,6 +404,7 @@ class ProgramCalls:
         if not self._pending and self._interrupts is not None:
             self._interrupts.uninstall()
             self._interrupts = None
+        self._release_pauses()
         if not call.future.cancelled():
             return
         if call.record.ok is None:
