@@ -414,6 +414,17 @@ def test_register_tool_refuses_an_approval_that_is_neither_bool_nor_policy(
         kb.register_tool(lambda: None, name="odd", approval="yes")  # type: ignore[arg-type]
 
 
+def test_register_tool_refuses_an_async_policy_whose_answer_is_never_a_bool(
+    kb: KernelBackend, desk: Office
+) -> None:
+    async def policy(arguments: dict[str, Any]) -> bool:
+        return False
+
+    with pytest.raises(TypeError, match="approval policy of 'late' is async.*approver="):
+        kb.register_tool(desk.pay, name="late", approval=policy)  # type: ignore[arg-type]
+    assert "late" not in kb.system_prompt()
+
+
 def test_the_prompt_marks_the_tools_that_need_approval(kb: KernelBackend) -> None:
     lines = {
         line.split("(")[0]: line for line in kb.system_prompt().splitlines() if "tools." in line

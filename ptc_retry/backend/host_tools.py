@@ -124,8 +124,8 @@ class HostTools:
         first paragraph. ``approval``: True, or a policy (the arguments -> whether this call
         needs a person), makes the calls that need it wait for a decision. TypeError for
         what cannot be called with JSON keyword arguments (not callable, ``*args``,
-        positional-only parameters) and for an ``approval`` that is neither; ValueError for
-        a name that is not a public identifier or is taken.
+        positional-only parameters) and for an ``approval`` that is neither (an async policy
+        included); ValueError for a name that is not a public identifier or is taken.
         """
         if not callable(function):
             raise TypeError(f"register_tool takes a function, not {type(function).__name__}")
@@ -136,13 +136,21 @@ class HostTools:
         _check_signature(function, tool_name)
         if description is not None and not isinstance(description, str):
             raise TypeError(f"register_tool: description must be a str, not {description!r}")
+        checked = check_approval(approval)
+        if callable(checked) and _is_async(checked):
+            # Its coroutine is no bool: every call would wait, whatever it would answer.
+            raise TypeError(
+                f"register_tool: the approval policy of {tool_name!r} is async; a policy is a "
+                "plain function of the arguments that returns True or False at once. To ask "
+                "a person while the program waits, pass KernelBackend(approver=...)"
+            )
         tool = HostTool(
             tool_name,
             " ".join(description.split()) if description is not None else first_paragraph(function),
             signature_schema(function),
             function,
             _is_async(function),
-            check_approval(approval),
+            checked,
         )
         return self.add(tool)
 
