@@ -461,8 +461,9 @@ def test_an_approval_is_used_by_its_continuation_never_by_another_program_runnin
 def test_two_programs_paused_at_the_same_call_each_go_on_when_approved_together(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    email = program('print("sent:", await tools.send_email(to="bo", body="due"))')
-    first, second = on_loop(run(kb, email)), on_loop(run(kb, email))
+    email = 'print("sent:", await tools.send_email(to="bo", body="due"))'
+    first = on_loop(run(kb, program("# the first", email)))
+    second = on_loop(run(kb, program("# the second", email)))
 
     async def approve_both() -> list[RunResult | None]:
         both = (kb.approve(first.reference or ""), kb.approve(second.reference or ""))
@@ -652,3 +653,23 @@ def test_a_pause_waits_for_the_calls_other_tasks_have_in_flight_and_approval_reu
 
     assert "charged 5 sent to hal" in went_on.text
     assert started == [5] and desk.calls == {"charge": 1, "send_email": 1}
+
+
+def test_a_paused_program_sent_again_runs_nothing_and_says_it_still_waits(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'owner = await tools.lookup(name="ivy")',
+        'print(await tools.send_email(to=owner, body="again?"))',
+    )
+    paused = on_loop(run(kb, code))
+
+    again = on_loop(run(kb, code))
+
+    assert again.status == ResultStatus.PAUSED and again.reference == paused.reference
+    assert again.text.startswith(f"[ptc-retry] Not run: this is {paused.reference}, which")
+    assert desk.calls == {"lookup": 1}
+    assert [call.reference for call in kb.pending_approvals()] == [paused.reference]
+    went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+    assert "sent to ivy@example.com" in went_on.text
+    assert desk.calls == {"lookup": 1, "send_email": 1}

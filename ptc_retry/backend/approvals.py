@@ -6,6 +6,7 @@ reused. ``core/approvals.py`` says where the trust boundary is."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import logging
 import secrets
@@ -14,6 +15,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core import sentences as said
 from ..core.approvals import PendingApproval, pending_calls, pending_in_history
 from ..core.errors import ApprovalError
 from ..core.protocol import execute_request
@@ -35,6 +37,8 @@ class Waiting:
     def __init__(self) -> None:
         self._programs: dict[str, list[PendingApproval]] = {}
         self._decided: dict[str, str | None] = {}
+        #: The code and result of each program of this backend that paused, by call id.
+        self._sent: dict[str, tuple[str, RunResult]] = {}
 
     def calls(self) -> list[PendingApproval]:
         """Every call that waits for a decision, program by program."""
@@ -51,16 +55,19 @@ class Waiting:
         for call in pending_in_history(lines):
             self._programs.setdefault(call.call_id, []).append(call)
 
-    def took(self, result: RunResult, paused: list[PendingApproval]) -> None:
-        """A program ended as ``result``; ``paused``: the calls the host itself answered with
-        a pause meanwhile. Only those wait: the kernel's word that a call waits is not
-        taken. A program that went on from a waiting one (``replay_of``) replaces it."""
+    def took(self, result: RunResult, paused: list[PendingApproval], code: str) -> None:
+        """Program ``code`` ended as ``result``; ``paused``: the calls the host itself
+        answered with a pause meanwhile. Only those wait: the kernel's word that a call
+        waits is not taken. A program that went on from a waiting one (``replay_of``)
+        replaces it."""
         metadata = result.metadata or {}
         went_on_from = metadata.get("replay_of")
         if isinstance(went_on_from, str):
             self.forget(went_on_from)
+        self._sent = {key: sent for key, sent in self._sent.items() if key in self._programs}
         if result.status != ResultStatus.PAUSED or result.call_id is None or not paused:
             return
+        self._sent[result.call_id] = (code, result)
         reference = result.reference or result.call_id
         # One entry per call of this program (by its number there): a request the program
         # sent itself, naming another program or a number twice, adds nothing.
@@ -78,7 +85,26 @@ class Waiting:
         if calls:
             self._programs[result.call_id] = calls
 
+    def sent_again(self, code: str) -> RunResult | None:
+        """What a program that is ``code`` exactly, sent while an earlier run of it waits
+        for decisions, gets instead of running: a result that says it still waits (run, it
+        would make its calls before the pause again and wait a second time)."""
+        for call_id, (sent, result) in self._sent.items():
+            waiting = [
+                call for call in self._programs.get(call_id, ()) if call.ref not in self._decided
+            ]
+            if sent != code or not waiting:
+                continue
+            names = ", ".join(sorted({f"tools.{call.tool}" for call in waiting}))
+            reference = waiting[0].reference
+            text = said.STILL_WAITS.render(reference=reference, calls=names)
+            return dataclasses.replace(
+                result, text=text, value=None, outputs=[], duration=0.0, output_chars=0
+            )
+        return None
+
     def forget(self, call_id: str) -> None:
+        self._sent.pop(call_id, None)
         for call in self._programs.pop(call_id, []):
             self._decided.pop(call.ref, None)
 

@@ -353,6 +353,11 @@ class KernelBackend(ModelSide, ApprovalSide):
         async with self._lock:
             if self._closing:
                 raise BackendError("the backend is shutting down; nothing ran")
+            if not partial:
+                waits = self._waiting.sent_again(code)
+                if waits is not None:
+                    self.last_result = waits
+                    return waits
             if self._new_instruction:
                 request["new_instruction"] = True
                 self._new_instruction = False
@@ -378,7 +383,7 @@ class KernelBackend(ModelSide, ApprovalSide):
                 self._execution = None
                 if execution.sent:
                     self._reached = sent_id
-            self._waiting.took(self.last_result, list(paused))
+            self._waiting.took(self.last_result, list(paused), code)
             paused.clear()
             return self.last_result
 
