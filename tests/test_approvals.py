@@ -673,3 +673,26 @@ def test_a_paused_program_sent_again_runs_nothing_and_says_it_still_waits(
     went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
     assert "sent to ivy@example.com" in went_on.text
     assert desk.calls == {"lookup": 1, "send_email": 1}
+
+
+def test_a_replay_that_fails_before_the_paused_call_leaves_it_waiting_until_one_goes_on(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'owner = await tools.lookup(name="jo")',
+        'note = "due"',
+        "print(await tools.send_email(to=owner, body=note))",
+    )
+    paused = on_loop(run(kb, code))
+    broken = on_loop(run(kb, f"await ptc_retry.replay({paused.reference!r}, '\"due\"', 'nope')"))
+
+    assert broken.status == ResultStatus.ERROR and "NameError" in broken.text, broken.text
+    assert [call.reference for call in kb.pending_approvals()] == [paused.reference]
+
+    fixed = on_loop(run(kb, f"await ptc_retry.replay({broken.reference!r}, 'nope', '\"late\"')"))
+
+    assert fixed.status == ResultStatus.PAUSED, fixed.text
+    (waiting,) = kb.pending_approvals()  # the fix replaces both: one email waits, not two
+    assert (waiting.reference, waiting.arguments["body"]) == (fixed.reference, "late")
+    continued(on_loop(bounded(kb.approve(fixed.reference or ""))))
+    assert desk.calls == {"lookup": 1, "send_email": 1}

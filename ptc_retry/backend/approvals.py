@@ -39,6 +39,9 @@ class Waiting:
         self._decided: dict[str, str | None] = {}
         #: The code and result of each program of this backend that paused, by call id.
         self._sent: dict[str, tuple[str, RunResult]] = {}
+        #: A program that went on from a waiting one and failed -> the waiting one, which
+        #: still waits until a program that goes on from either ends (see ``took``).
+        self._went_on: dict[str, str] = {}
 
     def calls(self) -> list[PendingApproval]:
         """Every call that waits for a decision, program by program."""
@@ -59,11 +62,17 @@ class Waiting:
         """Program ``code`` ended as ``result``; ``paused``: the calls the host itself
         answered with a pause meanwhile. Only those wait: the kernel's word that a call
         waits is not taken. A program that went on from a waiting one (``replay_of``)
-        replaces it."""
+        replaces it once it ran to its end or paused; one that failed (an edit that fails
+        before the paused call) leaves it waiting, until a program that goes on from the
+        failed one replaces both."""
         metadata = result.metadata or {}
         went_on_from = metadata.get("replay_of")
         if isinstance(went_on_from, str):
-            self.forget(went_on_from)
+            origin = self._went_on.pop(went_on_from, went_on_from)
+            if result.status in (ResultStatus.OK, ResultStatus.PAUSED):
+                self.forget(origin)
+            elif result.call_id is not None and origin in self._programs:
+                self._went_on[result.call_id] = origin
         self._sent = {key: sent for key, sent in self._sent.items() if key in self._programs}
         if result.status != ResultStatus.PAUSED or result.call_id is None or not paused:
             return
@@ -105,6 +114,8 @@ class Waiting:
 
     def forget(self, call_id: str) -> None:
         self._sent.pop(call_id, None)
+        for failed in [key for key, origin in self._went_on.items() if origin == call_id]:
+            del self._went_on[failed]
         for call in self._programs.pop(call_id, []):
             self._decided.pop(call.ref, None)
 
