@@ -414,6 +414,17 @@ def test_register_tool_refuses_an_approval_that_is_neither_bool_nor_policy(
         kb.register_tool(lambda: None, name="odd", approval="yes")  # type: ignore[arg-type]
 
 
+def test_register_tool_refuses_an_async_policy_whose_answer_is_never_a_bool(
+    kb: KernelBackend, desk: Office
+) -> None:
+    async def policy(arguments: dict[str, Any]) -> bool:
+        return False
+
+    with pytest.raises(TypeError, match="approval policy of 'late' is async.*approver="):
+        kb.register_tool(desk.pay, name="late", approval=policy)  # type: ignore[arg-type]
+    assert "late" not in kb.system_prompt()
+
+
 def test_the_prompt_marks_the_tools_that_need_approval(kb: KernelBackend) -> None:
     lines = {
         line.split("(")[0]: line for line in kb.system_prompt().splitlines() if "tools." in line
@@ -421,3 +432,267 @@ def test_the_prompt_marks_the_tools_that_need_approval(kb: KernelBackend) -> Non
     assert lines["await tools.send_email"].endswith("(waits for a person's approval)")
     assert lines["await tools.pay"].endswith("(waits for a person's approval)")
     assert "approval" not in lines["await tools.search"]
+
+
+def test_an_approval_is_used_by_its_continuation_never_by_another_program_running_meanwhile(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    email = 'print("sent:", await tools.send_email(to="ann", body="due"))'
+    paused = on_loop(run(kb, program(email)))
+    # Another program with the same call is running while the person approves the first.
+    meanwhile = program("import asyncio", "await asyncio.sleep(1)", email)
+
+    async def approve_while_another_runs() -> tuple[RunResult, RunResult | None]:
+        other = asyncio.ensure_future(run(kb, meanwhile))
+        await asyncio.sleep(0.3)
+        approved = await bounded(kb.approve(paused.reference or ""))
+        return await other, approved
+
+    other, approved = on_loop(approve_while_another_runs())
+
+    assert "sent: sent to ann" in continued(approved).text
+    assert other.status == ResultStatus.PAUSED, other.text  # it waits for a decision of its own
+    assert [call.reference for call in kb.pending_approvals()] == [other.reference]
+    assert desk.calls == {"send_email": 1}
+    deny_all(kb, on_loop)
+    assert desk.calls == {"send_email": 1}
+
+
+def test_two_programs_paused_at_the_same_call_each_go_on_when_approved_together(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    email = 'print("sent:", await tools.send_email(to="bo", body="due"))'
+    first = on_loop(run(kb, program("# the first", email)))
+    second = on_loop(run(kb, program("# the second", email)))
+
+    async def approve_both() -> list[RunResult | None]:
+        both = (kb.approve(first.reference or ""), kb.approve(second.reference or ""))
+        return list(await bounded(asyncio.gather(*both)))
+
+    for went_on in on_loop(approve_both()):
+        assert "sent: sent to bo" in continued(went_on).text
+    assert desk.calls == {"send_email": 2}  # each approved once, each sent once
+    assert kb.pending_approvals() == []
+
+
+def test_an_approval_given_up_on_after_its_call_ran_never_runs_it_again(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'sent = await tools.send_email(to="cy", body="due")',
+        "import time",
+        "time.sleep(3)",
+        "print(sent)",
+    )
+    paused = on_loop(run(kb, code))
+
+    async def give_up() -> None:
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(kb.approve(paused.reference or ""), 1.5)
+
+    on_loop(give_up())
+
+    assert desk.calls == {"send_email": 1}
+    assert kb.pending_approvals() == []  # the continuation reached the kernel: it is the program
+    with pytest.raises(ApprovalError, match="nothing waits now"):
+        on_loop(kb.approve(paused.reference or ""))
+    assert desk.calls == {"send_email": 1}
+
+
+def test_an_approval_given_up_on_before_its_continuation_reached_the_kernel_still_waits(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    paused = on_loop(run(kb, program('print(await tools.send_email(to="di", body="due"))')))
+    busy = program("import time", "time.sleep(2)")
+
+    async def give_up_while_another_runs() -> None:
+        other = asyncio.ensure_future(run(kb, busy))
+        await asyncio.sleep(0.3)
+        with pytest.raises(asyncio.TimeoutError):  # it waited for the kernel all along
+            await asyncio.wait_for(kb.approve(paused.reference or ""), 0.5)
+        await other
+
+    on_loop(give_up_while_another_runs())
+
+    assert [call.reference for call in kb.pending_approvals()] == [paused.reference]
+    assert desk.calls == {}
+    assert "sent to di" in continued(on_loop(bounded(kb.approve(paused.reference or "")))).text
+    assert desk.calls == {"send_email": 1}
+
+
+def test_approval_after_another_program_rebound_its_names_reruns_it_with_its_own(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'who = "ann-1"',
+        "hits = await tools.search(q=who)",
+        'await tools.send_email(to=hits[0], body="receipt")',
+        'print("looked up:", await tools.lookup(name=who))',
+    )
+    paused = on_loop(run(kb, code))
+    on_loop(run(kb, program('who = "bob-2"')))  # the model works on meanwhile
+
+    went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+
+    assert "looked up: ann-1@example.com" in went_on.text  # the paused program's own names
+    assert f"another program ran after {paused.call_id} paused" in went_on.text
+    assert desk.sent[-1]["to"] == "ann-1-owner"
+    assert desk.calls == {"search": 1, "send_email": 1, "lookup": 1}
+
+
+def test_approvals_in_one_turn_beyond_the_resume_budget_each_go_on_from_their_call(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    people = ["p1", "p2", "p3", "p4", "p5"]  # more approvals than max_resumes_per_turn (3)
+    code = program(
+        "import secrets",
+        "token = secrets.token_hex(4)",  # a whole re-run would ask about other emails
+        *(f'await tools.send_email(to="{p}", body=f"ref {{token}}")' for p in people),
+        'print("all sent")',
+    )
+    result = on_loop(run(kb, code))
+    for _ in people:
+        assert result.status == ResultStatus.PAUSED, result.text
+        went_on = on_loop(bounded(kb.approve(result.reference or "")))
+        assert went_on is not None
+        result = went_on
+
+    assert result.status == ResultStatus.OK and "all sent" in result.text, result.text
+    assert "resumes" not in result.text
+    assert [mail["to"] for mail in desk.sent[-5:]] == people
+    assert len({mail["body"] for mail in desk.sent[-5:]}) == 1  # one run's token, never re-drawn
+    assert desk.calls == {"send_email": 5}
+
+
+def exiting(arguments: dict[str, Any]) -> bool:
+    """A policy that calls ``sys.exit``, as a command-line parser does on odd input."""
+    raise SystemExit(2)
+
+
+def interrupted(call: PendingApproval) -> Any:
+    """An approver's answer that is Ctrl-C, as an interactive prompt raises it."""
+    raise KeyboardInterrupt
+
+
+def test_a_policy_or_approver_raising_systemexit_or_keyboardinterrupt_leaves_the_call_waiting(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    kb.register_tool(desk.pay, name="refund", approval=exiting)
+    paused = on_loop(run(kb, program("await tools.refund(amount=5)")))
+
+    assert paused.status == ResultStatus.PAUSED, paused.text
+    (waiting,) = kb.pending_approvals()
+    assert waiting.policy_error == "the approval policy raised SystemExit: 2"
+
+    desk.answer = interrupted
+    asked = on_loop(run(kb, program('await tools.send_email(to="ed", body="x")')))
+
+    assert asked.status == ResultStatus.PAUSED, asked.text
+    assert [call.arguments["to"] for call in desk.asked] == ["ed"]
+    assert desk.calls == {}
+    deny_all(kb, on_loop)
+    assert desk.calls == {}
+
+
+def test_the_live_count_leaves_out_calls_that_were_paused_or_denied(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'owner = await tools.lookup(name="fay")', 'await tools.send_email(to=owner, body="hi")'
+    )
+    paused = on_loop(run(kb, code))
+    edited = f"await ptc_retry.replay({paused.reference!r}, 'body=\"hi\"', 'body=\"hello\"')"
+
+    again = on_loop(run(kb, edited))
+
+    assert again.status == ResultStatus.PAUSED, again.text
+    assert f"1 tool result reused from {paused.reference}; 0 calls made live" in again.text
+    deny_all(kb, on_loop)
+
+    desk.answer = "not now"  # the inline approver denies the email of a gather
+    gathered = program(
+        "import asyncio",
+        "print(await asyncio.gather(",
+        '    tools.lookup(name="gus"), tools.send_email(to="gus", body="x"),',
+        "    return_exceptions=True,",
+        "))",
+    )
+    ran = on_loop(run(kb, gathered))
+
+    assert ran.status == ResultStatus.OK and "ToolDenied" in ran.text, ran.text
+    assert (ran.metadata or {})["tool_calls"] == {"reused": 0, "live": 1}
+    assert desk.calls == {"lookup": 2}
+
+
+def test_a_pause_waits_for_the_calls_other_tasks_have_in_flight_and_approval_reuses_them(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    started: list[int] = []
+
+    async def charge(amount: int) -> str:
+        """Charge a card, slowly."""
+        started.append(amount)
+        await asyncio.sleep(1)
+        desk.calls["charge"] += 1
+        return f"charged {amount}"
+
+    kb.register_tool(charge)
+    code = program(
+        "import asyncio",
+        "charging = asyncio.create_task(tools.charge(amount=5))",
+        "await asyncio.sleep(0.1)",  # the charge is in flight when the email pauses
+        'sent = await tools.send_email(to="hal", body="receipt")',
+        "print(await charging, sent)",
+    )
+    paused = on_loop(run(kb, code))
+
+    assert paused.status == ResultStatus.PAUSED, paused.text
+    assert desk.calls == {"charge": 1}  # it ended before the pause ended the program
+
+    went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+
+    assert "charged 5 sent to hal" in went_on.text
+    assert started == [5] and desk.calls == {"charge": 1, "send_email": 1}
+
+
+def test_a_paused_program_sent_again_runs_nothing_and_says_it_still_waits(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'owner = await tools.lookup(name="ivy")',
+        'print(await tools.send_email(to=owner, body="again?"))',
+    )
+    paused = on_loop(run(kb, code))
+
+    again = on_loop(run(kb, code))
+
+    assert again.status == ResultStatus.PAUSED and again.reference == paused.reference
+    assert again.text.startswith(f"[ptc-retry] Not run: this is {paused.reference}, which")
+    assert desk.calls == {"lookup": 1}
+    assert [call.reference for call in kb.pending_approvals()] == [paused.reference]
+    went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+    assert "sent to ivy@example.com" in went_on.text
+    assert desk.calls == {"lookup": 1, "send_email": 1}
+
+
+def test_a_replay_that_fails_before_the_paused_call_leaves_it_waiting_until_one_goes_on(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = program(
+        'owner = await tools.lookup(name="jo")',
+        'note = "due"',
+        "print(await tools.send_email(to=owner, body=note))",
+    )
+    paused = on_loop(run(kb, code))
+    broken = on_loop(run(kb, f"await ptc_retry.replay({paused.reference!r}, '\"due\"', 'nope')"))
+
+    assert broken.status == ResultStatus.ERROR and "NameError" in broken.text, broken.text
+    assert [call.reference for call in kb.pending_approvals()] == [paused.reference]
+
+    fixed = on_loop(run(kb, f"await ptc_retry.replay({broken.reference!r}, 'nope', '\"late\"')"))
+
+    assert fixed.status == ResultStatus.PAUSED, fixed.text
+    (waiting,) = kb.pending_approvals()  # the fix replaces both: one email waits, not two
+    assert (waiting.reference, waiting.arguments["body"]) == (fixed.reference, "late")
+    continued(on_loop(bounded(kb.approve(fixed.reference or ""))))
+    assert desk.calls == {"lookup": 1, "send_email": 1}

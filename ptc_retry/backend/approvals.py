@@ -6,13 +6,16 @@ reused. ``core/approvals.py`` says where the trust boundary is."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import logging
+import secrets
 import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core import sentences as said
 from ..core.approvals import PendingApproval, pending_calls, pending_in_history
 from ..core.errors import ApprovalError
 from ..core.protocol import execute_request
@@ -34,6 +37,11 @@ class Waiting:
     def __init__(self) -> None:
         self._programs: dict[str, list[PendingApproval]] = {}
         self._decided: dict[str, str | None] = {}
+        #: The code and result of each program of this backend that paused, by call id.
+        self._sent: dict[str, tuple[str, RunResult]] = {}
+        #: A program that went on from a waiting one and failed -> the waiting one, which
+        #: still waits until a program that goes on from either ends (see ``took``).
+        self._went_on: dict[str, str] = {}
 
     def calls(self) -> list[PendingApproval]:
         """Every call that waits for a decision, program by program."""
@@ -50,16 +58,25 @@ class Waiting:
         for call in pending_in_history(lines):
             self._programs.setdefault(call.call_id, []).append(call)
 
-    def took(self, result: RunResult, paused: list[PendingApproval]) -> None:
-        """A program ended as ``result``; ``paused``: the calls the host itself answered with
-        a pause meanwhile. Only those wait: the kernel's word that a call waits is not
-        taken. A program that went on from a waiting one (``replay_of``) replaces it."""
+    def took(self, result: RunResult, paused: list[PendingApproval], code: str) -> None:
+        """Program ``code`` ended as ``result``; ``paused``: the calls the host itself
+        answered with a pause meanwhile. Only those wait: the kernel's word that a call
+        waits is not taken. A program that went on from a waiting one (``replay_of``)
+        replaces it once it ran to its end or paused; one that failed (an edit that fails
+        before the paused call) leaves it waiting, until a program that goes on from the
+        failed one replaces both."""
         metadata = result.metadata or {}
         went_on_from = metadata.get("replay_of")
         if isinstance(went_on_from, str):
-            self.forget(went_on_from)
+            origin = self._went_on.pop(went_on_from, went_on_from)
+            if result.status in (ResultStatus.OK, ResultStatus.PAUSED):
+                self.forget(origin)
+            elif result.call_id is not None and origin in self._programs:
+                self._went_on[result.call_id] = origin
+        self._sent = {key: sent for key, sent in self._sent.items() if key in self._programs}
         if result.status != ResultStatus.PAUSED or result.call_id is None or not paused:
             return
+        self._sent[result.call_id] = (code, result)
         reference = result.reference or result.call_id
         # One entry per call of this program (by its number there): a request the program
         # sent itself, naming another program or a number twice, adds nothing.
@@ -77,7 +94,28 @@ class Waiting:
         if calls:
             self._programs[result.call_id] = calls
 
+    def sent_again(self, code: str) -> RunResult | None:
+        """What a program that is ``code`` exactly, sent while an earlier run of it waits
+        for decisions, gets instead of running: a result that says it still waits (run, it
+        would make its calls before the pause again and wait a second time)."""
+        for call_id, (sent, result) in self._sent.items():
+            waiting = [
+                call for call in self._programs.get(call_id, ()) if call.ref not in self._decided
+            ]
+            if sent != code or not waiting:
+                continue
+            names = ", ".join(sorted({f"tools.{call.tool}" for call in waiting}))
+            reference = waiting[0].reference
+            text = said.STILL_WAITS.render(reference=reference, calls=names)
+            return dataclasses.replace(
+                result, text=text, value=None, outputs=[], duration=0.0, output_chars=0
+            )
+        return None
+
     def forget(self, call_id: str) -> None:
+        self._sent.pop(call_id, None)
+        for failed in [key for key, origin in self._went_on.items() if origin == call_id]:
+            del self._went_on[failed]
         for call in self._programs.pop(call_id, []):
             self._decided.pop(call.ref, None)
 
@@ -127,6 +165,7 @@ class ApprovalSide:
     session_id: str
     _code: CodeSession
     _waiting: Waiting
+    _reached: str | None
 
     def pending_approvals(self) -> list[PendingApproval]:
         """Every tool call that waits for a person's decision, in the order they paused:
@@ -162,18 +201,26 @@ class ApprovalSide:
         if decided is None:
             return None
         call_id, calls, decisions = decided
+        # The continuation's own call id, which no program can know before it runs: the
+        # decisions cover its calls only, never those of a program that runs meanwhile.
+        continuation = f"approved-{secrets.token_hex(6)}"
         host = self._code.host_tools.decisions
-        keys = [call.key() for call in calls]
         for call in calls:
-            host.add(call.key(), decisions[call.ref])
+            host.add(continuation, call.key(), decisions[call.ref])
         target = json.dumps(calls[0].reference, ensure_ascii=False)
         try:
-            return await self._code.run(f"await ptc_retry.resume({target})", timeout=timeout)
+            return await self._code.run(
+                f"await ptc_retry.resume({target})", call_id=continuation, timeout=timeout
+            )
         except BaseException:
-            self._waiting.restore(call_id, calls)
+            # Given up on (cancelled) or failed: once the continuation reached the kernel it
+            # is the program (a resume of it goes on, reusing what it recorded), and the
+            # paused one waits no more; before that, nothing ran and it still waits.
+            if self._reached != continuation:
+                self._waiting.restore(call_id, calls)
             raise
         finally:
-            host.drop(keys)  # a decision covers this continuation, never a later program
+            host.drop(continuation)  # a decision covers this continuation, never a later one
 
     def _load_waiting(self, session_dir: Path | None) -> None:
         """Read what waits from the session's history, when this machine holds it."""

@@ -87,6 +87,8 @@ class Execution:
         self.status: ResultStatus | None = None  # set when the backend decides it (timeout, died)
         self.restarted = False
         self.msg_id: str | None = None
+        #: Whether the execute_request may have reached the kernel (its sending began).
+        self.sent = False
         self.cancelled = False  # the caller gave up on it
         self.cancelled_in_restart = False  # ... while the kernel restarted
         self.input_requests = InputRequests(
@@ -138,6 +140,7 @@ class Execution:
         give_up_at: float | None = None
         idle = False
         try:
+            self.sent = True
             self.msg_id = await kernel.send_execute(*self._request())
             while not (idle and self.reply is not None):
                 if self.closing():

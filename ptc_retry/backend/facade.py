@@ -135,6 +135,8 @@ class KernelBackend(ModelSide, ApprovalSide):
         self._code.host_tools.approver = approver
         #: The programs that wait for a person's decision (``pending_approvals``).
         self._waiting = Waiting()
+        #: The call id of the latest program whose request may have reached the kernel.
+        self._reached: str | None = None
         for function in tools:
             self.register_tool(function)
         self._native: NativeSession | None = None
@@ -355,6 +357,11 @@ class KernelBackend(ModelSide, ApprovalSide):
         async with self._lock:
             if self._closing:
                 raise BackendError("the backend is shutting down; nothing ran")
+            if not partial:
+                waits = self._waiting.sent_again(code)
+                if waits is not None:
+                    self.last_result = waits
+                    return waits
             if self._new_instruction:
                 request["new_instruction"] = True
                 self._new_instruction = False
@@ -388,7 +395,9 @@ class KernelBackend(ModelSide, ApprovalSide):
             result = await execution.run()
         finally:
             self._execution = None
-        self._waiting.took(result, list(paused))  # the calls that now wait for a decision
+            if execution.sent:
+                self._reached = request["call_id"]
+        self._waiting.took(result, list(paused), code)  # the calls that now wait for a decision
         paused.clear()
         return result
 

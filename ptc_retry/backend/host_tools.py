@@ -127,8 +127,8 @@ class HostTools:
         first paragraph. ``approval``: True, or a policy (the arguments -> whether this call
         needs a person), makes the calls that need it wait for a decision. TypeError for
         what cannot be called with JSON keyword arguments (not callable, ``*args``,
-        positional-only parameters) and for an ``approval`` that is neither; ValueError for
-        a name that is not a public identifier or is taken.
+        positional-only parameters) and for an ``approval`` that is neither (an async policy
+        included); ValueError for a name that is not a public identifier or is taken.
         """
         if not callable(function):
             raise TypeError(f"register_tool takes a function, not {type(function).__name__}")
@@ -139,13 +139,21 @@ class HostTools:
         _check_signature(function, tool_name)
         if description is not None and not isinstance(description, str):
             raise TypeError(f"register_tool: description must be a str, not {description!r}")
+        checked = check_approval(approval)
+        if callable(checked) and _is_async(checked):
+            # Its coroutine is no bool: every call would wait, whatever it would answer.
+            raise TypeError(
+                f"register_tool: the approval policy of {tool_name!r} is async; a policy is a "
+                "plain function of the arguments that returns True or False at once. To ask "
+                "a person while the program waits, pass KernelBackend(approver=...)"
+            )
         tool = HostTool(
             tool_name,
             " ".join(description.split()) if description is not None else first_paragraph(function),
             signature_schema(function),
             function,
             _is_async(function),
-            check_approval(approval),
+            checked,
         )
         return self.add(tool)
 
@@ -256,15 +264,16 @@ class HostTools:
         self, tool: HostTool, arguments: dict[str, Any], call: dict[str, Any]
     ) -> None:
         """Return when ``tool`` may run with ``arguments``: it needs no approval, or a person
-        approved this exact call (a decision of ``decisions``, used up, else the approver's).
-        _Denied with the reason of a denial; _Undecided when nobody decided: the program
-        pauses, and ``paused`` lists the call. What the kernel sent beside the tool and its
-        arguments plays no part: nothing in the kernel can approve a call."""
+        approved this exact call for the program making it (a decision of ``decisions``, used
+        up, else the approver's). _Denied with the reason of a denial; _Undecided when nobody
+        decided: the program pauses, and ``paused`` lists the call. Nothing in the kernel can
+        approve a call: a decision names the continuation's call id, which no program knows
+        before that continuation runs."""
         needed, policy_error = needs_approval(tool.approval, arguments)
         if not needed:
             return
-        decided, denial = self.decisions.take(call_key(tool.name, arguments))
         program = str(call.get("program") or "")
+        decided, denial = self.decisions.take(program, call_key(tool.name, arguments))
         k = call.get("k")
         number = k if isinstance(k, int) and not isinstance(k, bool) else 0
         waiting = PendingApproval(
@@ -280,11 +289,15 @@ class HostTools:
 
     async def _ask(self, waiting: PendingApproval) -> tuple[bool, str | None]:
         """The inline approver's decision on ``waiting``: ``(decided, denial)``. One that
-        raises decides nothing (the call pauses), and the backend logs why."""
+        raises decides nothing (the call pauses), and the backend logs why: also one that
+        raises ``SystemExit`` or ``KeyboardInterrupt`` (a prompt on Ctrl-C), which must not
+        end the agent's process. A CancelledError passes: the batch may be cancelled."""
         assert self.approver is not None
         try:
             answer = await self.approver(waiting)
-        except Exception:
+        except asyncio.CancelledError:
+            raise
+        except BaseException:
             log.warning(
                 "the approver raised on tools.%s: the call waits", waiting.tool, exc_info=True
             )

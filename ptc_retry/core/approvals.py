@@ -89,12 +89,14 @@ def check_approval(approval: object) -> Approval:
 
 def needs_approval(approval: Approval, arguments: dict[str, Any]) -> tuple[bool, str | None]:
     """Whether a call with ``arguments`` needs approval, and what the policy raised: a
-    policy that raises (or answers no bool) makes the call wait, with its error."""
+    policy that raises (or answers no bool) makes the call wait, with its error: also one
+    that raises ``SystemExit`` or ``KeyboardInterrupt``, which must not end the agent's
+    process."""
     if not callable(approval):
         return bool(approval), None
     try:
         answer = approval(dict(arguments))
-    except Exception as exc:
+    except BaseException as exc:  # a policy is sync: nothing it raises is our cancellation
         return True, f"the approval policy raised {type(exc).__name__}: {exc}"
     if not isinstance(answer, bool):
         return True, f"the approval policy returned {answer!r}, not True or False"
@@ -102,39 +104,50 @@ def needs_approval(approval: Approval, arguments: dict[str, Any]) -> tuple[bool,
 
 
 class Decisions:
-    """The decisions a person made, each for one exact call, used once: approvals, and
-    denials with their reasons. Only the host's own code adds to them."""
+    """The decisions a person made, each for one exact call of one continuation, used once:
+    approvals, and denials with their reasons. Only the host's own code adds to them.
+
+    A decision is bound to the program that may use it (the continuation ``kb.approve`` /
+    ``kb.deny`` runs, under a call id of its own that no program can know before it runs):
+    a call of any other program, with the same tool and arguments, finds no decision."""
 
     def __init__(self) -> None:
-        self._approved: Counter[tuple[str, str]] = Counter()
-        self._denied: dict[tuple[str, str], list[str]] = {}
+        self._approved: Counter[tuple[str, str, str]] = Counter()
+        self._denied: dict[tuple[str, str, str], list[str]] = {}
 
-    def add(self, key: tuple[str, str], denial: str | None) -> None:
+    def add(self, program: str, key: tuple[str, str], denial: str | None) -> None:
+        """Decide the call ``key`` for program ``program``: approve it (``denial`` None) or
+        deny it with that reason."""
+        bound = (program, *key)
         if denial is None:
-            self._approved[key] += 1
+            self._approved[bound] += 1
         else:
-            self._denied.setdefault(key, []).append(denial)
+            self._denied.setdefault(bound, []).append(denial)
 
-    def take(self, key: tuple[str, str]) -> tuple[bool, str | None]:
-        """``(decided, denial)`` for a call that needs approval, used up: decided False
-        when nobody decided it; a denial's reason, or None for an approval."""
-        if self._approved[key] > 0:
-            self._approved[key] -= 1
+    def take(self, program: str, key: tuple[str, str]) -> tuple[bool, str | None]:
+        """``(decided, denial)`` for program ``program``'s call ``key``, which needs approval,
+        used up: decided False when nobody decided it for that program; a denial's reason, or
+        None for an approval."""
+        bound = (program, *key)
+        if self._approved[bound] > 0:
+            self._approved[bound] -= 1
             return True, None
-        reasons = self._denied.get(key)
+        self._approved.pop(bound, None)
+        reasons = self._denied.get(bound)
         if reasons:
             reason = reasons.pop(0)
             if not reasons:
-                del self._denied[key]
+                del self._denied[bound]
             return True, reason
         return False, None
 
-    def drop(self, keys: Iterable[tuple[str, str]]) -> None:
-        """Forget what is left of the decisions for ``keys``: a decision covers the
+    def drop(self, program: str) -> None:
+        """Forget what is left of the decisions for ``program``: a decision covers the
         continuation it was made for, never a later program."""
-        for key in keys:
-            self._approved.pop(key, None)
-            self._denied.pop(key, None)
+        for bound in [bound for bound in self._approved if bound[0] == program]:
+            del self._approved[bound]
+        for bound in [bound for bound in self._denied if bound[0] == program]:
+            del self._denied[bound]
 
 
 def pending_in_history(lines: Iterable[Mapping[str, Any]]) -> list[PendingApproval]:

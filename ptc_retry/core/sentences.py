@@ -104,6 +104,13 @@ NOTICE_PAUSED = Sentence(
     40,
     {"calls": "tools.send_email"},
 )
+#: What a program that is sent again while it waits for approval gets: nothing ran.
+STILL_WAITS = Sentence(
+    PREFIX + "Not run: this is {reference}, which still waits for a person's approval "
+    "before {calls}. Do not send it again: it goes on once decided.",
+    40,
+    {"calls": "tools.send_email"},
+)
 #: The repeated-failure guard's line, once per streak (``guard_mode = "observe"``).
 GUARD_REPEATED = Sentence(
     "{count} identical failures in a row: change the program, do not repeat it.", 20, {"count": 3}

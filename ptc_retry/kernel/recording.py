@@ -372,6 +372,11 @@ class Reuses:
             reuse.count(source)
         return found
 
+    def not_made(self) -> None:
+        """A call counted live was never made: the host paused or denied it."""
+        for reuse in self._running:
+            reuse.live -= 1
+
     def joined(self, source: str, *, result: bool) -> None:
         """A call counted live was given the outcome of an earlier call of ``source`` by the
         host instead: not made live, and reused from there when that outcome is a result."""

@@ -67,12 +67,20 @@ class ResumePolicy:
             return 0  # no statement ran (a syntax error): the whole program it is
         if line.get("kernel") != KERNEL_TOKEN:
             return _run_whole(restarted)
+        paused = status == HistoryStatus.PAUSED
+        if paused and ran_since(store, call_id):
+            return _run_whole(
+                f"another program ran after {call_id} paused, so the names it bound may have "
+                "changed"
+            )
         if index == 0:
             return 0
         touched = edited_statement(code, corrected, transformed)
         start = index if touched is None else min(index, touched)
         if start == 0:
             return 0
+        if paused:  # going on after a person's decision is not one of the model's retries
+            return start
         budget = self._config.max_resumes_per_turn
         if self._used >= budget:
             return _run_whole(
@@ -110,6 +118,20 @@ def where_resumed(reference: str, transformed: str, start: int) -> str:
         line=first,
         statement=text,
         loop=said.LOOP_FROM_START if loop else "",
+    )
+
+
+def ran_since(store: CheckpointStore, call_id: str) -> bool:
+    """Whether a program other than ``call_id`` ended after ``call_id``'s latest history
+    line: its names in the namespace may no longer be the ones ``call_id`` bound. The
+    program running now (its line, if any, still ``unfinished``) does not count."""
+    lines = store.history()
+    last = max((i for i, line in enumerate(lines) if line.get("id") == call_id), default=None)
+    if last is None:
+        return False
+    return any(
+        line.get("id") != call_id and line.get("status") != HistoryStatus.UNFINISHED
+        for line in lines[last + 1 :]
     )
 
 

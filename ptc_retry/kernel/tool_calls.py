@@ -68,6 +68,9 @@ class ProgramCalls:
         self._statements = Statements(host.shell, running)
         #: The calls the host answered with a pause: they wait for a person's approval.
         self.paused: list[CallRecord] = []
+        #: Paused calls whose pause is held back while other calls of the program are in
+        #: flight (see ``_release_pauses``).
+        self._held: list[_Call] = []
 
     def running_programs(self) -> list[Running]:
         """The programs running in this program's thread, outermost first."""
@@ -335,16 +338,32 @@ class ProgramCalls:
             call.record.paused = True
             self.finish(call.record, error=_policy_error(replies.get(call.index)) or WAITS)
             self.paused.append(call.record)
-            self.live -= 1  # the host did not make it: the counts are of calls made
+            self._not_made()
         for call in waiting:
             if call in paused:
-                call.future.set_exception(self._pause())
+                self._held.append(call)
             else:
                 self._settle(call, replies.get(call.index))
+        self._release_pauses()
+
+    def _release_pauses(self) -> None:
+        """Stop the program at its paused calls once no other call of it is in flight.
+
+        A call another task made before the pause still runs on the host: ending the
+        program now would lose its result (a resume would make it again). So the pause
+        waits for those calls to end and be recorded (within the program's time limit);
+        a call made meanwhile is not made, it raises the pause."""
+        held = [call for call in self._held if not call.future.done()]
+        if self._pending > len(held):
+            return
+        self._held = []
+        for call in held:
+            call.future.set_exception(self._pause())
 
     def _settle(self, call: _Call, reply: dict[str, Any] | None) -> None:
         denied = reply.get("denied") if reply is not None else None
         if isinstance(denied, str):
+            self._not_made()
             self.finish(call.record, error=f"denied: {denied}")
             tool = call.record.tool
             call.future.set_exception(ToolDenied(denied, tool=tool))
@@ -361,6 +380,12 @@ class ProgramCalls:
         if not isinstance(error, str):
             error = "the backend's reply holds no result for this call"
         self._fail(call, error)
+
+    def _not_made(self) -> None:
+        """The host paused or denied a call counted live: the counts are of calls made, in
+        this program's and in each running replay's sentence."""
+        self.live -= 1
+        self.reuses.not_made()
 
     def _joined(self, record: CallRecord, *, result: bool) -> None:
         """The host gave ``record`` (a call that a replay makes again) the outcome of the
@@ -390,6 +415,7 @@ class ProgramCalls:
         if not self._pending and self._interrupts is not None:
             self._interrupts.uninstall()
             self._interrupts = None
+        self._release_pauses()
         if not call.future.cancelled():
             return
         if call.record.ok is None:
