@@ -25,9 +25,16 @@ from ..core.approvals import (
     check_approval,
     needs_approval,
 )
-from ..core.protocol import TOO_DEEP, lone_surrogate, sendable_text
-from ..core.schema import first_paragraph, signature_schema, signature_text
-from .results import json_kind
+from ..core.protocol import sendable_text
+from ..core.schema import first_paragraph, signature_schema
+from .tool_checks import (
+    Refused,
+    check_arguments,
+    check_result,
+    check_signature,
+    is_async,
+    raised,
+)
 from .tracing import NO_HOST_SPAN, HostSpan, Tracing
 
 __all__ = ["Completed", "HostTool", "HostTools"]
@@ -39,16 +46,6 @@ Completed = Callable[[dict[str, Any], Any], None]
 
 #: How many cut-off sync calls that returned are kept for a replay that makes one again.
 _CUT_OFF_KEPT = 32
-
-#: JSON schema types, as a signature line shows them (and as the checks name them).
-_CHECKS: dict[str, Callable[[Any], bool]] = {
-    "string": lambda value: isinstance(value, str),
-    "integer": lambda value: isinstance(value, int) and not isinstance(value, bool),
-    "number": lambda value: isinstance(value, (int, float)) and not isinstance(value, bool),
-    "boolean": lambda value: isinstance(value, bool),
-    "array": lambda value: isinstance(value, list),
-    "object": lambda value: isinstance(value, dict),
-}
 
 
 @dataclass(frozen=True)
@@ -136,11 +133,11 @@ class HostTools:
         if not isinstance(tool_name, str):
             raise ValueError(f"register_tool: give {function!r} a name (name=...)")
         self._check_name(tool_name)
-        _check_signature(function, tool_name)
+        check_signature(function, tool_name)
         if description is not None and not isinstance(description, str):
             raise TypeError(f"register_tool: description must be a str, not {description!r}")
         checked = check_approval(approval)
-        if callable(checked) and _is_async(checked):
+        if callable(checked) and is_async(checked):
             # Its coroutine is no bool: every call would wait, whatever it would answer.
             raise TypeError(
                 f"register_tool: the approval policy of {tool_name!r} is async; a policy is a "
@@ -152,7 +149,7 @@ class HostTools:
             " ".join(description.split()) if description is not None else first_paragraph(function),
             signature_schema(function),
             function,
-            _is_async(function),
+            is_async(function),
             checked,
         )
         return self.add(tool)
@@ -232,7 +229,7 @@ class HostTools:
         except _Denied as denied:
             reason = sendable_text(str(denied))
             return {"id": call_id, "ok": False, "denied": reason, "error": reason}
-        except _Refused as refused:
+        except Refused as refused:
             span.failed(refused.ename)
             # A message may quote what the tool said, lone surrogates and all.
             failed = {"id": call_id, "ok": False, "error": sendable_text(str(refused))}
@@ -252,12 +249,12 @@ class HostTools:
         tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
             offered = ", ".join(self._tools) or "none"
-            raise _Refused(f"there is no tool named {name!r}; the tools are: {offered}")
-        _check_arguments(tool, arguments)
-        assert isinstance(arguments, dict)  # _check_arguments made sure
+            raise Refused(f"there is no tool named {name!r}; the tools are: {offered}")
+        check_arguments(tool.parameters, arguments)
+        assert isinstance(arguments, dict)  # check_arguments made sure
         await self._decided(tool, arguments, call)
         result = await self._run(tool, arguments, call, completed)
-        _check_result(result)
+        check_result(result)
         return result
 
     async def _decided(
@@ -315,7 +312,7 @@ class HostTools:
         call: dict[str, Any],
         completed: Completed | None,
     ) -> Any:
-        """What ``tool`` returns; _Refused with what it raised instead, BaseException
+        """What ``tool`` returns; Refused with what it raised instead, BaseException
         included: a tool that calls ``sys.exit`` (argparse does on bad input) or raises
         KeyboardInterrupt must not end the agent's loop. A CancelledError passes: only the
         batch can tell its own cancellation from one the tool raised."""
@@ -326,11 +323,11 @@ class HostTools:
             if inspect.isawaitable(result):
                 result = await result
             return result
-        except (asyncio.CancelledError, _Refused):
+        except (asyncio.CancelledError, Refused):
             raise
         except BaseException as exc:
             log.info("host tool %r raised %s", tool.name, type(exc).__name__, exc_info=True)
-            raise _Refused(_raised(exc), ename=type(exc).__name__) from None
+            raise Refused(raised(exc), ename=type(exc).__name__) from None
 
     async def _in_thread(
         self,
@@ -350,7 +347,7 @@ class HostTools:
         self, earlier: asyncio.Future[Any], call: dict[str, Any], completed: Completed | None
     ) -> Any:
         """What ``earlier`` returns: the thread of the cut-off call that ``call`` makes again.
-        _Refused with what it raised, as for any call."""
+        Refused with what it raised, as for any call."""
         log.info(
             "host tool %r: given the outcome of cut-off call %s",
             call.get("tool"),
@@ -360,11 +357,11 @@ class HostTools:
             result = await self._thread(earlier, call, completed)
             if inspect.isawaitable(result):
                 result = await result
-        except (asyncio.CancelledError, _Refused):
+        except (asyncio.CancelledError, Refused):
             raise
         except BaseException as exc:
-            raise _Refused(_raised(exc)) from None
-        _check_result(result)
+            raise Refused(raised(exc)) from None
+        check_result(result)
         return result
 
     async def _thread(
@@ -436,8 +433,8 @@ class HostTools:
             )
             return
         try:
-            _check_result(result)
-        except _Refused:
+            check_result(result)
+        except Refused:
             return  # not a result the program could have had
         completed(call, result)
 
@@ -454,7 +451,7 @@ def _canonical(arguments: Any) -> str:
 
 def _in_worker(tool: HostTool, arguments: dict[str, Any]) -> Any:
     """``tool``'s sync function, in its worker thread. What it raises beyond Exception
-    (``sys.exit``) is turned into _Refused there: left as it is, it would end the task that
+    (``sys.exit``) is turned into Refused there: left as it is, it would end the task that
     awaits the thread, and with it the agent's event loop."""
     try:
         return tool.function(**arguments)
@@ -462,21 +459,7 @@ def _in_worker(tool: HostTool, arguments: dict[str, Any]) -> Any:
         raise
     except BaseException as exc:
         log.info("host tool %r raised %s", tool.name, type(exc).__name__, exc_info=True)
-        raise _Refused(_raised(exc), ename=type(exc).__name__) from None
-
-
-def _raised(exc: BaseException) -> str:
-    """What the program's ToolError says of ``exc``, which a tool raised."""
-    try:
-        said = str(exc)
-    except Exception:  # an exception whose __str__ fails still names its type
-        said = ""
-    text = f"{type(exc).__name__}: {said}" if said else type(exc).__name__
-    if isinstance(exc, SystemExit):
-        return f"{text} (the tool exited, as argparse does on arguments it refuses)"
-    if isinstance(exc, KeyboardInterrupt):
-        return f"{text} (the tool was interrupted)"
-    return text
+        raise Refused(raised(exc), ename=type(exc).__name__) from None
 
 
 def _outcome(call: dict[str, Any], outcome: dict[str, Any] | BaseException) -> dict[str, Any]:
@@ -486,38 +469,9 @@ def _outcome(call: dict[str, Any], outcome: dict[str, Any] | BaseException) -> d
         return {"id": call.get("id"), "ok": False, "error": error}
     if isinstance(outcome, BaseException):  # a fault of the backend's own: answer anyway
         log.error("answering a call of %r failed", call.get("tool"), exc_info=outcome)
-        error = sendable_text(f"the backend could not answer this call ({_raised(outcome)})")
+        error = sendable_text(f"the backend could not answer this call ({raised(outcome)})")
         return {"id": call.get("id"), "ok": False, "error": error}
     return outcome
-
-
-def _check_result(result: Any) -> None:
-    """_Refused, saying why, when ``result`` cannot travel to the program as JSON."""
-    try:
-        text = json.dumps(result, ensure_ascii=False)
-    except RecursionError:
-        raise _Refused(f"its result {TOO_DEEP}") from None
-    except (TypeError, ValueError) as exc:
-        raise _Refused(
-            f"its result is not JSON ({exc}): a host tool must return str, int, float, "
-            "bool, None, or lists and dicts of them"
-        ) from None
-    try:
-        text.encode("utf-8")  # what the wire is; json.dumps lets a lone surrogate through
-    except UnicodeEncodeError:
-        raise _Refused(
-            f"its result {lone_surrogate(result)}; the tool must return valid text"
-        ) from None
-
-
-class _Refused(Exception):
-    """A call that gives the program an error instead of a result; the message says why.
-    ``ename``: what the tool raised, or ``ToolError`` for a call refused before or after it
-    ran (an unknown tool, bad arguments, a result that cannot travel)."""
-
-    def __init__(self, message: str, *, ename: str = "ToolError") -> None:
-        super().__init__(message)
-        self.ename = ename
 
 
 class _Undecided(Exception):
@@ -526,66 +480,3 @@ class _Undecided(Exception):
 
 class _Denied(Exception):
     """A call a person denied: the program gets ToolDenied with this reason."""
-
-
-def _json_result(result: Any) -> Any:
-    """``result``, once it is known to be JSON; _Refused, saying what to return, if not."""
-    try:
-        json.dumps(result)
-    except (TypeError, ValueError) as exc:
-        raise _Refused(
-            f"its result is not JSON ({exc}): a host tool must return str, int, float, "
-            "bool, None, or lists and dicts of them"
-        ) from None
-    return result
-
-
-def _check_signature(function: Callable[..., Any], name: str) -> None:
-    """TypeError when ``function`` cannot be called with keyword arguments only."""
-    try:
-        parameters = inspect.signature(function).parameters.values()
-    except (TypeError, ValueError):
-        return  # no signature to read (some builtins): its schema takes any keywords
-    for parameter in parameters:
-        if parameter.kind is parameter.VAR_POSITIONAL:
-            raise TypeError(
-                f"register_tool: {name} takes *{parameter.name}, but programs pass a tool "
-                "keyword arguments only (a JSON object); give it named parameters"
-            )
-        if parameter.kind is parameter.POSITIONAL_ONLY:
-            raise TypeError(
-                f"register_tool: {name}'s parameter {parameter.name!r} is positional-only, "
-                "but programs pass a tool keyword arguments only (a JSON object)"
-            )
-
-
-def _check_arguments(tool: HostTool, arguments: object) -> None:
-    """_Refused, saying what to send, when ``arguments`` do not fit ``tool``'s schema."""
-    takes = f"it takes ({signature_text(tool.parameters)})"
-    if not isinstance(arguments, dict):
-        raise _Refused(f"its arguments must be keyword arguments (a JSON object); {takes}")
-    schema = tool.parameters
-    properties = schema.get("properties") or {}
-    missing = [name for name in schema.get("required") or () if name not in arguments]
-    if missing:
-        raise _Refused(f"missing the argument {', '.join(map(repr, missing))}; {takes}")
-    if schema.get("additionalProperties") is False:
-        unknown = [name for name in arguments if name not in properties]
-        if unknown:
-            raise _Refused(f"no argument named {', '.join(map(repr, unknown))}; {takes}")
-    for name, value in arguments.items():
-        expected = (properties.get(name) or {}).get("type")
-        if not isinstance(expected, str):
-            continue
-        check = _CHECKS.get(expected)
-        if check is not None and not check(value):
-            article = "an" if expected[0] in "aeiou" else "a"
-            raise _Refused(
-                f"the argument {name!r} must be {article} {expected}, not {json_kind(value)}; "
-                f"{takes}"
-            )
-
-
-def _is_async(function: Callable[..., Any]) -> bool:
-    call = getattr(function, "__call__", None)  # noqa: B004 - an object with an async __call__
-    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(call)
