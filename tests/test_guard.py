@@ -217,6 +217,11 @@ def test_pause_refuses_a_syntax_error_as_a_refusal(kernel: Kernel) -> None:
         pytest.param('get_ipython().run_line_magic("ptc_guard", "reset")', {}, id="python call"),
         pytest.param("%ptc_guard reset\nprint('then this')", {}, id="inside a program"),
         pytest.param("%ptc_guard reset", {"call_id": "model_1"}, id="sent by a backend"),
+        # A fresh extension would start a fresh guard: from a backend, these are programs.
+        pytest.param("%reload_ext ptc_retry", {}, id="reload the extension"),
+        pytest.param("%unload_ext ptc_retry\n%load_ext ptc_retry", {}, id="unload and load"),
+        # IPython runs what a magic's arguments expand: that cell is a program too.
+        pytest.param("%ptc_history {print('ran')}", {}, id="an expansion in a magic"),
     ],
 )
 def test_a_models_program_cannot_lift_the_pause(

@@ -126,7 +126,9 @@ class PtcRetryExtension:
         # Not calls: a cell a program runs (it is part of that program) and a cell that only
         # runs our magics. They take no number or id and leave previous/ as it is.
         partial = outermost and bool(request.fields.get("partial"))
-        running.own_magics = outermost and not partial and only_own_magics(source)
+        running.own_magics = (
+            outermost and not partial and only_own_magics(source, from_backend=request.from_backend)
+        )
         self.programs.stack.append(running)  # first: whatever happens next, post_run_cell finds it
         try:
             if outermost:

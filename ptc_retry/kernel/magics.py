@@ -21,20 +21,25 @@ if TYPE_CHECKING:
 
 MAGIC_NAMES = {"line": ["ptc_history", "ptc_show", "ptc_guard"]}
 
-# A person's commands to ptc-retry: its magics, and loading or unloading the extension.
-_OWN_COMMAND = (
-    rf"%(?:{'|'.join(MAGIC_NAMES['line'])})\b[^\n]*"
-    r"|%(?:load_ext|unload_ext|reload_ext)[ \t]+ptc_retry[ \t]*"
-)
+# A person's commands to ptc-retry: its magics, with no ``{expression}`` or ``$name`` that
+# IPython would expand (and so run) in their arguments, and loading or unloading the
+# extension.
+_OWN_MAGIC = rf"%(?:{'|'.join(MAGIC_NAMES['line'])})\b[^\n{{$]*"
+_LOAD = r"%(?:load_ext|unload_ext|reload_ext)[ \t]+ptc_retry[ \t]*"
 # A cell that only runs those (and blank or comment lines) is not a call.
-_OWN_MAGICS_ONLY = re.compile(rf"(?:[ \t]*(?:{_OWN_COMMAND}|#[^\n]*)?\n)*")
+_OWN_MAGICS_ONLY = re.compile(rf"(?:[ \t]*(?:{_OWN_MAGIC}|{_LOAD}|#[^\n]*)?\n)*")
+# From a backend, loading or unloading the extension is a program like any other: saved,
+# and refused while the guard pauses (a fresh extension would otherwise lift the pause).
+_OWN_MAGICS_ONLY_FROM_BACKEND = re.compile(rf"(?:[ \t]*(?:{_OWN_MAGIC}|#[^\n]*)?\n)*")
 _PERSON_RESET = re.compile(r"\s*%ptc_guard[ \t]+reset\s*")
 
 
-def only_own_magics(source: str) -> bool:
-    """Whether a cell runs nothing but these magics and ``%load_ext``, ``%unload_ext`` or
+def only_own_magics(source: str, *, from_backend: bool = False) -> bool:
+    """Whether a cell runs nothing but these magics (with nothing IPython expands in their
+    arguments) and, unless a backend sent it, ``%load_ext``, ``%unload_ext`` or
     ``%reload_ext ptc_retry``: a person's commands, which take no number or id."""
-    return _OWN_MAGICS_ONLY.fullmatch(source + "\n") is not None
+    pattern = _OWN_MAGICS_ONLY_FROM_BACKEND if from_backend else _OWN_MAGICS_ONLY
+    return pattern.fullmatch(source + "\n") is not None
 
 
 def is_person_reset(source: str, *, from_backend: bool) -> bool:
