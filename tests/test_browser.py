@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -277,10 +278,19 @@ def _open(page: Any, server: Server, front_end: str) -> None:
 def _wait_for_kernel(server: Server) -> str:
     deadline = time.monotonic() + SERVER_START
     while True:
-        kernels = server.api("kernels")
-        if kernels and kernels[0]["execution_state"] == "idle":
+        try:
+            kernels = server.api("kernels")
+        except urllib.error.HTTPError as exc:
+            # jupyter_server can answer 500 while the kernel it lists is still starting, as on a
+            # loaded machine: ask again, and name the answer if it never changes.
+            if exc.code < 500:
+                raise
+            kernels = f"HTTP {exc.code}"
+        if isinstance(kernels, list) and kernels and kernels[0]["execution_state"] == "idle":
             return str(kernels[0]["id"])
-        assert time.monotonic() < deadline, f"no idle kernel within {SERVER_START} s: {kernels}"
+        if time.monotonic() > deadline:
+            log = (server.root.parent / "server.log").read_text("utf-8", "replace")[-3000:]
+            pytest.fail(f"no idle kernel within {SERVER_START} s: {kernels}\n{log}")
         time.sleep(0.3)
 
 

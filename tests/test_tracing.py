@@ -69,6 +69,11 @@ class Shop:
         self.calls["lookup"] += 1
         return {"item": item, "price": 7}
 
+    def restock(self, item: str) -> str:
+        """Order more of an item (its supplier's API is down)."""
+        self.calls["restock"] += 1
+        raise ConnectionError("the supplier did not answer")
+
 
 @dataclass
 class Telemetered:
@@ -136,7 +141,9 @@ def telemetry(transport: str) -> Telemetered:
 def backend(
     start_backend: StartBackend, shop: Shop, telemetry: Telemetered, options: dict[str, Any]
 ) -> KernelBackend:
-    return start_backend(tools=[shop.lookup], telemetry=telemetry.telemetry(), **options)
+    return start_backend(
+        tools=[shop.lookup, shop.restock], telemetry=telemetry.telemetry(), **options
+    )
 
 
 @dataclass
@@ -393,15 +400,28 @@ def test_a_cut_off_call_and_its_extend_are_traced_as_such(
     assert link["attributes"] == {"ptc_retry.link": "extend_of"}
 
 
-def test_a_malformed_trace_context_changes_nothing_and_makes_no_span(
+#: A trace context whose traceparent names a span and whose tracestate OpenTelemetry drops,
+#: saying so in a log record (more than 32 members).
+CROWDED_STATE = ("00-" + "ab" * 16 + "-" + "cd" * 8 + "-01", ",".join(f"k{n}=v" for n in range(40)))
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "tracestate", "traced"),
+    [("00-not-a-trace", "=;=", False), (*CROWDED_STATE, True)],
+    ids=["malformed", "crowded tracestate"],
+)
+def test_an_odd_trace_context_changes_nothing_the_program_prints(
     backend: KernelBackend,
     fixed: Fixed,
     traced_ipython: Path,
     transport: str,
     on_loop: OnLoop[Any],
+    traceparent: str,
+    tracestate: str,
+    traced: bool,
 ) -> None:
-    call_id = f"{transport}-bad-trace"
-    fields = {"call_id": call_id, TRACEPARENT: "00-not-a-trace", TRACESTATE: "=;="}
+    call_id = f"{transport}-odd-trace-{traced}"
+    fields = {"call_id": call_id, TRACEPARENT: traceparent, TRACESTATE: tracestate}
 
     async def send() -> tuple[list[str], dict[str, Any]]:
         msg_id = await backend.transport.send_execute(
@@ -426,7 +446,8 @@ def test_a_malformed_trace_context_changes_nothing_and_makes_no_span(
     assert reply["metadata"][METADATA_KEY]["status"] == "ok"
     spans = kernel_spans(traced_ipython)
     assert [s for s in spans if s["name"] == "ptc_retry.run"]  # this kernel traces
-    assert not [s for s in spans if s["attributes"].get("ptc_retry.call_id") == call_id]
+    mine = [s for s in spans if s["attributes"].get("ptc_retry.call_id") == call_id]
+    assert bool(mine) is traced  # a context that names no span makes none
 
 
 # -- local kernels of their own --------------------------------------------------------------
@@ -526,3 +547,18 @@ def test_nothing_is_traced_without_a_configured_provider() -> None:
     assert not tracing.active
     assert tracing.call({"call_id": "c1", "tool": "run_code"}, "x = 1") is NO_TRACE
     assert NO_TRACE.context() == {}
+
+
+def test_a_host_tool_that_raises_marks_its_host_span_failed_with_the_type(
+    backend: KernelBackend, telemetry: Telemetered, shop: Shop, on_loop: OnLoop[Any]
+) -> None:
+    program = (
+        "try:\n    await tools.restock(item='tea')\n"
+        "except ptc_retry.ToolError as exc:\n    print('refused', type(exc).__name__)\n"
+    )
+    result = on_loop(asyncio.wait_for(backend.run_code(program), BOUND))
+    assert "refused ToolError" in result.text and shop.calls["restock"] == 1
+    spans = as_dicts(telemetry.spans.get_finished_spans())
+    host = [span for span in spans if span["name"] == "execute_tool restock"][-1]
+    assert host["status"] == {"status_code": "ERROR", "description": "ConnectionError"}
+    assert host["attributes"]["error.type"] == "ConnectionError"

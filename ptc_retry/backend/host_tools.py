@@ -220,17 +220,20 @@ class HostTools:
         span = self._span(call) if earlier is None else NO_HOST_SPAN  # a join makes no call
         try:
             with span.running():
-                if earlier is None:
-                    result = await self._call(call, completed)
-                else:
-                    result = await self._join(earlier, call, completed)
+                try:
+                    if earlier is None:
+                        result = await self._call(call, completed)
+                    else:
+                        result = await self._join(earlier, call, completed)
+                except Refused as refused:
+                    span.failed(refused.ename)  # while the span is open
+                    raise
         except _Undecided as undecided:
             return {"id": call_id, "ok": False, "paused": True, "error": str(undecided)}
         except _Denied as denied:
             reason = sendable_text(str(denied))
             return {"id": call_id, "ok": False, "denied": reason, "error": reason}
         except Refused as refused:
-            span.failed(refused.ename)
             # A message may quote what the tool said, lone surrogates and all.
             failed = {"id": call_id, "ok": False, "error": sendable_text(str(refused))}
             return failed if earlier is None else {**failed, "joined": True}

@@ -57,7 +57,33 @@ def _tracer() -> Any:
         # The API's defaults (a proxy until an SDK is set, or a no-op) record nothing.
         no_op = type(provider).__name__ in ("ProxyTracerProvider", "NoOpTracerProvider")
         _TRACER.append(None if provider is None or no_op else provider.get_tracer(SCOPE))
+        if _TRACER[0] is not None:
+            _log_outside_cells()
     return _TRACER[0]
+
+
+def _log_outside_cells() -> None:
+    """Keep OpenTelemetry's own log records (an exporter whose collector is down, a
+    tracestate it drops) out of the cells' output, which the model reads: with no handler of
+    its own, a record would reach Python's last-resort handler, ``sys.stderr``, which in a
+    kernel is the running cell's. They go to the kernel process's own stderr instead, its
+    log (or nowhere, where that cannot be had), unless the kernel's environment gave the
+    logger a handler."""
+    import io
+    import logging
+    import os
+
+    logger = logging.getLogger("opentelemetry")
+    if logger.handlers:
+        return
+    try:
+        # In ipykernel, sys.stderr's file descriptor is a copy of the process's own stderr,
+        # which no cell captures.
+        stream: Any = open(os.dup(sys.stderr.fileno()), "w", buffering=1, errors="replace")
+    except (OSError, ValueError, io.UnsupportedOperation):
+        stream = None
+    logger.addHandler(logging.StreamHandler(stream) if stream else logging.NullHandler())
+    logger.propagate = False
 
 
 class ProgramTrace:
