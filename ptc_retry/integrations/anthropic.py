@@ -150,7 +150,13 @@ class MessagesCollector(ReplyCollector):
     def in_tool_call(self) -> bool:
         return any(self.blocks[index]["type"] == "tool_use" for index in self.open)
 
+    def unfinished(self) -> str | None:
+        if self.stop_reason is not None:
+            return None
+        return "the stream ended without its message_delta"
+
     def reply(self, *, cut: BaseException | None = None) -> Reply:
+        cut = self._cut_by(cut)
         blocks = [self.blocks[index] for index in sorted(self.blocks)]
         for block in blocks:
             if block["type"] == "tool_use":
@@ -160,8 +166,8 @@ class MessagesCollector(ReplyCollector):
         usage = Usage(self.input_tokens, self.output_tokens)
         reply = _reply(blocks, self.stop_reason, [usage])
         reply.model = self.model
-        if in_call:
-            reply.tool_calls[-1].cut = True
+        if cut is not None and reply.tool_calls:
+            reply.tool_calls[-1].cut = in_call
             reply.stop, reply.dropped = Stop.DROPPED, f"{type(cut).__name__}: {cut}"
         return reply
 
@@ -191,9 +197,9 @@ class Messages(ProviderAdapter[MessagesCollector]):
         return reply
 
     def _messages(self, reply: Reply, results: list[CallResult]) -> list[Message]:
-        blocks = [_sendable(block) for block in reply.items if _sendable(block)]
-        if not reply.items:  # joined from a continuation: the reply's content, rebuilt
-            blocks = [{"type": "text", "text": reply.text}] if reply.text.strip() else []
+        blocks = [sendable for block in reply.items if (sendable := _sendable(block))]
+        if reply.continued:  # after the last part's signed thinking, the content rebuilt
+            blocks += [{"type": "text", "text": reply.text}] if reply.text.strip() else []
             blocks += [_tool_use(call) for call in reply.tool_calls]
         messages: list[Message] = [{"role": "assistant", "content": blocks}]
         if results:
