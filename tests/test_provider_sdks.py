@@ -550,15 +550,25 @@ def test_only_the_end_of_a_long_partial_reply_is_quoted(
     assert json.dumps(TEXT[44:64])[1:-1] in added and TEXT[:44] not in added
 
 
-@pytest.mark.parametrize("name", API_NAMES)
+#: Where a stream is cut after a whole call's arguments, by the events that arrived: after
+#: the last piece (Chat), their done event (Responses), the block's stop (Messages); or
+#: after the last piece, before those events ("last piece").
+WHOLE_CALL_CUTS = {
+    ("chat", "ended"): 4,
+    ("responses", "ended"): 6,
+    ("messages", "ended"): 6,
+    ("responses", "last piece"): 5,
+    ("messages", "last piece"): 5,
+}
+
+
+@pytest.mark.parametrize(("name", "where"), list(WHOLE_CALL_CUTS))
 def test_a_stream_cut_after_a_whole_tool_call_runs_it_and_asks_nothing_again(
-    name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+    name: str, where: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
 ) -> None:
     api = make_api(name)
     call = Call("run_code", raw("print(40 + 2)"), f"call_whole_{name}")
-    # After the last piece of the arguments (Chat), their done event (Responses), the
-    # block's stop (Messages): the call is whole, the stop has not arrived.
-    events = {"chat": 4, "responses": 6, "messages": 6}[name]
+    events = WHOLE_CALL_CUTS[name, where]  # the call is whole, the stop has not arrived
     server.script(Scripted(text="", calls=[call], drop_after=events))  # before the stop
     step = _bounded(on_loop, api.turn("one call, then the network goes"))
     assert step.reply.stop == Stop.DROPPED and len(server.requests) == 1

@@ -38,6 +38,7 @@ from .replies import (
     Usage,
     continue_text,
     transport_errors,
+    whole_json,
 )
 
 __all__ = ["Messages", "MessagesCollector"]
@@ -148,7 +149,11 @@ class MessagesCollector(ReplyCollector):
             block["_raw"] += delta.partial_json
 
     def in_tool_call(self) -> bool:
-        return any(self.blocks[index]["type"] == "tool_use" for index in self.open)
+        # A block the cut left open whose arguments decode was whole all the same.
+        return any(
+            self.blocks[index]["type"] == "tool_use" and not whole_json(self.blocks[index]["_raw"])
+            for index in self.open
+        )
 
     def unfinished(self) -> str | None:
         if self.stop_reason is not None:
@@ -157,12 +162,12 @@ class MessagesCollector(ReplyCollector):
 
     def reply(self, *, cut: BaseException | None = None) -> Reply:
         cut = self._cut_by(cut)
+        in_call = cut is not None and self.in_tool_call()
         blocks = [self.blocks[index] for index in sorted(self.blocks)]
         for block in blocks:
             if block["type"] == "tool_use":
                 block["_raw"] = block["_raw"] or "{}"  # a tool without arguments sends none
                 block["input"] = _decoded(block["_raw"])
-        in_call = cut is not None and self.in_tool_call()
         usage = Usage(self.input_tokens, self.output_tokens)
         reply = _reply(blocks, self.stop_reason, [usage])
         reply.model = self.model

@@ -34,6 +34,7 @@ from .replies import (
     Usage,
     continue_text,
     transport_errors,
+    whole_json,
 )
 
 __all__ = ["ChatCollector", "ChatCompletions", "Responses", "ResponsesCollector"]
@@ -141,7 +142,7 @@ class ChatCollector(ReplyCollector):
         # Not "the last chunk carried the call": an empty delta may come between two pieces
         # of its arguments. Before the finish_reason, arguments not yet JSON were arriving.
         last = self.calls[max(self.calls)]["arguments"] if self.calls else None
-        return last is not None and self.finish is None and not _is_json(last)
+        return last is not None and self.finish is None and not whole_json(last)
 
     def unfinished(self) -> str | None:
         return None if self.finish is not None else "the stream ended without a finish_reason"
@@ -353,9 +354,10 @@ class ResponsesCollector(ReplyCollector):
     def reply(self, *, cut: BaseException | None = None) -> Reply:
         cut = self._cut_by(cut)
         items = [self.items[index] for index in sorted(self.items)]
-        cut_item = (
-            sorted(self.items).index(self._arriving) if cut and self._arriving is not None else None
-        )
+        cut_item = None
+        if cut is not None and self._arriving is not None:
+            arguments = self.items[self._arriving].get("arguments", "")
+            cut_item = None if whole_json(arguments) else sorted(self.items).index(self._arriving)
         reply = _responses_reply(items, self.response, cut_item)
         if cut is not None and reply.tool_calls:
             reply.stop, reply.dropped = Stop.DROPPED, f"{type(cut).__name__}: {cut}"
@@ -418,16 +420,6 @@ def _text(arguments: str | Mapping[str, Any]) -> str:
     import json
 
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
-
-
-def _is_json(text: str) -> bool:
-    import json
-
-    try:
-        json.loads(text)
-    except ValueError:
-        return False
-    return True
 
 
 def _sent_back(item: Mapping[str, Any], reply: Reply) -> dict[str, Any]:

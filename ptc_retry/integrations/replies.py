@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from ..backend import KernelBackend
 from ..core import sentences as said
+from ..core.status import ResultStatus
 
 __all__ = [
     "CallResult",
@@ -39,6 +40,7 @@ __all__ = [
     "UnfinishedStream",
     "Usage",
     "transport_errors",
+    "whole_json",
 ]
 
 Message = dict[str, Any]
@@ -327,7 +329,7 @@ class ProviderAdapter(Generic[R]):
                     self._finished[key] = await self._run(call, step)
                 results.append(self._finished[key])
         self._finished.clear()  # the step ended: its results are the caller's now
-        if reply.stop == Stop.DROPPED and results and not results[-1].call.cut:
+        if reply.stop == Stop.DROPPED and results and results[-1].status != ResultStatus.PARTIAL:
             results[-1] = _told_cut_after(results[-1])
         return Step(reply, results, self._messages(reply, results))
 
@@ -439,6 +441,16 @@ def continue_text(partial: Reply, quote: Callable[[str], str], *, text_quoted: b
     if partial.text and text_quoted:
         words += said.CUT_REPLY_QUOTE.render(what="text", quote=quote(partial.text))
     return words
+
+
+def whole_json(arguments: str) -> bool:
+    """A tool call's arguments arrived whole: they decode as JSON. A cut after them left
+    nothing of the call unsaid, so it runs as it is instead of being saved to extend."""
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return False
+    return True
 
 
 def transport_errors() -> tuple[type[BaseException], ...]:
