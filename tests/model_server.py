@@ -71,7 +71,12 @@ class Reply:
     ``drop_after``: a streamed reply's connection is closed after that many events, without
     the end of its chunked body (a non-streamed one before any byte). ``stall_after``: a
     streamed reply stops sending after that many events, until the client goes or the
-    server closes (a model that thinks a long while). ``status``: an HTTP
+    server closes (a model that thinks a long while). ``end_after``: a streamed reply's body
+    ends cleanly after that many events, without the rest (a proxy that ends it at its read
+    timeout); with ``failed``, Responses sends ``response.failed`` there (the model failed
+    part-way). ``empty_deltas``: Chat sends an empty delta after each piece of a call's
+    arguments (as some compatible servers do); ``indexless``: each call whole in one delta,
+    without its ``index`` (as Gemini's compatible endpoint). ``status``: an HTTP
     error (429, 500, 529...) in the API's error shape instead of a reply. ``usage``: the
     input and output tokens it reports.
     """
@@ -82,6 +87,10 @@ class Reply:
     stop: str = "stop"
     drop_after: int | None = None
     stall_after: int | None = None
+    end_after: int | None = None
+    failed: bool = False
+    empty_deltas: bool = False
+    indexless: bool = False
     status: int | None = None
     usage: tuple[int, int] = (120, 30)
     token: str = field(default_factory=lambda: secrets.token_hex(10))
@@ -185,11 +194,18 @@ def chat_chunks(reply: Reply, include_usage: bool) -> list[Event]:
             "type": "function",
             "function": {"name": call.name, "arguments": ""},
         }
+        if reply.indexless:
+            del start["index"]
+            start["function"]["arguments"] = call.arguments
+            events.append(chunk({"tool_calls": [start]}))
+            continue
         events.append(chunk({"tool_calls": [start]}))
-        events += [
-            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
-            for piece in _pieces(call.arguments)
-        ]
+        for piece in _pieces(call.arguments):
+            events.append(
+                chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            )
+            if reply.empty_deltas:
+                events.append(chunk({}))
     events.append(chunk({}, _chat_finish(reply)))
     if include_usage:
         last = {
@@ -332,6 +348,15 @@ def responses_events(reply: Reply) -> list[Event]:
     final = "response.incomplete" if reply.stop == "length" else "response.completed"
     emit(final, response=response_object(reply))
     return events
+
+
+def _response_failed(reply: Reply, number: int) -> Event:
+    """The ``response.failed`` event of a response the model failed part-way."""
+    response = response_object(reply, done=False)
+    error = {"code": "server_error", "message": "The model failed to generate a response."}
+    response.update(status="failed", error=error)
+    body = {"type": "response.failed", "sequence_number": number, "response": response}
+    return "response.failed", body
 
 
 # -- Anthropic Messages --------------------------------------------------------------------
@@ -481,10 +506,17 @@ class _Handler(BaseHTTPRequestHandler):
     def _events(self, request: Request, reply: Reply) -> list[Event]:
         if request.path.endswith("/chat/completions"):
             include = bool((request.body.get("stream_options") or {}).get("include_usage"))
-            return [*chat_chunks(reply, include), (None, "[DONE]")]  # type: ignore[list-item]
-        if request.path.endswith("/responses"):
-            return responses_events(reply)
-        return anthropic_events(reply)
+            events = [*chat_chunks(reply, include), (None, "[DONE]")]  # type: ignore[list-item]
+        elif request.path.endswith("/responses"):
+            events = responses_events(reply)
+        else:
+            events = anthropic_events(reply)
+        if reply.end_after is None:
+            return events
+        events = events[: reply.end_after]
+        if reply.failed:
+            events.append(_response_failed(reply, len(events)))
+        return events
 
     def _whole(self, request: Request, reply: Reply) -> dict[str, Any]:
         if request.path.endswith("/chat/completions"):

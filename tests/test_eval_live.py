@@ -91,8 +91,19 @@ def test_a_live_run_reads_the_usage_and_counts_adoption(
     assert sum("ptc_retry.replay" in system for system in systems) == len(scenarios)
 
 
-def test_a_request_the_api_refuses_ends_the_run_with_its_error_and_no_report(
-    jupyter_path: Path,
+def _failed_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[str, str]:
+    """A live run that ends on its first request, with status 1 and no report: what it
+    printed, and its error."""
+    code = live.main("openai", "m", None, tmp_path, scenarios=by_name(["1k-wrong-key"]))
+    out, err = capsys.readouterr()
+    assert code == 1 and not (tmp_path / "report.md").exists()
+    return out, err
+
+
+@pytest.mark.usefixtures("jupyter_path")
+@pytest.mark.parametrize("reachable", [True, False], ids=["refused", "unreachable"])
+def test_a_failed_run_names_the_endpoint_the_client_uses_and_how_the_request_failed(
+    reachable: bool,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -100,8 +111,14 @@ def test_a_request_the_api_refuses_ends_the_run_with_its_error_and_no_report(
     monkeypatch.setenv("OPENAI_API_KEY", "wrong")
     with ModelServer() as server:
         server.script(Reply(status=401), Reply(status=401))
-        code = live.main(
-            "openai", "m", server.openai_url, tmp_path, scenarios=by_name(["1k-wrong-key"])
-        )
-    assert code == 1 and "scripted error 401" in capsys.readouterr().err
-    assert not (tmp_path / "report.md").exists()
+        url = server.openai_url
+        monkeypatch.setenv("OPENAI_BASE_URL", url)  # the SDK's own setting, no --base-url
+        if reachable:
+            out, err = _failed_run(tmp_path, capsys)
+    if not reachable:  # nothing listens there once the server is closed
+        out, err = _failed_run(tmp_path, capsys)
+    assert f"m at {url}/" in out and "own endpoint" not in out
+    if reachable:
+        assert "the API answered" in err and "scripted error 401" in err
+    else:
+        assert f"could not reach {url}/" in err and "answered" not in err

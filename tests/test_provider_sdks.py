@@ -22,6 +22,7 @@ anthropic = pytest.importorskip(
 )
 
 from ptc_retry.backend import KernelBackend  # noqa: E402
+from ptc_retry.core import sentences as said  # noqa: E402
 from ptc_retry.core.partial import cut_arguments  # noqa: E402
 from ptc_retry.integrations.anthropic import Messages  # noqa: E402
 from ptc_retry.integrations.openai import ChatCompletions, Responses  # noqa: E402
@@ -346,15 +347,21 @@ def _continuation_of(api: Api, body: dict[str, Any]) -> str:
     return json.dumps(body[key][len(api.conversation) :])
 
 
+#: How a stream is cut: the connection closed part-way, or the body ended cleanly without
+#: its final event (a proxy that ends it at its read timeout).
+CUTS = ["drop_after", "end_after"]
+
+
+@pytest.mark.parametrize("cut", CUTS)
 @pytest.mark.parametrize("name", API_NAMES)
 def test_a_stream_cut_after_text_is_continued_and_the_reply_is_whole(
-    name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+    name: str, cut: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
 ) -> None:
     api = make_api(name)
     api.conversation.append(api.adapter.user("what do they cost?"))
     events = TEXT_AFTER[name] + 3  # three pieces of 16 characters arrive
     arrived = TEXT[:48]
-    server.script(Scripted(text=TEXT, drop_after=events), Scripted(text=TEXT[48:]))
+    server.script(Scripted(text=TEXT, **{cut: events}), Scripted(text=TEXT[48:]))
     reply = _bounded(on_loop, api.reply())
     assert reply.text == TEXT and reply.stop == Stop.END
     (resume,) = reply.resumes
@@ -385,6 +392,29 @@ def test_a_stream_cut_after_reasoning_is_continued_quoting_it(
     assert resume.continued and resume.reasoning_chars == 32 and resume.text_chars == 0
     added = _continuation_of(api, server.requests[1].body)
     assert "while you were reasoning" in added and json.dumps(REASONING[:32])[1:-1] in added
+
+
+@pytest.mark.parametrize("name", ["responses", "messages"])
+def test_a_continued_replys_own_reasoning_goes_back_before_its_calls(
+    name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api(name)
+    call = Call("run_code", raw("print(6 * 7)"), f"call_think_{name}")
+    before = {"responses": 4, "messages": 3}[name]
+    server.script(
+        Scripted(reasoning=REASONING, drop_after=before + 2),
+        Scripted(reasoning=REASONING[32:], calls=[call]),
+    )
+    step = _bounded(on_loop, api.turn("think, then compute"))
+    assert step.reply.continued and step.results[0].text.endswith("42")
+    if name == "messages":  # the continuation's signed thinking block, first
+        content = step.messages[0]["content"]
+        assert [block["type"] for block in content] == ["thinking", "tool_use"]
+        assert content[0]["thinking"] == REASONING[32:] and content[0]["signature"]
+    else:  # the continuation's reasoning item, as it came
+        kinds = [item.get("type") for item in step.messages]
+        assert kinds == ["reasoning", "function_call", "function_call_output"]
+        assert step.messages[0]["summary"][0]["text"] == REASONING[32:]
 
 
 @pytest.mark.parametrize("name", API_NAMES)
@@ -461,15 +491,16 @@ def test_a_cancel_while_the_stream_arrives_is_not_resumed(
     assert len(server.requests) == 1 and server.unplayed == 1 and SLEPT == []
 
 
+@pytest.mark.parametrize("cut", CUTS)
 @pytest.mark.parametrize("name", API_NAMES)
 def test_a_stream_cut_inside_a_tool_call_is_saved_and_extended(
-    name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+    name: str, cut: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
 ) -> None:
     api = make_api(name)
     whole = raw(PROGRAM.replace(*FIX))
     call = Call("run_code", whole, f"call_drop_{name}")
     start = {"chat": 2, "responses": 3, "messages": 3}[name]  # the first piece of the call
-    server.script(Scripted(calls=[call], drop_after=start + 10))
+    server.script(Scripted(calls=[call], **{cut: start + 10}))
     step = _bounded(on_loop, api.turn("long program, flaky network"))
     assert step.reply.stop == Stop.DROPPED and step.reply.dropped and not step.reply.resumes
     (saved,) = step.results
@@ -519,20 +550,103 @@ def test_only_the_end_of_a_long_partial_reply_is_quoted(
     assert json.dumps(TEXT[44:64])[1:-1] in added and TEXT[:44] not in added
 
 
-@pytest.mark.parametrize("name", API_NAMES)
+#: Where a stream is cut after a whole call's arguments, by the events that arrived: after
+#: the last piece (Chat), their done event (Responses), the block's stop (Messages); or
+#: after the last piece, before those events ("last piece").
+WHOLE_CALL_CUTS = {
+    ("chat", "ended"): 4,
+    ("responses", "ended"): 6,
+    ("messages", "ended"): 6,
+    ("responses", "last piece"): 5,
+    ("messages", "last piece"): 5,
+}
+
+
+@pytest.mark.parametrize(("name", "where"), list(WHOLE_CALL_CUTS))
 def test_a_stream_cut_after_a_whole_tool_call_runs_it_and_asks_nothing_again(
-    name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+    name: str, where: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
 ) -> None:
     api = make_api(name)
     call = Call("run_code", raw("print(40 + 2)"), f"call_whole_{name}")
-    # After the last piece of the arguments (Chat), their done event (Responses), the
-    # block's stop (Messages): the call is whole, the stop has not arrived.
-    events = {"chat": 4, "responses": 6, "messages": 6}[name]
+    events = WHOLE_CALL_CUTS[name, where]  # the call is whole, the stop has not arrived
     server.script(Scripted(text="", calls=[call], drop_after=events))  # before the stop
     step = _bounded(on_loop, api.turn("one call, then the network goes"))
     assert step.reply.stop == Stop.DROPPED and len(server.requests) == 1
     (result,) = step.results
-    assert result.status == "ok" and result.text.endswith("42")
+    told = said.CUT_AFTER_CALL.render()
+    assert result.status == "ok" and result.text.endswith("42" + told)
+    if name == "responses":  # the item the cut left in_progress goes back as it ran
+        (item,) = [m for m in step.messages if m.get("type") == "function_call"]
+        assert item["status"] == "completed"
+
+
+@pytest.mark.parametrize("cut", CUTS)
+def test_an_empty_chat_delta_inside_a_call_does_not_hide_the_cut(
+    cut: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api("chat")
+    call = Call("run_code", raw(PROGRAM.replace(*FIX)), "call_empty_delta")
+    # The role chunk, the call's start, then two pieces each followed by an empty delta.
+    server.script(Scripted(calls=[call], empty_deltas=True, **{cut: 2 + 4}))
+    step = _bounded(on_loop, api.turn("a server that sends empty deltas"))
+    assert step.reply.stop == Stop.DROPPED and len(server.requests) == 1
+    (saved,) = step.results
+    assert saved.call.cut and saved.status == "partial" and "extend" in saved.text
+    assert HOST_CALLS == []
+
+
+def test_chat_parallel_calls_without_an_index_are_told_apart_by_their_ids(
+    make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api("chat")
+    calls = [Call("run_code", raw(f"print({n} * 7)"), f"call_noindex{n}") for n in (2, 3)]
+    server.script(Scripted(calls=calls, indexless=True))
+    step = _bounded(on_loop, api.turn("two calls from a server without indexes"))
+    assert [r.call.id for r in step.results] == ["call_noindex2", "call_noindex3"]
+    assert [r.text.strip()[-2:] for r in step.results] == ["14", "21"]
+
+
+def test_a_step_cancelled_part_way_keeps_the_results_of_the_calls_that_ran(
+    make_api: Callable[..., Api], on_loop: Any
+) -> None:
+    api = make_api("chat")
+    api.adapter.user("two calls, the loop's own timeout in between")
+    charged = 'p = await tools.price(item="tea")\nprint("charged", p)'
+    slow = 'import time\nprint("slow", flush=True)\ntime.sleep(1.5)\nprint("slow done")'
+    reply = Reply(
+        tool_calls=[
+            ToolCall("call_charge", "run_code", raw(charged)),
+            ToolCall("call_slow", "run_code", raw(slow)),
+        ],
+        stop=Stop.TOOL_CALLS,
+    )
+
+    async def cancel_in_the_second_call() -> Step:
+        task = asyncio.ensure_future(api.adapter.step(reply))
+        while HOST_CALLS != ["tea"]:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.6)  # the first call has ended, the slow one begun
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await api.adapter.step(reply)
+
+    step = _bounded(on_loop, cancel_in_the_second_call())
+    assert [r.status for r in step.results] == ["ok", "ok"] and HOST_CALLS == ["tea"]
+    assert "charged" in step.results[0].text and "slow done" in step.results[1].text
+
+
+def test_a_responses_stream_that_fails_part_way_is_continued_not_taken_whole(
+    make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api("responses")
+    api.conversation.append(api.adapter.user("what do they cost?"))
+    events = TEXT_AFTER["responses"] + 2  # two pieces of text, then response.failed
+    server.script(Scripted(text=TEXT, end_after=events, failed=True), Scripted(text=TEXT[32:]))
+    reply = _bounded(on_loop, api.reply())
+    assert reply.text == TEXT and reply.stop == Stop.END and len(server.requests) == 2
+    (resume,) = reply.resumes
+    assert resume.continued and resume.text_chars == 32 and "response.failed" in resume.error
 
 
 @pytest.mark.parametrize(
@@ -543,6 +657,7 @@ def test_a_stream_cut_after_a_whole_tool_call_runs_it_and_asks_nothing_again(
         {"backoff": float("inf")},
         {"max_backoff": -2},
         {"quote_limit": "x"},
+        {"quote_limit": 0},
     ],
 )
 def test_continuation_settings_that_cannot_hold_are_refused_by_name(

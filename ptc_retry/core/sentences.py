@@ -496,6 +496,14 @@ CUT_REPLY_QUOTE = Sentence(
     {"what": "reasoning", "quote": "Then the sum over every row, qty times price."},
 )
 
+#: After the result of a reply's last whole tool call, when the network cut the reply there:
+#: the model hears that more may have been coming.
+CUT_AFTER_CALL = Sentence(
+    "\n\nYour reply was cut off by a network error after this call; anything you meant to "
+    "say or call after it did not arrive.",
+    30,
+)
+
 #: Every sentence above, by name.
 SENTENCES: dict[str, Sentence] = {
     name: value for name, value in list(globals().items()) if isinstance(value, Sentence)

@@ -136,6 +136,23 @@ def _client_and_adapter(
     return Messages(kb), anthropic_client.messages.create
 
 
+def _endpoint_of(api: str, base_url: str | None) -> str:
+    """The URL the SDK's client sends the requests to: ``base_url``, else what the SDK
+    itself takes (its ``OPENAI_BASE_URL`` / ``ANTHROPIC_BASE_URL``, else the API's own)."""
+    module = importlib.import_module(APIS[api].sdk)
+    client = module.OpenAI if api == "openai" else module.Anthropic
+    with client(base_url=base_url) as probe:  # builds no connection; closed at once
+        return str(probe.base_url)
+
+
+def _failure(api: str, endpoint: str, exc: Exception) -> str:
+    """How a run that stopped on ``exc`` says so: a connection that failed, or the answer."""
+    module = importlib.import_module(APIS[api].sdk)
+    if isinstance(exc, module.APIConnectionError):
+        return f"could not reach {endpoint} ({exc!s})"
+    return f"the API answered {exc!s}"
+
+
 def _api_error(api: str) -> type[Exception]:
     """The SDK's base class of the errors its API answers with (a refused key, a model
     that does not exist, a connection that cannot be made)."""
@@ -368,13 +385,14 @@ def main(
     model = model or APIS[api].default_model
     chosen = list(scenarios) if scenarios is not None else live_scenarios(quick)
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
-    endpoint = base_url or f"{api}'s own endpoint"
+    endpoint = _endpoint_of(api, base_url)
     print(f"ptc-retry eval --live: {len(chosen)} scenarios, {model} at {endpoint}, two arms")
     started = time.monotonic()
     try:
         outcomes = run_live(api, model, base_url, chosen)
     except _api_error(api) as exc:
-        print(f"\nptc-retry eval --live: the API answered {exc!s}; no report", file=sys.stderr)
+        failure = _failure(api, endpoint, exc)
+        print(f"\nptc-retry eval --live: {failure}; no report", file=sys.stderr)
         return 1
     run = {
         "api": api,

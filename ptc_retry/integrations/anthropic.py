@@ -38,6 +38,7 @@ from .replies import (
     Usage,
     continue_text,
     transport_errors,
+    whole_json,
 )
 
 __all__ = ["Messages", "MessagesCollector"]
@@ -148,20 +149,30 @@ class MessagesCollector(ReplyCollector):
             block["_raw"] += delta.partial_json
 
     def in_tool_call(self) -> bool:
-        return any(self.blocks[index]["type"] == "tool_use" for index in self.open)
+        # A block the cut left open whose arguments decode was whole all the same.
+        return any(
+            self.blocks[index]["type"] == "tool_use" and not whole_json(self.blocks[index]["_raw"])
+            for index in self.open
+        )
+
+    def unfinished(self) -> str | None:
+        if self.stop_reason is not None:
+            return None
+        return "the stream ended without its message_delta"
 
     def reply(self, *, cut: BaseException | None = None) -> Reply:
+        cut = self._cut_by(cut)
+        in_call = cut is not None and self.in_tool_call()
         blocks = [self.blocks[index] for index in sorted(self.blocks)]
         for block in blocks:
             if block["type"] == "tool_use":
                 block["_raw"] = block["_raw"] or "{}"  # a tool without arguments sends none
                 block["input"] = _decoded(block["_raw"])
-        in_call = cut is not None and self.in_tool_call()
         usage = Usage(self.input_tokens, self.output_tokens)
         reply = _reply(blocks, self.stop_reason, [usage])
         reply.model = self.model
-        if in_call:
-            reply.tool_calls[-1].cut = True
+        if cut is not None and reply.tool_calls:
+            reply.tool_calls[-1].cut = in_call
             reply.stop, reply.dropped = Stop.DROPPED, f"{type(cut).__name__}: {cut}"
         return reply
 
@@ -191,9 +202,9 @@ class Messages(ProviderAdapter[MessagesCollector]):
         return reply
 
     def _messages(self, reply: Reply, results: list[CallResult]) -> list[Message]:
-        blocks = [_sendable(block) for block in reply.items if _sendable(block)]
-        if not reply.items:  # joined from a continuation: the reply's content, rebuilt
-            blocks = [{"type": "text", "text": reply.text}] if reply.text.strip() else []
+        blocks = [sendable for block in reply.items if (sendable := _sendable(block))]
+        if reply.continued:  # after the last part's signed thinking, the content rebuilt
+            blocks += [{"type": "text", "text": reply.text}] if reply.text.strip() else []
             blocks += [_tool_use(call) for call in reply.tool_calls]
         messages: list[Message] = [{"role": "assistant", "content": blocks}]
         if results:

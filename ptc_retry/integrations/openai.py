@@ -34,6 +34,7 @@ from .replies import (
     Usage,
     continue_text,
     transport_errors,
+    whole_json,
 )
 
 __all__ = ["ChatCollector", "ChatCompletions", "Responses", "ResponsesCollector"]
@@ -99,7 +100,6 @@ class ChatCollector(ReplyCollector):
         self.finish: str | None = None
         self.usage: Usage | None = None
         self.model: str | None = None
-        self._in_call = False
 
     def add(self, event: Any) -> None:
         if getattr(event, "type", None) == "chunk":
@@ -113,29 +113,49 @@ class ChatCollector(ReplyCollector):
             if choice.index != 0:
                 continue
             delta = choice.delta
-            self._in_call = bool(delta.tool_calls)
             self.text.append(delta.content or "")
             self.refusal.append(delta.refusal or "")
             self.reasoning.append(_reasoning_of(delta))
             for part in delta.tool_calls or ():
-                call = self.calls.setdefault(part.index, {"id": "", "name": "", "arguments": ""})
+                call = self.calls.setdefault(
+                    self._index(part), {"id": "", "name": "", "arguments": ""}
+                )
                 call["id"] = part.id or call["id"]
                 if part.function is not None:
                     call["name"] += part.function.name or ""
                     call["arguments"] += part.function.arguments or ""
             if choice.finish_reason is not None:
-                self.finish, self._in_call = choice.finish_reason, False
+                self.finish = choice.finish_reason
+
+    def _index(self, part: Any) -> int:
+        """Which call a tool-call delta belongs to: its ``index``; a server that sends none
+        (Gemini's compatible endpoint) starts each call with its new ``id``."""
+        if part.index is not None:
+            return int(part.index)
+        last = max(self.calls) if self.calls else None
+        if last is None:
+            return 0
+        same = not part.id or self.calls[last]["id"] in ("", part.id)
+        return last if same else last + 1
 
     def in_tool_call(self) -> bool:
-        return self._in_call
+        # Not "the last chunk carried the call": an empty delta may come between two pieces
+        # of its arguments. Before the finish_reason, arguments not yet JSON were arriving.
+        last = self.calls[max(self.calls)]["arguments"] if self.calls else None
+        return last is not None and self.finish is None and not whole_json(last)
+
+    def unfinished(self) -> str | None:
+        return None if self.finish is not None else "the stream ended without a finish_reason"
 
     def reply(self, *, cut: BaseException | None = None) -> Reply:
+        cut = self._cut_by(cut)
         calls = [ToolCall(**self.calls[index]) for index in sorted(self.calls)]
         refusal = "".join(self.refusal)
         stop = _chat_stop(self.finish, calls, bool(refusal))
         dropped = None
-        if cut is not None and self._in_call:
-            calls[-1].cut, stop, dropped = True, Stop.DROPPED, f"{type(cut).__name__}: {cut}"
+        if cut is not None and calls:
+            stop, dropped = Stop.DROPPED, f"{type(cut).__name__}: {cut}"
+            calls[-1].cut = self.in_tool_call()
         _cut_last(calls, stop)
         return Reply(
             text=refusal or "".join(self.text),
@@ -271,6 +291,10 @@ def _responses_reply(items: list[dict[str, Any]], response: Any, cut_item: int |
     )
 
 
+#: The events that end a Responses stream (``response.failed``: ended as a cut).
+_FINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
 class ResponsesCollector(ReplyCollector):
     """Reads Responses stream events into a ``Reply``: each output item as
     ``response.output_item.added`` starts it and its deltas fill it (text, refusal,
@@ -286,14 +310,15 @@ class ResponsesCollector(ReplyCollector):
         kind = getattr(event, "type", "")
         index = getattr(event, "output_index", None)
         item = self.items.get(index) if index is not None else None
-        self._arriving = None
+        if kind not in _FINAL:  # the final event leaves a call that was arriving cut
+            self._arriving = None
         if kind == "response.output_item.added":
             self.items[event.output_index] = _dump(event.item)
             if event.item.type == "function_call":
                 self._arriving = event.output_index
         elif kind == "response.output_item.done":
             self.items[event.output_index] = _dump(event.item)
-        elif kind in ("response.completed", "response.incomplete", "response.failed"):
+        elif kind in _FINAL:
             self.response = event.response
         elif item is not None:
             self._delta(kind, event, item)
@@ -318,13 +343,23 @@ class ResponsesCollector(ReplyCollector):
     def in_tool_call(self) -> bool:
         return self._arriving is not None
 
+    def unfinished(self) -> str | None:
+        if self.response is None:
+            return "the stream ended without response.completed"
+        if getattr(self.response, "status", None) != "failed":
+            return None
+        error = getattr(self.response, "error", None)
+        return f"response.failed: {getattr(error, 'message', None) or 'no error given'}"
+
     def reply(self, *, cut: BaseException | None = None) -> Reply:
+        cut = self._cut_by(cut)
         items = [self.items[index] for index in sorted(self.items)]
-        cut_item = (
-            sorted(self.items).index(self._arriving) if cut and self._arriving is not None else None
-        )
+        cut_item = None
+        if cut is not None and self._arriving is not None:
+            arguments = self.items[self._arriving].get("arguments", "")
+            cut_item = None if whole_json(arguments) else sorted(self.items).index(self._arriving)
         reply = _responses_reply(items, self.response, cut_item)
-        if cut_item is not None:
+        if cut is not None and reply.tool_calls:
             reply.stop, reply.dropped = Stop.DROPPED, f"{type(cut).__name__}: {cut}"
         return reply
 
@@ -351,8 +386,8 @@ class Responses(ProviderAdapter[ResponsesCollector]):
         return reply
 
     def _messages(self, reply: Reply, results: list[CallResult]) -> list[Message]:
-        items = [dict(item) for item in reply.items]
-        if not items:  # joined from a continuation: the reply's own output, rebuilt
+        items = [_sent_back(item, reply) for item in reply.items]
+        if reply.continued:  # after the last part's reasoning, the reply's output rebuilt
             if reply.text:
                 items.append({"role": "assistant", "content": reply.text})
             items += [
@@ -385,3 +420,14 @@ def _text(arguments: str | Mapping[str, Any]) -> str:
     import json
 
     return arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+
+
+def _sent_back(item: Mapping[str, Any], reply: Reply) -> dict[str, Any]:
+    """An output item as the next request carries it: a function call the network cut
+    before its ``output_item.done`` is still ``in_progress``; it goes back as it ran,
+    ``completed`` (whole) or ``incomplete`` (cut part-way)."""
+    item = dict(item)
+    if item.get("type") == "function_call" and item.get("status") == "in_progress":
+        cut = any(call.cut for call in reply.tool_calls if call.id == item.get("call_id"))
+        item["status"] = "incomplete" if cut else "completed"
+    return item

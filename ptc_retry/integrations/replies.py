@@ -18,12 +18,14 @@ import asyncio
 import enum
 import importlib
 import inspect
+import json
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Generic, TypeVar
 
 from ..backend import KernelBackend
 from ..core import sentences as said
+from ..core.status import ResultStatus
 
 __all__ = [
     "CallResult",
@@ -35,8 +37,10 @@ __all__ = [
     "Step",
     "Stop",
     "ToolCall",
+    "UnfinishedStream",
     "Usage",
     "transport_errors",
+    "whole_json",
 ]
 
 Message = dict[str, Any]
@@ -71,6 +75,14 @@ class ToolCall:
     name: str
     arguments: str | Mapping[str, Any]
     cut: bool = False
+
+
+class UnfinishedStream(ConnectionError):
+    """A stream that ended without the event that ends a reply (Chat's ``finish_reason``,
+    Messages' ``message_delta``, Responses' ``response.completed`` or ``.incomplete``), as a
+    proxy that closes the body at its read timeout leaves it, or that ended in Responses'
+    ``response.failed``: a network cut, never a whole reply. ``stream()`` always continues
+    it (within the budget); a loop that reads a stream itself gets a reply cut there."""
 
 
 @dataclass(frozen=True)
@@ -116,7 +128,8 @@ class Reply:
     """A model's whole reply, joined across the requests a network cut cost.
 
     ``items``: the API's own output, as the next request must carry it back (Chat: the
-    assistant message; Responses: the output items; Anthropic: the content blocks).
+    assistant message; Responses: the output items; Anthropic: the content blocks; of a
+    ``continued`` reply, the last part's reasoning only).
     ``dropped``: the error that cut the stream after a tool call began (``stop`` is
     ``DROPPED``).
     """
@@ -135,6 +148,12 @@ class Reply:
     def tokens(self) -> Usage:
         """The tokens of every request that made this reply."""
         return Usage.sum(self.usage)
+
+    @property
+    def continued(self) -> bool:
+        """Joined from a continuation: ``items`` holds only the last part's reasoning, and
+        the adapter rebuilds the rest from ``text`` and ``tool_calls``."""
+        return any(resume.continued for resume in self.resumes)
 
     @property
     def partial(self) -> bool:
@@ -170,10 +189,10 @@ class Continuation:
     continuations and ordinary retries together; past it the error is raised as the SDK
     raised it. ``backoff``: seconds before the first, doubled each time up to
     ``max_backoff``; the wait is ``sleep`` (``asyncio.sleep``: a cancel ends it).
-    ``quote_limit``: at most this many characters of each of the text and the reasoning go
-    back, their ends. ``errors``: the exception types that count as a network cut (None: the
-    adapter's default, the SDK's connection, rate-limit and server errors and the HTTP
-    client's transport errors). The user's cancel (``CancelledError``,
+    ``quote_limit``: at most this many characters (at least 1) of each of the text and the
+    reasoning go back, their ends. ``errors``: the exception types that count as a network
+    cut (None: the adapter's default, the SDK's connection, rate-limit and server errors
+    and the HTTP client's transport errors). The user's cancel (``CancelledError``,
     ``KeyboardInterrupt``) is never continued, whatever ``errors`` holds.
     """
 
@@ -185,10 +204,13 @@ class Continuation:
     sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
 
     def __post_init__(self) -> None:
-        for name in ("budget", "quote_limit"):
+        for name, least in (("budget", 0), ("quote_limit", 1)):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise ValueError(f"Continuation({name}=...) must be an int >= 0, not {value!r}")
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                # A quote of nothing would ask the model to continue text it cannot see.
+                raise ValueError(
+                    f"Continuation({name}=...) must be an int >= {least}, not {value!r}"
+                )
         for name in ("backoff", "max_backoff"):
             value = getattr(self, name)
             if not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
@@ -209,8 +231,10 @@ R = TypeVar("R", bound="ReplyCollector")
 
 class ReplyCollector:
     """Reads one API's stream events (or chunks) as they come, into a ``Reply``.
-    ``add(event)`` each; ``reply()`` at the end, or after a cut (``cut=True``: a tool call
-    whose arguments were arriving is marked cut off, the stop is ``DROPPED``)."""
+    ``add(event)`` each; ``reply()`` at the end, or after a cut (``cut``: the error; a tool
+    call whose arguments were arriving is marked cut off, and with any tool call the stop
+    is ``DROPPED``). A stream that ended without its final event (``unfinished()`` says
+    why) is read as cut by ``UnfinishedStream``."""
 
     def add(self, event: Any) -> None:
         raise NotImplementedError
@@ -221,6 +245,15 @@ class ReplyCollector:
     def in_tool_call(self) -> bool:
         """A tool call's arguments were arriving when the last event came."""
         raise NotImplementedError
+
+    def unfinished(self) -> str | None:
+        """Why the reply is not whole yet (its final event has not come), or None."""
+        raise NotImplementedError
+
+    def _cut_by(self, cut: BaseException | None) -> BaseException | None:
+        """``cut``, or the ``UnfinishedStream`` of a stream that ended without its end."""
+        why = self.unfinished()
+        return cut if cut is not None or why is None else UnfinishedStream(why)
 
 
 class ProviderAdapter(Generic[R]):
@@ -242,6 +275,9 @@ class ProviderAdapter(Generic[R]):
         self.usage: list[Usage] = []
         self._resumed = 0
         self._turn = backend.turn
+        #: The results of a step that did not end (a cancel), by call: step() again on the
+        #: same reply takes them instead of running those calls a second time.
+        self._finished: dict[tuple[str, str, str], CallResult] = {}
 
     # -- what a subclass provides ------------------------------------------------------------
 
@@ -279,14 +315,22 @@ class ProviderAdapter(Generic[R]):
         """Run every tool call of ``reply`` (a ``Reply``, or the SDK's response object) as
         one step: a whole call through ``handle_tool_call``, a cut-off one through
         ``handle_partial_tool_call``, in the order the model made them. ``messages`` is what
-        the conversation takes next; without tool calls, only the reply's own message."""
+        the conversation takes next; without tool calls, only the reply's own message.
+        A step cancelled part-way keeps the results of the calls that finished: ``step()``
+        again on the same reply reuses them and runs only the others."""
         if not isinstance(reply, Reply):
             reply = self.reply_of(reply)
         results: list[CallResult] = []
         if reply.tool_calls:
             step = self.backend.next_step()
             for call in reply.tool_calls:
-                results.append(await self._run(call, step))
+                key = _call_key(call)
+                if key not in self._finished:
+                    self._finished[key] = await self._run(call, step)
+                results.append(self._finished[key])
+        self._finished.clear()  # the step ended: its results are the caller's now
+        if reply.stop == Stop.DROPPED and results and results[-1].status != ResultStatus.PARTIAL:
+            results[-1] = _told_cut_after(results[-1])
         return Step(reply, results, self._messages(reply, results))
 
     async def _run(self, call: ToolCall, step: int) -> CallResult:
@@ -310,6 +354,8 @@ class ProviderAdapter(Generic[R]):
     def _resumable(self, exc: BaseException) -> bool:
         if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt)):
             return False  # the user's own cancel, whatever the error kinds say
+        if isinstance(exc, UnfinishedStream):
+            return True  # no SDK raises it: it is ours, and always a cut
         kinds = self.continuation.errors
         return isinstance(exc, kinds if kinds is not None else self.transient)
 
@@ -372,14 +418,16 @@ class ProviderAdapter(Generic[R]):
         else:
             for event in events:
                 collector.add(event)
+        why = collector.unfinished()
+        if why is not None:
+            raise UnfinishedStream(why)
 
     def _count(self, part: Reply) -> None:
         self.usage += part.usage
 
     def quote(self, text: str) -> str:
         """The end of ``text`` that a continuation quotes (``Continuation.quote_limit``)."""
-        limit = self.continuation.quote_limit
-        return text[-limit:] if limit and len(text) > limit else (text if limit else "")
+        return text[-self.continuation.quote_limit :]
 
 
 def continue_text(partial: Reply, quote: Callable[[str], str], *, text_quoted: bool) -> str:
@@ -393,6 +441,16 @@ def continue_text(partial: Reply, quote: Callable[[str], str], *, text_quoted: b
     if partial.text and text_quoted:
         words += said.CUT_REPLY_QUOTE.render(what="text", quote=quote(partial.text))
     return words
+
+
+def whole_json(arguments: str) -> bool:
+    """A tool call's arguments arrived whole: they decode as JSON. A cut after them left
+    nothing of the call unsaid, so it runs as it is instead of being saved to extend."""
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return False
+    return True
 
 
 def transport_errors() -> tuple[type[BaseException], ...]:
@@ -413,6 +471,18 @@ def _resume(
 ) -> Resume:
     error = f"{type(exc).__name__}: {exc}"
     return Resume(error, continued, len(joined.text), len(joined.reasoning), quoted, delay)
+
+
+def _call_key(call: ToolCall) -> tuple[str, str, str]:
+    """What makes a call the same call in a second ``step()``: its id, name and arguments."""
+    arguments = call.arguments
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, sort_keys=True)
+    return call.id, call.name, text
+
+
+def _told_cut_after(result: CallResult) -> CallResult:
+    """``result`` of the last call that arrived whole, telling that the reply was cut after it."""
+    return replace(result, text=result.text + said.CUT_AFTER_CALL.render())
 
 
 def _dropped(reply: Reply, exc: BaseException) -> Reply:
@@ -437,17 +507,23 @@ def _join(parts: list[Reply], resumes: list[Resume]) -> Reply:
     )
 
 
+#: The item types that are a reply's reasoning (Anthropic's thinking blocks, Responses'
+#: reasoning items): signed or encrypted, they go back exactly as the API gave them.
+_REASONING = frozenset({"thinking", "redacted_thinking", "reasoning"})
+
+
 def _joined_items(parts: list[Reply]) -> list[Message]:
-    # Only the last part's items are the API's own: the earlier parts' text is in the joined
-    # reply's text, which each adapter puts back in its own shape (see ``_messages``).
-    return list(parts[-1].items) if len(parts) == 1 else []
+    # Only the last part's items are the API's own. Of a joined reply only its reasoning
+    # goes back as it came (an API that thinks wants it before the tool calls); the text is
+    # the joined text, which each adapter puts back in its own shape (see ``_messages``).
+    if len(parts) == 1:
+        return list(parts[-1].items)
+    return [item for item in parts[-1].items if item.get("type") in _REASONING]
 
 
 def _cut_json(value: Mapping[str, Any]) -> str:
     """The JSON of a cut call's arguments that an API decoded as far as they arrived
     (Anthropic's ``input``): a last string value was cut inside, so its closing quote and
     the ``}`` are left off, and its program is saved to be extended, never run cut short."""
-    import json
-
     text = json.dumps(value, ensure_ascii=False)
     return text[:-2] if text.endswith('"}') else text
