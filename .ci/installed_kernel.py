@@ -42,7 +42,7 @@ print(f"best month {best}: {revenue[best]:.2f} of {sum(revenue.values()):.2f}")
 """
 REPLAY = """await ptc_retry.replay("#1", 'row["unit_prcie"]', 'row["unit_price"]')"""
 FIXED_OUTPUT = "best month 2024-03: 96.00 of 243.00\n"
-NOTICE = '[ptc-retry] Saved as #1. Small fix? Send only: await ptc_retry.replay("#1",'
+NOTICE = "[ptc-retry] Saved as #1. Small fix? Send only:"
 WHERE = "import ptc_retry, kernel_ext; print(ptc_retry.__file__); print(kernel_ext.__file__)"
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -84,10 +84,11 @@ def check(prefix: Path) -> None:
         reply, _, traceback = run(client, PROGRAM)
         if reply["status"] != "error" or reply.get("ename") != "KeyError":
             raise Mismatch(f"the program should fail with a KeyError, got {reply}")
-        last_line = "\n".join(traceback).strip().rpartition("\n")[2]
-        if not last_line.startswith(NOTICE):
-            raise Mismatch(f"the traceback should end with the notice, not {last_line!r}")
-        print(f"failed with the notice: {last_line}")
+        # The notice is the traceback's last two lines: its sentence, then the call to send.
+        said, call = "\n".join(traceback).strip().splitlines()[-2:]
+        if said != NOTICE or not call.startswith('await ptc_retry.replay("#1", '):
+            raise Mismatch(f"the traceback should end with the notice, not {said!r} {call!r}")
+        print(f"failed with the notice: {said} {call}")
 
         reply, stdout, traceback = run(client, REPLAY)
         if reply["status"] != "ok" or stdout != FIXED_OUTPUT:
