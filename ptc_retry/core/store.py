@@ -25,17 +25,16 @@ from .index import CallIndex
 from .layout import (
     BY_ID,
     CALLS,
-    IDS,
     LINE_KEYS,
     PARTIAL_SUFFIX,
     PREVIOUS,
     RESEND,
-    entry_number,
     is_reference,
     line_text,
     link_text,
     sanitize,
 )
+from .previous_step import PreviousStep
 from .session_files import (
     ToolCallFiles,
     checkpoint_code,
@@ -100,8 +99,6 @@ class CheckpointStore:
         self._history: HistoryFile | None = None  # open while the store is; holds the lock
         self._dirs: list[Dir] = []
         self._index = CallIndex()
-        self._prev_ids: list[str] = []  # what previous/ holds, when this process rebuilt it
-        self._prev_count = 0  # how many previous/<n>.json exist (n = 1..count)
         self._linker = Linker()
         #: Writes one file whole; the seam for fault injection (see the class docstring).
         self.write_file: Callable[[Entry, bytes], None] = write_atomic
@@ -116,8 +113,9 @@ class CheckpointStore:
             self._history = HistoryFile(claimed.history_fd, alone=claimed.alone)
             self._by_id = open_dir(session_dir, BY_ID, "checkpoint directory", ours=True)
             self._dirs.append(self._by_id)
-            self._previous = open_dir(session_dir, PREVIOUS, "previous-step directory", ours=True)
-            self._dirs.append(self._previous)
+            previous = open_dir(session_dir, PREVIOUS, "previous-step directory", ours=True)
+            self._dirs.append(previous)
+            self._previous = PreviousStep(previous, self._by_id, self._linker)
             self._calls = open_dir(session_dir, CALLS, "numbered-calls directory", ours=True)
             self._dirs.append(self._calls)
             self._continue_session(self._history)
@@ -133,8 +131,6 @@ class CheckpointStore:
         found = survey(history.records(), self._calls, self._by_id, Dir.scan)
         self._index = CallIndex(found.numbers)
         self._index.restore(found.records)
-        for name in self._previous.scan():
-            self._prev_count = max(self._prev_count, entry_number(name) or 0)
         if found.skipped:
             self._warnings.append(found.skipped_warning(self._by_id.path))
         if found.unfinished:
@@ -178,32 +174,13 @@ class CheckpointStore:
             self.write_file(self._by_id / f"{cid}.json", data)
             n, ended = self._index.add(cid, call_id, (turn, step) if step is not None else object())
             if ended is not None:
-                self._rebuild_previous(ended)
+                self._previous.rebuild(ended, self.write_file)
             sent_id = call_id if call_id is not None and call_id != cid else None
             ordinal = len(self._index.step_ids)
             path = self._by_id.path / f"{cid}.json"
             call = Call(cid, sent_id, tool, turn, step, ordinal, path, len(data), time.time())
             call.n, call.code_bytes = n, code_bytes
             return call
-
-    def _rebuild_previous(self, ids: list[str]) -> None:
-        """Make previous/<n>.json the n-th of ``ids``, and remove higher-numbered entries."""
-        try:
-            for n, cid in enumerate(ids, 1):
-                # An entry that already is this call stays: renaming a hard link onto another
-                # link of the same file would do nothing and leave the temp name behind.
-                if self._prev_ids[n - 1 : n] != [cid]:
-                    self._link(self._previous, f"{n}.json", cid, hard=True)
-            for n in range(len(ids) + 1, self._prev_count + 1):
-                with contextlib.suppress(FileNotFoundError):
-                    self._previous.unlink(f"{n}.json")
-            if self._linker.copies:  # a copy does not say which call it is: .ids does
-                self.write_file(self._previous / IDS, "".join(f"{i}\n" for i in ids).encode())
-        except BaseException:
-            # previous/ is half rebuilt: say nothing of it, the next step rebuilds it whole.
-            self._prev_ids, self._prev_count = [], max(self._prev_count, len(ids))
-            raise
-        self._prev_ids, self._prev_count = list(ids), len(ids)
 
     def _link(self, directory: Dir, name: str, call_id: str, *, hard: bool) -> None:
         """Make ``directory/name`` stand for ``by-id/<call_id>.json`` (see ``Linker``)."""
@@ -228,10 +205,7 @@ class CheckpointStore:
         with self._lock:
             self._require_open()
             self.write_file(self._by_id / f"{call.id}.json", data)
-            # A hard link or a copy in previous/ still holds the old content: renew it.
-            if call.id in self._prev_ids and (self._linker.hard_links or self._linker.copies):
-                name = f"{self._prev_ids.index(call.id) + 1}.json"
-                self._link(self._previous, name, call.id, hard=True)
+            self._previous.renew(call.id)
         call.bytes, call.code_bytes = len(data), code_bytes
         if replay_of is not None:
             call.replay_of = replay_of
@@ -345,17 +319,7 @@ class CheckpointStore:
                 )
             return path
         if isinstance(target, int) and not isinstance(target, bool):
-            path = self._previous.path / f"{target}.json"
-            # exists() looks at the entry itself: a link to a deleted checkpoint is reported
-            # as deleted by load.
-            if target < 1 or not self._previous.exists(f"{target}.json"):
-                raise CheckpointError(
-                    f"no previous/{target}.json: previous/ holds the {self._prev_count} call(s) "
-                    f"of the step before this one, numbered from 1. For program number "
-                    f'{target} of the session write "#{target}"; the most recent are: '
-                    f"{self._recent_text()}."
-                )
-            return path
+            return self._previous.path_for(target, self._recent_text)
         raise CheckpointError(
             f'a checkpoint target is a reference like "#7", a call id (str) or a position in '
             f"the previous step (int >= 1), not {type(target).__name__} {target!r}."
@@ -451,10 +415,11 @@ class CheckpointStore:
     def _id_of(self, n: int, path: Path) -> str:
         """The call id ``previous/<n>.json`` stands for (see ``previous_id``)."""
         with self._lock:
-            known = self._prev_ids[n - 1] if n <= len(self._prev_ids) else None
+            ids = self._previous.ids
+            known = ids[n - 1] if n <= len(ids) else None
             candidates = ([known] if known else []) + self._index.latest_ids(None)
         try:
-            call_id = previous_id(self._previous, self._by_id, n, candidates)
+            call_id = previous_id(self._previous.directory, self._by_id, n, candidates)
         except FileNotFoundError:
             raise CheckpointError(f"checkpoint {path} was deleted; {RESEND}.") from None
         except OSError:
