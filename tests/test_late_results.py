@@ -361,9 +361,8 @@ def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
 
     async def stop_while_charging() -> str | None:
         running = asyncio.ensure_future(call(backend, raw(code), call_id))
-        while not shop.calls["charge"]:
+        while not shop.calls["charge"]:  # the charge runs in its thread
             await asyncio.sleep(0.05)
-        await asyncio.sleep(0.3)  # the charge runs in its thread
         if stop == "cancel":  # the agent's loop gives up on the call
             running.cancel()
             with pytest.raises(asyncio.CancelledError):

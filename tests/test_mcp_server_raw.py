@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from .helpers import history
+from .helpers import history, wait_until
 from .mcp_servers import RawStdioServer
 
 if importlib.util.find_spec("mcp") is None:
@@ -100,12 +100,10 @@ def test_a_host_that_closes_stdin_mid_program_ends_the_server_and_its_kernel(
     own_server: tuple[RawStdioServer, int],
 ) -> None:
     host, kernel_pid = own_server
-    code = "import time\nprint('working', flush=True)\ntime.sleep(120)"
+    working = host.session_dir.parent / "working"
+    code = f"import pathlib, time\npathlib.Path({str(working)!r}).touch()\ntime.sleep(120)"
     host.send_call(2, json.dumps({"code": code}))
-    deadline = time.monotonic() + 30
-    while len(saved_programs(host.session_dir)) < 2 and time.monotonic() < deadline:
-        time.sleep(0.1)  # the program is saved before it runs
-    time.sleep(0.5)  # and runs now
+    wait_until(working.exists, 30, "the program's start")  # saved before it runs, running now
     assert host.process.stdin is not None
     host.process.stdin.close()  # the host goes away mid-program
     started = time.monotonic()

@@ -35,7 +35,15 @@ from ptc_retry.integrations.replies import (  # noqa: E402
     ToolCall,
 )
 
-from .helpers import OnLoop, StartBackend, follow, history, notices_in, raw  # noqa: E402
+from .helpers import (  # noqa: E402
+    OnLoop,
+    StartBackend,
+    follow,
+    history,
+    notices_in,
+    raw,
+    until_printed,
+)
 from .model_server import FIX, PROGRAM, TOTAL, Call, ModelServer  # noqa: E402
 from .model_server import Reply as Scripted  # noqa: E402
 
@@ -607,7 +615,7 @@ def test_chat_parallel_calls_without_an_index_are_told_apart_by_their_ids(
 
 
 def test_a_step_cancelled_part_way_keeps_the_results_of_the_calls_that_ran(
-    make_api: Callable[..., Api], on_loop: Any
+    make_api: Callable[..., Api], kb: KernelBackend, on_loop: Any
 ) -> None:
     api = make_api("chat")
     api.adapter.user("two calls, the loop's own timeout in between")
@@ -623,9 +631,7 @@ def test_a_step_cancelled_part_way_keeps_the_results_of_the_calls_that_ran(
 
     async def cancel_in_the_second_call() -> Step:
         task = asyncio.ensure_future(api.adapter.step(reply))
-        while HOST_CALLS != ["tea"]:
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.6)  # the first call has ended, the slow one begun
+        await until_printed(kb, "slow")  # the first call has ended, the slow one begun
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task

@@ -139,21 +139,10 @@ def test_a_thread_runs_only_while_a_limited_program_runs(kernel: Kernel) -> None
 
 
 def test_a_persons_interrupt_still_works_under_a_limit(kernel: Kernel) -> None:
-    content = {
-        "code": "print('long', flush=True)\nwhile True:\n    pass",
-        "silent": False,
-        "store_history": True,
-        "user_expressions": {},
-        "allow_stdin": False,
-        "stop_on_error": False,
-    }
-    msg = kernel.client.session.msg(
-        "execute_request", content, metadata={"ptc_retry": {"time_limit": 30}}
-    )
-    kernel.client.shell_channel.send(msg)
-    time.sleep(1)
+    msg_id = kernel.send("print('long', flush=True)\nwhile True:\n    pass", {"time_limit": 30})
+    kernel.wait_for_output(msg_id, "long")
     kernel.manager.interrupt_kernel()
-    interrupted = kernel.collect(msg["header"]["msg_id"], timeout=10)
+    interrupted = kernel.collect(msg_id, timeout=10)
 
     assert interrupted.error["ename"] == "KeyboardInterrupt"
     assert interrupted.error["evalue"] == ""  # the person's interrupt, not the limit
