@@ -95,23 +95,33 @@ def test_the_json_conversion_quotes_a_reference_as_a_string_literal() -> None:
     assert sentence.fields == {"reference"}
 
 
-def _hand_written_notices(path: Path) -> list[int]:
-    """The lines of ``path`` with a string constant that writes the notice prefix itself."""
+#: The words of a sentence the model reads: the notice prefix, and those of a tool result
+#: that ran nothing, which starts with ``Error: ``.
+HAND_WRITTEN = (PREFIX.strip(), "Nothing ran", "Nothing was saved or run")
+REFUSAL_START = "Error: "
+
+
+def _hand_written(path: Path) -> list[int]:
+    """The lines of ``path`` with a string constant (an f-string's literal parts too) that
+    writes one of ``HAND_WRITTEN`` itself."""
     tree = ast.parse(path.read_text("utf-8"))
     return [
         node.lineno
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
-        and PREFIX.strip() in node.value
+        and (
+            node.value.startswith(REFUSAL_START)
+            or any(marker in node.value for marker in HAND_WRITTEN)
+        )
     ]
 
 
-def test_no_module_but_the_sentences_writes_a_notice_by_hand() -> None:
+def test_no_module_but_the_sentences_writes_a_notice_or_a_refusal_by_hand() -> None:
     found = {
         str(path.relative_to(PACKAGE)): lines
         for path in sorted(PACKAGE.rglob("*.py"))
-        if path.name != "sentences.py" and (lines := _hand_written_notices(path))
+        if path.name != "sentences.py" and (lines := _hand_written(path))
     }
     assert found == {}
 

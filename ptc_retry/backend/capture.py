@@ -7,6 +7,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from ..core import sentences as said
 from ..core.protocol import strip_ansi
 
 __all__ = ["MAX_RAW_OUTPUTS", "MAX_RAW_OUTPUT_CHARS", "Capture", "strip_ansi"]
@@ -166,7 +167,7 @@ def _placeholder(mime: str, value: Any) -> str:
         size = len(value.encode("utf-8", "surrogatepass"))
     else:
         size = _chars(value)
-    return f"[{mime} output, {_human_size(size)}]"
+    return said.OUTPUT_PLACEHOLDER.render(mime=mime, size=_human_size(size))
 
 
 def _chars(value: Any) -> int:

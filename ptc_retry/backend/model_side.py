@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ..core import sentences as said
 from ..core.approvals import Approval
 from ..core.errors import BackendError
 from ..core.notice import prompt_section
@@ -21,7 +22,6 @@ from .results import RUN_CODE, CallOptions, RunResult, check_timeout, require_ut
 __all__ = ["NOT_RUNNING", "ModelSide"]
 
 NOT_RUNNING = "the kernel is not running; call start() or use `async with`"
-_SEND_AGAIN = "Nothing was saved or run; send the whole call again."
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -144,13 +144,11 @@ class ModelSide:
             try:
                 raw_arguments = bytes(raw_arguments).decode("utf-8")
             except UnicodeDecodeError as exc:
-                return f"Error: the arguments of {name} are not UTF-8 ({exc}). Nothing ran."
+                return said.ARGUMENTS_NOT_UTF8.render(tool=name, problem=exc)
         if self.mode == Mode.NATIVE:
             if not isinstance(raw_arguments, (str, Mapping)):
-                return (
-                    f"Error: the arguments of {name} must be a JSON object, not "
-                    f"{type(raw_arguments).__name__}. Nothing ran."
-                )
+                kind = type(raw_arguments).__name__
+                return said.NATIVE_ARGUMENTS_NOT_OBJECT.render(tool=name, kind=kind)
             if self._native is None or not self._running:
                 raise BackendError(NOT_RUNNING)
             check_timeout(timeout)
@@ -199,7 +197,7 @@ class ModelSide:
                 decoder = codecs.getincrementaldecoder("utf-8")()
                 partial_raw_arguments = decoder.decode(bytes(partial_raw_arguments), final=False)
             except UnicodeDecodeError as exc:
-                return f"Error: the arguments of {name} are not UTF-8 ({exc}). {_SEND_AGAIN}"
+                return said.CUT_NOT_UTF8.render(tool=name, problem=exc)
         if not isinstance(partial_raw_arguments, str):
             raise TypeError(
                 "partial_raw_arguments must be the str that arrived, not "
@@ -208,7 +206,7 @@ class ModelSide:
         try:
             require_utf8(partial_raw_arguments, f"the arguments of {name}")
         except ValueError as exc:
-            return f"Error: {exc}. {_SEND_AGAIN}"
+            return said.CUT_NOT_SENT.render(problem=exc)
         options = CallOptions(self.turn if turn is None else turn, step, None)
         if self.mode == Mode.NATIVE:
             if self._native is None or not self._running:

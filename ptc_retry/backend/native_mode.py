@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from ..core import sentences as said
 from ..core.errors import BackendError
 from ..native import NativeTools, Position, ToolFailure, ToolResult, current_call, tool_definitions
 from .results import (
@@ -49,7 +50,7 @@ class NativeRunCode:
     async def __call__(self, **arguments: Any) -> str:
         problem = run_code_problem(arguments)
         if problem is not None:
-            raise ToolFailure(f"Error: {problem} Nothing ran.", ename="ValueError")
+            raise ToolFailure(said.NOT_RUN.render(problem=problem), ename="ValueError")
         call = current_call()  # for a replay: the edit call, whose checkpoint is the patch
         options = self.options
         try:
@@ -62,7 +63,8 @@ class NativeRunCode:
             )
         except BackendError as exc:
             self.error = exc
-            raise ToolFailure(f"Error: {exc}. Nothing ran.", ename=type(exc).__name__) from exc
+            text = said.NOT_RUN.render(problem=f"{exc}.")
+            raise ToolFailure(text, ename=type(exc).__name__) from exc
         if not result.ok:
             raise ToolFailure(result.text, ename=result.ename or result.status)
         return result.text

@@ -317,6 +317,10 @@ IGNORED_KEYS = Sentence(
     25,
     {"keys": '"description", "explanation", "language"'},
 )
+#: A rich output (an image, a PDF) in a result's text: its type and decoded size.
+OUTPUT_PLACEHOLDER = Sentence(
+    "[{mime} output, {size}]", 12, {"mime": "image/png", "size": "123.4 kB"}
+)
 
 # -- a helper that cannot do what was asked, and says which call can -----------------------
 
@@ -380,6 +384,31 @@ CODE_LONE_SURROGATE = Sentence(
     '"code" holds a lone surrogate ({reason} at index {index}); fix the escape.',
     25,
     {"reason": "surrogates not allowed", "index": 123456},
+)
+#: Arguments that came as bytes that are not UTF-8.
+ARGUMENTS_NOT_UTF8 = Sentence(
+    "Error: the arguments of {tool} are not UTF-8 ({problem}). Nothing ran.",
+    40,
+    {"tool": "run_code", "problem": "invalid start byte"},
+)
+#: Native mode: arguments that are neither JSON text nor an object.
+NATIVE_ARGUMENTS_NOT_OBJECT = Sentence(
+    "Error: the arguments of {tool} must be a JSON object, not {kind}. Nothing ran.",
+    30,
+    {"tool": "submit_config", "kind": "list"},
+)
+_NOT_SAVED = "Nothing was saved or run; send the whole call again."
+#: The arguments of a call cut off mid-stream, as they arrived, are not UTF-8.
+CUT_NOT_UTF8 = Sentence(
+    "Error: the arguments of {tool} are not UTF-8 ({problem}). " + _NOT_SAVED,
+    40,
+    {"tool": "run_code", "problem": "invalid start byte"},
+)
+#: The arguments of a call cut off mid-stream cannot go out to the kernel (``problem``).
+CUT_NOT_SENT = Sentence(
+    "Error: {problem}. " + _NOT_SAVED,
+    45,
+    {"problem": "the arguments of run_code cannot be sent to the kernel: surrogates not allowed"},
 )
 #: A text that cannot be encoded as UTF-8 (a lone surrogate) cannot go out to the kernel.
 CANNOT_SEND = Sentence(
@@ -502,6 +531,38 @@ CUT_AFTER_CALL = Sentence(
     "\n\nYour reply was cut off by a network error after this call; anything you meant to "
     "say or call after it did not arrive.",
     30,
+)
+
+# -- the MCP server ---------------------------------------------------------------------
+
+#: The end of the MCP server's instructions when upstream servers did not start: their names.
+UPSTREAMS_NOT_STARTED = Sentence(
+    "\nThese upstream MCP servers did not start, so programs cannot call their tools in this "
+    "session: {names}.\n",
+    30,
+    {"names": "filesystem, github, postgres"},
+)
+#: A call that needs approval is denied with this when the MCP host cannot ask the person.
+CANNOT_ASK = Sentence(
+    "this call needs a person's approval, and the MCP host could not be asked (no "
+    "elicitation on this connection), so it was not made",
+    30,
+)
+#: What a call is denied with when the person, asked through the MCP host, did not allow it.
+PERSON_DECLINED = Sentence(
+    "the person did not allow this call ({action})", 15, {"action": "decline"}
+)
+#: A ``run_code`` call the MCP server could not run: the kernel is gone for good.
+MCP_KERNEL_GONE = Sentence(
+    "Error: {problem}",
+    40,
+    {"problem": "the kernel died and could not be restarted (KernelStartError: no kernelspec)"},
+)
+#: A ``run_code`` call the MCP server could not run: a fault of its own.
+MCP_SERVER_FAULT = Sentence(
+    "Error: the server could not run this call: {ename}: {problem}",
+    40,
+    {"ename": "RuntimeError", "problem": "the backend is not running"},
 )
 
 #: Every sentence above, by name.

@@ -24,6 +24,7 @@ import mcp_types as types
 from mcp.server.lowlevel import Server
 
 from ..backend import RUN_CODE, KernelBackend, PendingApproval
+from ..core import sentences as said
 from ..core.errors import BackendError
 from ..core.status import ResultStatus
 from ..core.version import __version__
@@ -110,10 +111,7 @@ class ServerOptions:
 
 
 #: What a call that needs approval is denied with when the host cannot ask the person.
-CANNOT_ASK = (
-    "this call needs a person's approval, and the MCP host could not be asked (no "
-    "elicitation on this connection), so it was not made"
-)
+CANNOT_ASK = said.CANNOT_ASK.render()
 #: What the host shows the person (elicitation's message).
 APPROVAL_QUESTION = "A program wants to call {tool} with {arguments}. Allow this call?"
 #: The form the host shows: one yes or no.
@@ -151,7 +149,7 @@ class AskThePerson:
             return CANNOT_ASK
         if answer.action == "accept" and (answer.content or {}).get("approve") is True:
             return True
-        return f"the person did not allow this call ({answer.action})"
+        return said.PERSON_DECLINED.render(action=answer.action)
 
 
 def is_error(result: Any) -> bool:
@@ -193,11 +191,7 @@ def unstarted_note(upstreams: Upstreams | None) -> str:
     their names only; why is in the server's log, which may quote their stderr."""
     if upstreams is None or not upstreams.failures:
         return ""
-    names = ", ".join(upstreams.failures)
-    return (
-        f"\nThese upstream MCP servers did not start, so programs cannot call their tools "
-        f"in this session: {names}.\n"
-    )
+    return said.UPSTREAMS_NOT_STARTED.render(names=", ".join(upstreams.failures))
 
 
 class KernelTools:
@@ -275,10 +269,10 @@ class KernelTools:
         try:
             return await asyncio.shield(task)
         except BackendError as exc:  # the kernel is gone and cannot come back
-            return f"Error: {exc}", True
+            return said.MCP_KERNEL_GONE.render(problem=exc), True
         except Exception as exc:  # a fault of the server's, not the program's
             log.exception("run_code failed in the server")
-            return f"Error: the server could not run this call: {type(exc).__name__}: {exc}", True
+            return said.MCP_SERVER_FAULT.render(ename=type(exc).__name__, problem=exc), True
         except BaseException:  # the host cancelled the call, or the server stops
             task.cancel()
             with anyio.move_on_after(CANCEL_GRACE, shield=True):
