@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backend import KernelBackend, RunResult
+from ..core.status import ResultStatus
 from .host import EvalTools
 from .scenarios import ApprovalScenario
 
@@ -79,7 +80,7 @@ async def _with_ptc_retry(kb: KernelBackend, host: EvalTools, outcome: ApprovalO
     host.calls.clear()
     kb.new_turn()
     paused = await kb.run_code(outcome.scenario.program)
-    if paused.status != "paused":
+    if paused.status != ResultStatus.PAUSED:
         outcome.problem = f"the program did not pause ({paused.status})"
         return
     outcome.before_pause = host.total

@@ -262,7 +262,7 @@ class Arm:
         else:
             target = parse_notice(cut_call.notice or "")
             sent = cut_arguments(arrived).string("code")
-            if cut_call.status != "partial" or target is None or sent is None:
+            if cut_call.status != ResultStatus.PARTIAL or target is None or sent is None:
                 outcome.problem = f"the cut call was not saved: {cut_call.said_first!r}"
                 return outcome
             if target != cut_call.reference:

@@ -23,6 +23,7 @@ from ..core import sentences as said
 from ..core.edits import apply_edits, normalize_edits
 from ..core.errors import CheckpointError, PtcRetryError, ReplayError
 from ..core.program import run_program, statement_spans
+from ..core.status import HistoryStatus
 from ..core.store import CheckpointStore
 from .host import Host, current_host
 from .recording import RecordedCalls, Reuse, calls_made, in_order
@@ -214,7 +215,7 @@ class Replay:
 
     def _corrected(self, store: CheckpointStore, call_id: str, code: str) -> str:
         """The program to run: ``code`` with the literal replacements applied."""
-        if _status(store, call_id) == "partial":
+        if _status(store, call_id) == HistoryStatus.PARTIAL:
             reference = store.reference_of(call_id) or call_id
             raise ReplayError(said.REPLAY_OF_CUT.render(reference=reference))
         if self.edits:
@@ -307,7 +308,7 @@ class Extend(Replay):
     def _corrected(self, store: CheckpointStore, call_id: str, code: str) -> str:
         """``code`` with ``rest`` appended, once ``call_id`` is known to have been cut off."""
         status = _status(store, call_id)
-        if status != "partial":
+        if status != HistoryStatus.PARTIAL:
             reference = store.reference_of(call_id) or call_id
             how = f"its status is {status}" if status else "it has no history line"
             raise ReplayError(said.EXTEND_NOT_CUT.render(reference=reference, why=how))

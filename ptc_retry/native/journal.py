@@ -14,6 +14,7 @@ from typing import Any
 from ..core.errors import StoreError
 from ..core.layout import previous_count
 from ..core.partial import CutArguments
+from ..core.status import HistoryStatus
 from ..core.store import Call, CheckpointStore
 from .partial import partial_arguments
 
@@ -136,7 +137,7 @@ class ToolJournal:
         return it; a cut-off call's line also names its ``open_key``."""
         extra = {"ename": ename} if ename is not None else {}
         open_key = self._open.get(call.id)
-        if status == "partial" and open_key is not None:
+        if status == HistoryStatus.PARTIAL and open_key is not None:
             extra["open_key"] = open_key
         return self.store.finish(call, status, **extra)
 
@@ -187,7 +188,8 @@ class ToolJournal:
         for line in reversed(self.store.history()):
             if line.get("id") == call_id:
                 key = line.get("open_key")
-                return key if line.get("status") == "partial" and isinstance(key, str) else None
+                partial = line.get("status") == HistoryStatus.PARTIAL
+                return key if partial and isinstance(key, str) else None
         return None
 
     def was_cut_off(self, call_id: str) -> bool:
@@ -197,7 +199,7 @@ class ToolJournal:
             return call_id in self._open
         for line in reversed(self.store.history()):
             if line.get("id") == call_id:
-                return bool(line.get("status") == "partial")
+                return bool(line.get("status") == HistoryStatus.PARTIAL)
         return False
 
     def load(self, target: str | int) -> tuple[str, str, dict[str, Any]]:

@@ -32,7 +32,7 @@ from ..core.notice import (
 )
 from ..core.partial import CutArguments, CutPlace, cut_arguments
 from ..core.schema import first_paragraph, signature_schema
-from ..core.status import Mode
+from ..core.status import HistoryStatus, Mode
 from ..core.store import Call
 from ..core.warn import WarnOnce
 from .definitions import EDIT_TOOL, tool_definitions
@@ -268,7 +268,7 @@ class NativeTools:
         if name not in self:
             text = self._unknown_tool(name)
             return self._with_notes(
-                ToolResult(text, "error", name, None, None, None, "UnknownTool")
+                ToolResult(text, HistoryStatus.ERROR, name, None, None, None, "UnknownTool")
             )
         try:
             cut = cut_arguments(partial_raw_arguments)
@@ -310,12 +310,13 @@ class NativeTools:
         if cut.open_key is None:
             if name == EDIT_TOOL or not cut.values:
                 notice = cut_unsaved_notice(cut)
-                return self._with_notes(ToolResult(notice, "error", name, None, None))
+                return self._with_notes(ToolResult(notice, HistoryStatus.ERROR, name, None, None))
             missing = missing_arguments(cut, declared, closed)
             return self._save_cut(name, raw, cut, call_id, position, missing)
         if name == EDIT_TOOL and not {"call_id", "previous_ordinal"} & set(cut.values):
             # The edit's target did not arrive whole: a completion could not say which call.
-            return self._with_notes(ToolResult(CUT_NO_TARGET, "error", name, None, None))
+            refused = ToolResult(CUT_NO_TARGET, HistoryStatus.ERROR, name, None, None)
+            return self._with_notes(refused)
         # The arguments after the one the cut fell in never came: the completion adds them.
         later = [key for key in missing_arguments(cut, declared, closed) if key != cut.open_key]
         return self._save_cut(name, raw, cut, call_id, position, later)
@@ -347,14 +348,15 @@ class NativeTools:
             )
         except (OSError, StoreError) as exc:
             text = said.NATIVE_CUT_NOT_SAVED.render(problem=exc)
-            return self._with_notes(ToolResult(text, "error", name, None, None))
+            return self._with_notes(ToolResult(text, HistoryStatus.ERROR, name, None, None))
         self._warn.reset()  # the store works again: a new problem is news
-        self._finish(call, "partial", None)
+        self._finish(call, HistoryStatus.PARTIAL, None)
         if cut.open_key is not None:
             notice = partial_notice(call.id, cut.open_key, cut.open_prefix, missing or [])
         else:
             notice = cut_saved_notice(call.id, cut, missing or [])
-        return self._with_notes(ToolResult(notice, "partial", name, call.id, call.path, notice))
+        saved = ToolResult(notice, HistoryStatus.PARTIAL, name, call.id, call.path, notice)
+        return self._with_notes(saved)
 
     def call_partial_sync(
         self, name: str, partial_raw_arguments: str, call_id: str | None = None
@@ -409,15 +411,15 @@ class NativeTools:
             if call is not None and call.bytes >= self.notice_min_bytes:
                 notice = native_failure_notice(call.id, field=likely_field(arguments))
                 text = f"{text}\n{notice}"
-            self._finish(call, "error", ename)
-            return ToolResult(text, "error", name, *_where(call), notice, ename)
+            self._finish(call, HistoryStatus.ERROR, ename)
+            return ToolResult(text, HistoryStatus.ERROR, name, *_where(call), notice, ename)
         except BaseException:  # cancelled or interrupted: record it, and let it go on
-            self._finish(call, "interrupted", None)
+            self._finish(call, HistoryStatus.INTERRUPTED, None)
             raise
         finally:
             _current.reset(token)
-        self._finish(call, "ok", None)
-        return ToolResult(as_text(value), "ok", name, *_where(call))
+        self._finish(call, HistoryStatus.OK, None)
+        return ToolResult(as_text(value), HistoryStatus.OK, name, *_where(call))
 
     async def _edit(
         self, raw: str, call: Call | None, functions: Mapping[str, ToolFunction]
@@ -460,7 +462,7 @@ class NativeTools:
         if edit.entries:
             noun = "entry" if edit.entries == 1 else "entries"
             head = f"{head} with {edit.entries} patch {noun}"
-        joiner = ": " if result.status == "ok" else "; it failed: "
+        joiner = ": " if result.status == HistoryStatus.OK else "; it failed: "
         result.text = f"{head}{joiner}{result.text}"
         return result
 
@@ -487,8 +489,8 @@ class NativeTools:
 
     def _refused(self, call: Call | None, tool: str, text: str, ename: str) -> ToolResult:
         """A call that could not run at all: journaled as an error, no notice."""
-        self._finish(call, "error", ename)
-        return ToolResult(text, "error", tool, *_where(call), None, ename)
+        self._finish(call, HistoryStatus.ERROR, ename)
+        return ToolResult(text, HistoryStatus.ERROR, tool, *_where(call), None, ename)
 
 
 def _where(call: Call | None) -> tuple[str | None, Path | None]:
