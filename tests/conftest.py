@@ -292,3 +292,21 @@ def tmpfs(tmp_path: Path) -> Iterator[Callable[[str], Path]]:
     yield mount
     for path in mounted:  # lazy: a kernel may still hold a file open until its fixture ends
         subprocess.run(["umount", "--lazy", str(path)], check=False)
+
+
+@pytest.fixture
+def read_only_dir(tmpfs: Callable[[str], Path]) -> Path:
+    """A read-only tmpfs of 1 MB."""
+    return tmpfs("ro,size=1m")
+
+
+@pytest.fixture(scope="module")
+def count_tokens() -> Callable[[str], int]:
+    """The cl100k_base token count of a text, as the sentences' budgets count; skips the test
+    where the tokenizer is not installed."""
+    from ptc_retry.tokens import load_tokenizer
+
+    tokenizer = load_tokenizer()
+    if not tokenizer.available:
+        pytest.skip(tokenizer.problem)
+    return tokenizer.count

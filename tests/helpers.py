@@ -7,6 +7,10 @@ import asyncio
 import json
 import os
 import queue
+import random
+import socket
+import string
+import subprocess
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
@@ -111,6 +115,46 @@ def finished_call(store: CheckpointStore, code: str = "x = 1", **begin: Any) -> 
     call = store.begin(raw(code), **begin)
     store.finish(call, "ok")
     return call
+
+
+def long_program(*lines: str) -> str:
+    """The program of ``lines`` under a head that takes it over ``notice_min_bytes``, so that
+    its notice names it and offers ``resume``."""
+    head = "# Every tool call below has a side effect on the host: none may be made twice.\n" * 3
+    return head + "\n".join(lines) + "\n"
+
+
+def free_port() -> int:
+    """A loopback port free now, for a server the test starts."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def stop_process(process: subprocess.Popen[Any], seconds: float = KERNEL_TIMEOUT) -> None:
+    """Terminate ``process``, and kill it when it has not exited ``seconds`` later."""
+    process.terminate()
+    try:
+        process.wait(seconds)
+    except subprocess.TimeoutExpired:
+        process.kill()
+
+
+def process_runs(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
+
+
+def model_call_id(prefix: str, length: int, seed: int) -> str:
+    """A tool-call id of the shape a model sends: ``prefix`` and ``length`` random letters and
+    digits, the same for the same ``seed``."""
+    rng = random.Random(seed)
+    return prefix + "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(length))
 
 
 def wait_until(condition: Callable[[], object], seconds: float, what: str) -> None:
@@ -298,6 +342,10 @@ class Kernel:
     @staticmethod
     def _left(deadline: float) -> float:
         return max(0.1, deadline - time.monotonic())
+
+    def wait_for_end(self, seconds: float = 30) -> None:
+        """Wait until the kernel's process has ended (it died, or was shut down)."""
+        wait_until(lambda: not self.manager.is_alive(), seconds, "the kernel's end")
 
     def restart(self) -> None:
         self.manager.restart_kernel(now=True)

@@ -10,7 +10,6 @@ import json
 import os
 import select
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -20,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from .helpers import OnLoop
+from .helpers import OnLoop, free_port, stop_process
 
 #: Seconds a server may take to start its kernel and answer, and a call to come back, on a
 #: loaded two-core machine.
@@ -34,12 +33,6 @@ def ptc_retry_command() -> list[str]:
     if script.exists():
         return [str(script)]
     return [sys.executable, "-c", "import sys; from ptc_retry.cli import main; sys.exit(main())"]
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def server_env(root: Path) -> dict[str, str]:
@@ -182,14 +175,6 @@ def start_http_server(root: Path, log: Path, *options: str) -> tuple[subprocess.
     raise AssertionError(f"ptc-retry mcp --http did not answer: {log.read_text()}")
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    process.terminate()
-    try:
-        process.wait(CALL_TIMEOUT)
-    except subprocess.TimeoutExpired:
-        process.kill()
-
-
 def npx() -> str | None:
     return shutil.which("npx")
 
@@ -251,7 +236,7 @@ class RawStdioServer:
         assert self.process.stdin is not None
         if not self.process.stdin.closed:
             self.process.stdin.close()
-        stop(self.process)
+        stop_process(self.process)
 
 
 _INITIALIZE = {

@@ -23,7 +23,7 @@ from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.status import HistoryStatus, ResultStatus
 
 from .gateway_server import KERNEL_GATEWAY
-from .helpers import OnLoop, StartBackend, line_of, tool_call_lines
+from .helpers import OnLoop, StartBackend, line_of, long_program, tool_call_lines
 
 #: The main scenario runs locally and behind a real Kernel Gateway.
 TRANSPORTS = ["local", KERNEL_GATEWAY]
@@ -80,14 +80,8 @@ def large_or_odd(arguments: dict[str, Any]) -> bool:
     return bool(arguments["amount"] > 100)
 
 
-def program(*lines: str) -> str:
-    """A program long enough for a notice to name it."""
-    head = "# Chase an unpaid invoice: each tool call below has a side effect on the host.\n" * 3
-    return head + "\n".join(lines) + "\n"
-
-
 #: Two harmless calls, an email that needs approval, then a print.
-CHASE = program(
+CHASE = long_program(
     'hits = await tools.search(q="invoice")',
     "owner = await tools.lookup(name=hits[0])",
     'sent = await tools.send_email(to=owner, body="Your invoice is due.")',
@@ -206,7 +200,7 @@ def test_a_program_pauses_before_the_email_and_goes_on_once_approved(
 def test_a_denial_the_program_catches_goes_on_without_the_call(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    code = program(
+    code = long_program(
         'owner = await tools.lookup(name="ann")',
         "try:",
         '    await tools.send_email(to=owner, body="hi")',
@@ -227,7 +221,7 @@ def test_a_denial_the_program_catches_goes_on_without_the_call(
 def test_a_denial_the_program_does_not_catch_fails_it_with_the_ordinary_notice(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    code = program('await tools.search(q="x")', 'await tools.send_email(to="a@b", body="x")')
+    code = long_program('await tools.search(q="x")', 'await tools.send_email(to="a@b", body="x")')
     paused = on_loop(run(kb, code))
 
     failed = continued(on_loop(bounded(kb.deny(paused.reference or "", "no"))), ResultStatus.ERROR)
@@ -275,7 +269,7 @@ def test_a_new_backend_on_the_same_session_lists_and_decides_what_waits(
 def test_a_gather_of_three_calls_waits_for_all_and_each_is_decided_on_its_own(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    code = program(
+    code = long_program(
         "import asyncio",
         'people = ["ann", "bob", "cy"]',
         "sent = await asyncio.gather(",
@@ -301,7 +295,7 @@ def test_a_gather_of_three_calls_waits_for_all_and_each_is_decided_on_its_own(
 def test_an_approval_covers_that_exact_call_and_a_different_one_pauses_again(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    code = program(
+    code = long_program(
         "for amount in (50, 500, 900):",
         "    print(await tools.pay(amount=amount))",
     )
@@ -322,7 +316,7 @@ def test_a_policy_that_raises_pauses_the_call_with_its_error(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     desk.answer = True  # the approver would approve: a raising policy never reaches it
-    paused = on_loop(run(kb, program("await tools.pay(amount=-5)")))
+    paused = on_loop(run(kb, long_program("await tools.pay(amount=-5)")))
 
     assert paused.status == ResultStatus.PAUSED
     (waiting,) = kb.pending_approvals()
@@ -335,7 +329,7 @@ def test_the_inline_approver_decides_while_the_program_waits(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     desk.answer = lambda call: True if call.arguments["to"] == "ann" else "only ann"
-    code = program(
+    code = long_program(
         'print(await tools.send_email(to="ann", body="x"))',
         "try:",
         '    await tools.send_email(to="bob", body="x")',
@@ -354,10 +348,10 @@ def test_the_inline_approver_decides_while_the_program_waits(
 def test_a_program_cannot_approve_its_own_paused_call(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    paused = on_loop(run(kb, program('await tools.send_email(to="eve", body="x")')))
+    paused = on_loop(run(kb, long_program('await tools.send_email(to="eve", body="x")')))
     (waiting,) = kb.pending_approvals()
     forged = {"k": waiting.k, "tool": "send_email", "arguments": waiting.arguments}
-    tries = program(
+    tries = long_program(
         "import json, pathlib",
         "from ptc_retry.core.protocol import tool_request",
         "from ptc_retry.kernel.tool_calls import current_calls",
@@ -394,7 +388,7 @@ def test_deciding_what_does_not_wait_says_what_does(
 ) -> None:
     with pytest.raises(ApprovalError, match="nothing waits for approval under '#999'"):
         on_loop(kb.approve("#999"))
-    paused = on_loop(run(kb, program('await tools.send_email(to="zed", body="x")')))
+    paused = on_loop(run(kb, long_program('await tools.send_email(to="zed", body="x")')))
     other = KernelBackend(session_id="another-session", **local_options)
     with pytest.raises(ApprovalError, match="another session"):
         on_loop(other.approve(paused.reference or ""))
@@ -438,9 +432,9 @@ def test_an_approval_is_used_by_its_continuation_never_by_another_program_runnin
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     email = 'print("sent:", await tools.send_email(to="ann", body="due"))'
-    paused = on_loop(run(kb, program(email)))
+    paused = on_loop(run(kb, long_program(email)))
     # Another program with the same call is running while the person approves the first.
-    meanwhile = program("import asyncio", "await asyncio.sleep(1)", email)
+    meanwhile = long_program("import asyncio", "await asyncio.sleep(1)", email)
 
     async def approve_while_another_runs() -> tuple[RunResult, RunResult | None]:
         other = asyncio.ensure_future(run(kb, meanwhile))
@@ -462,8 +456,8 @@ def test_two_programs_paused_at_the_same_call_each_go_on_when_approved_together(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     email = 'print("sent:", await tools.send_email(to="bo", body="due"))'
-    first = on_loop(run(kb, program("# the first", email)))
-    second = on_loop(run(kb, program("# the second", email)))
+    first = on_loop(run(kb, long_program("# the first", email)))
+    second = on_loop(run(kb, long_program("# the second", email)))
 
     async def approve_both() -> list[RunResult | None]:
         both = (kb.approve(first.reference or ""), kb.approve(second.reference or ""))
@@ -478,7 +472,7 @@ def test_two_programs_paused_at_the_same_call_each_go_on_when_approved_together(
 def test_an_approval_given_up_on_after_its_call_ran_never_runs_it_again(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    code = program(
+    code = long_program(
         'sent = await tools.send_email(to="cy", body="due")',
         "import time",
         "time.sleep(3)",
@@ -502,8 +496,8 @@ def test_an_approval_given_up_on_after_its_call_ran_never_runs_it_again(
 def test_an_approval_given_up_on_before_its_continuation_reached_the_kernel_still_waits(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    paused = on_loop(run(kb, program('print(await tools.send_email(to="di", body="due"))')))
-    busy = program("import time", "time.sleep(2)")
+    paused = on_loop(run(kb, long_program('print(await tools.send_email(to="di", body="due"))')))
+    busy = long_program("import time", "time.sleep(2)")
 
     async def give_up_while_another_runs() -> None:
         other = asyncio.ensure_future(run(kb, busy))
@@ -523,14 +517,14 @@ def test_an_approval_given_up_on_before_its_continuation_reached_the_kernel_stil
 def test_approval_after_another_program_rebound_its_names_reruns_it_with_its_own(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    code = program(
+    code = long_program(
         'who = "ann-1"',
         "hits = await tools.search(q=who)",
         'await tools.send_email(to=hits[0], body="receipt")',
         'print("looked up:", await tools.lookup(name=who))',
     )
     paused = on_loop(run(kb, code))
-    on_loop(run(kb, program('who = "bob-2"')))  # the model works on meanwhile
+    on_loop(run(kb, long_program('who = "bob-2"')))  # the model works on meanwhile
 
     went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
 
@@ -544,7 +538,7 @@ def test_approvals_in_one_turn_beyond_the_resume_budget_each_go_on_from_their_ca
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     people = ["p1", "p2", "p3", "p4", "p5"]  # more approvals than max_resumes_per_turn (3)
-    code = program(
+    code = long_program(
         "import secrets",
         "token = secrets.token_hex(4)",  # a whole re-run would ask about other emails
         *(f'await tools.send_email(to="{p}", body=f"ref {{token}}")' for p in people),
@@ -578,14 +572,14 @@ def test_a_policy_or_approver_raising_systemexit_or_keyboardinterrupt_leaves_the
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     kb.register_tool(desk.pay, name="refund", approval=exiting)
-    paused = on_loop(run(kb, program("await tools.refund(amount=5)")))
+    paused = on_loop(run(kb, long_program("await tools.refund(amount=5)")))
 
     assert paused.status == ResultStatus.PAUSED, paused.text
     (waiting,) = kb.pending_approvals()
     assert waiting.policy_error == "the approval policy raised SystemExit: 2"
 
     desk.answer = interrupted
-    asked = on_loop(run(kb, program('await tools.send_email(to="ed", body="x")')))
+    asked = on_loop(run(kb, long_program('await tools.send_email(to="ed", body="x")')))
 
     assert asked.status == ResultStatus.PAUSED, asked.text
     assert [call.arguments["to"] for call in desk.asked] == ["ed"]
@@ -597,7 +591,7 @@ def test_a_policy_or_approver_raising_systemexit_or_keyboardinterrupt_leaves_the
 def test_the_live_count_leaves_out_calls_that_were_paused_or_denied(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    code = program(
+    code = long_program(
         'owner = await tools.lookup(name="fay")', 'await tools.send_email(to=owner, body="hi")'
     )
     paused = on_loop(run(kb, code))
@@ -610,7 +604,7 @@ def test_the_live_count_leaves_out_calls_that_were_paused_or_denied(
     deny_all(kb, on_loop)
 
     desk.answer = "not now"  # the inline approver denies the email of a gather
-    gathered = program(
+    gathered = long_program(
         "import asyncio",
         "print(await asyncio.gather(",
         '    tools.lookup(name="gus"), tools.send_email(to="gus", body="x"),',
@@ -637,7 +631,7 @@ def test_a_pause_waits_for_the_calls_other_tasks_have_in_flight_and_approval_reu
         return f"charged {amount}"
 
     kb.register_tool(charge)
-    code = program(
+    code = long_program(
         "import asyncio",
         "charging = asyncio.create_task(tools.charge(amount=5))",
         "await asyncio.sleep(0.1)",  # the charge is in flight when the email pauses
@@ -658,7 +652,7 @@ def test_a_pause_waits_for_the_calls_other_tasks_have_in_flight_and_approval_reu
 def test_a_paused_program_sent_again_runs_nothing_and_says_it_still_waits(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    code = program(
+    code = long_program(
         'owner = await tools.lookup(name="ivy")',
         'print(await tools.send_email(to=owner, body="again?"))',
     )
@@ -678,7 +672,7 @@ def test_a_paused_program_sent_again_runs_nothing_and_says_it_still_waits(
 def test_a_replay_that_fails_before_the_paused_call_leaves_it_waiting_until_one_goes_on(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    code = program(
+    code = long_program(
         'owner = await tools.lookup(name="jo")',
         'note = "due"',
         "print(await tools.send_email(to=owner, body=note))",

@@ -123,11 +123,6 @@ def test_root_owned_by_someone_else_is_refused(start_kernel, tmp_path: Path) -> 
     assert list(root.iterdir()) == []
 
 
-@pytest.fixture
-def read_only_dir(tmpfs: Callable[[str], Path]) -> Path:
-    return tmpfs("ro,size=1m")
-
-
 def test_read_only_root_warns_once_and_programs_still_run(
     start_kernel, read_only_dir: Path
 ) -> None:  # type: ignore[no-untyped-def]

@@ -15,7 +15,6 @@ import json
 import os
 import secrets
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -27,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from .helpers import free_port, stop_process
 
 pytest.importorskip("jupyterlab", reason="the browser test needs jupyterlab ('.[browser]')")
 pytest.importorskip("notebook", reason="the browser test needs notebook 7 ('.[browser]')")
@@ -174,12 +175,6 @@ class Server:
         return json.loads(body) if body else None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _write_notebook(path: Path) -> None:
     cells = [
         {"cell_type": "code", "id": f"cell-{n}", "metadata": {}, "source": source,
@@ -197,7 +192,7 @@ def _start_server(module: str, tmp: Path) -> Server:
     root, checkpoints = tmp / "root", tmp / "checkpoints"
     root.mkdir()
     _write_notebook(root / "person.ipynb")
-    token, port = secrets.token_hex(16), _free_port()
+    token, port = secrets.token_hex(16), free_port()
     env = {**os.environ, "PTC_RETRY_ROOT": str(checkpoints)}
     env.pop("PTC_RETRY_SESSION", None)
     command = [sys.executable, "-m", module, "--no-browser", f"--port={port}",
@@ -215,14 +210,6 @@ def _start_server(module: str, tmp: Path) -> Server:
             assert process.poll() is None, (tmp / "server.log").read_text("utf-8", "replace")
             assert time.monotonic() < deadline, f"{module} did not start in {SERVER_START} s"
             time.sleep(0.3)
-
-
-def _stop(server: Server) -> None:
-    server.process.terminate()
-    try:
-        server.process.wait(15)
-    except subprocess.TimeoutExpired:
-        server.process.kill()
 
 
 @pytest.fixture(scope="module")
@@ -243,7 +230,7 @@ def server(
 ) -> Iterator[Server]:
     started = _start_server(request.param, tmp_path_factory.mktemp(request.param))
     yield started
-    _stop(started)
+    stop_process(started.process, 15)
 
 
 @dataclass

@@ -3,7 +3,6 @@ never starts a kernel whose programs could not be saved while its texts say they
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -12,11 +11,6 @@ import pytest
 from ptc_retry.backend import BackendError, KernelBackend
 
 from .helpers import OnLoop
-
-
-@pytest.fixture
-def read_only_dir(tmpfs: Callable[[str], Path]) -> Path:
-    return tmpfs("ro,size=1m")
 
 
 def test_shutdown_leaves_a_directory_that_was_there_before(

@@ -79,9 +79,7 @@ def test_the_session_of_a_killed_kernel_is_continued_by_the_next(
     first = start_kernel(session="mine")
     first.execute("a = 1")
     os.kill(first.manager.provisioner.process.pid, signal.SIGKILL)  # type: ignore[union-attr]
-    deadline = time.monotonic() + 30
-    while first.manager.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    first.wait_for_end()
 
     after = start_kernel(session="mine").execute("b = 2")
 

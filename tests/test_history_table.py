@@ -204,9 +204,7 @@ def test_history_command_marks_the_kernel_death_after_the_program_that_died(
 ) -> None:
     kernel.execute("ready = True")
     kernel.client.execute(DYING)  # no reply will come
-    deadline = time.monotonic() + 30
-    while kernel.manager.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    kernel.wait_for_end()
     kernel.restart()
     kernel.execute("print('back')")
     assert main(["history", "--root", str(checkpoint_root), "--session", "test"]) == 0

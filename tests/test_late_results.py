@@ -30,7 +30,7 @@ from ptc_retry.core.protocol import TOOL_RESULTS
 from ptc_retry.kernel.recording import CallRecord, Reuse, in_order
 
 from .gateway_server import KERNEL_GATEWAY
-from .helpers import Kernel, OnLoop, StartBackend, raw, tool_call_lines
+from .helpers import Kernel, OnLoop, StartBackend, long_program, raw, tool_call_lines
 from .test_tools_kernel import Host as Answering
 
 #: Each backend test runs on a local kernel and behind a real Kernel Gateway.
@@ -130,12 +130,6 @@ def backend(start_backend: StartBackend, shop: Shop, options: dict[str, Any]) ->
     return start_backend(tools=shop.tools(), interrupt_grace=2, **options)
 
 
-def program(*lines: str) -> str:
-    """A program over ``notice_min_bytes``, so that its notice offers ``resume``."""
-    head = "# An order's checkout: every tool call below has a side effect on the host.\n" * 3
-    return head + "\n".join(lines) + "\n"
-
-
 async def call(kb: KernelBackend, code: str, call_id: str, **options: Any) -> str:
     """One ``run_code`` call of the model, bounded."""
     return await asyncio.wait_for(kb.handle_tool_call("run_code", code, call_id, **options), BOUND)
@@ -157,7 +151,7 @@ def late_lines(kb: KernelBackend, call_id: str) -> list[dict[str, Any]]:
 def test_a_sync_tool_that_outlives_the_time_limit_is_not_made_again_by_the_resume(
     backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
-    code = program(
+    code = long_program(
         "logged = await tools.note(text='checkout 7')",
         "receipt = await tools.charge(order=7, seconds=3)",
         "print(logged, receipt)",
@@ -185,7 +179,7 @@ def test_resumes_each_shorter_than_a_running_sync_call_make_it_once(
     # charge has returned, so it matches the charge's failed line and must be given the
     # outcome of the call still running on the host, not make it again.
     shop.calls.clear()
-    code = program(
+    code = long_program(
         "logged = await tools.note(text='checkout 12')",
         "receipt = await tools.charge(order=12, seconds=8)",
         "print(logged, receipt)",
@@ -222,7 +216,7 @@ def test_a_gather_of_more_slow_calls_than_are_kept_makes_each_once(
     # those that returned (32).
     shop.calls.clear()
     shop.orders.clear()
-    code = program(
+    code = long_program(
         "import asyncio",
         "receipts = await asyncio.gather(*[tools.charge(order=i, seconds=1) for i in range(48)])",
         "print(len(set(receipts)))",
@@ -243,7 +237,7 @@ def test_a_replay_of_a_resume_that_skipped_a_failed_call_gets_its_late_result(
     # charge's statement and carries its failed line; the charge then returns on the host.
     # A fix of #2 must not charge again, and must say that nothing was made live.
     shop.calls.clear()
-    code = program(
+    code = long_program(
         "import asyncio, time",
         "try:",
         "    receipt = await asyncio.wait_for(tools.charge(order=13, seconds=4), 0.3)",
@@ -283,7 +277,7 @@ def test_a_fix_that_reorders_calls_still_running_gets_each_ones_outcome(
     # each charge is the same call of the stopped program, wherever it now stands.
     shop.calls.clear()
     shop.orders.clear()
-    code = program(
+    code = long_program(
         "import asyncio",
         "paid = await asyncio.gather(*(tools.charge(order=i, seconds=8) for i in (1, 2, 3)))",
         "print(paid)",
@@ -308,7 +302,7 @@ def test_a_call_still_running_that_then_raises_gives_the_resume_its_error(
     backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     shop.calls.clear()
-    code = program(
+    code = long_program(
         "import asyncio",
         "done = await asyncio.gather(tools.note(text='o14'), tools.decline(order=14, seconds=6),"
         " return_exceptions=True)",
@@ -329,7 +323,7 @@ def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
     backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
     shop.calls.clear()
-    code = program("receipt = await tools.charge(order=9, seconds=3)", "print(receipt)")
+    code = long_program("receipt = await tools.charge(order=9, seconds=3)", "print(receipt)")
     stopped = on_loop(call(backend, raw(code), "call_g1", timeout=1))
     line = offered(stopped)
 
@@ -352,7 +346,7 @@ def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
     backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any], stop: str
 ) -> None:
     shop.calls.clear()
-    code = program(
+    code = long_program(
         "receipt = await tools.charge(order=8, seconds=1.5)",
         "logged = await tools.note(text=receipt)",
         "print(logged)",
@@ -386,7 +380,7 @@ def test_what_the_host_did_not_complete_is_made_again(
 ) -> None:
     shop.calls.clear()
     shop.first_slow.update({"reserve", "refund"})
-    code = program(
+    code = long_program(
         "import asyncio",
         "done = await asyncio.gather(tools.reserve(item='lamp'), tools.refund(order=9))",
         "print(done)",
@@ -442,7 +436,7 @@ def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
     shop.calls.clear()
     pid = on_loop(backend.run_code("import os\nos.getpid()", call_id="call_pid")).value
     shop.kernel_pid = int(pid or 0)
-    code = program(
+    code = long_program(
         "logged = await tools.note(text='order 10')",
         "paid = await tools.pay(order=10)",
         "print(logged, paid)",
@@ -481,7 +475,7 @@ def test_a_slow_call_running_when_the_kernel_dies_is_made_once_by_short_resumes(
 ) -> None:
     """Also kills the kernel. The call's line was never written (the kernel died while it
     ran), so the resume knows it only by its place after the recorded calls."""
-    code = program(
+    code = long_program(
         "logged = await tools.note(text='order 11')",
         "paid = await tools.pay(order=11, seconds=8)",
         "print(logged, paid)",
@@ -501,7 +495,7 @@ def test_a_kernel_that_dies_inside_a_recorded_function_is_resumed_paying_once(
 ) -> None:
     """Also kills the kernel, while a recorded function waits for a slow payment: the
     function's own line is written as it starts, so the resume follows its calls."""
-    code = program(
+    code = long_program(
         "@ptc_retry.recorded",
         "async def checkout(order):",
         "    await tools.note(text=f'start {order}')",

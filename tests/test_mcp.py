@@ -28,8 +28,7 @@ import pytest
 
 from ptc_retry.core.notice import parse_notice
 
-from .helpers import ORDERS, ORDERS_FIX, OnLoop
-from .mcp_servers import free_port
+from .helpers import ORDERS, ORDERS_FIX, OnLoop, free_port
 
 # Looked up, not imported: importing jupyter_mcp_server takes seconds, and every run of the
 # suite collects this module.

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import json
-import os
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,7 +21,7 @@ import pytest
 
 from ptc_retry.core.notice import parse_notice, prompt_section
 
-from .helpers import ORDERS, ORDERS_FIX, OnLoop, history
+from .helpers import ORDERS, ORDERS_FIX, OnLoop, history, process_runs, stop_process, wait_until
 from .mcp_servers import (
     CALL_TIMEOUT,
     HeldClient,
@@ -30,7 +29,6 @@ from .mcp_servers import (
     cancel_once_printed,
     sessions,
     start_http_server,
-    stop,
 )
 
 if importlib.util.find_spec("mcp") is None:
@@ -58,21 +56,13 @@ def server(jupyter_path: Path, tmp_path_factory: pytest.TempPathFactory) -> Iter
     options += ("--progress-every", "1")  # the tests wait for what a program printed
     process, url = start_http_server(root, log, *options)
     yield HttpServer(process, url, root, log)
-    stop(process)
+    stop_process(process)
 
 
 def call(on_loop: OnLoop[Any], client: Any, code: str) -> tuple[str, bool]:
     result = on_loop(asyncio.wait_for(client.call_tool("run_code", {"code": code}), CALL_TIMEOUT))
     (content,) = result.content
     return content.text, result.is_error
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def session_of(client: Any) -> Path:
@@ -175,11 +165,8 @@ def test_an_idle_session_ends_and_its_kernel_is_shut_down(
     try:
         text, _ = call(on_loop, held.client, "import os; os.getpid()")
         pid = int(text)
-        assert alive(pid)
-        deadline = time.monotonic() + IDLE_TIMEOUT + 30
-        while alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        assert not alive(pid), f"the kernel of an idle session still runs after {IDLE_TIMEOUT} s"
+        assert process_runs(pid)
+        wait_until(lambda: not process_runs(pid), IDLE_TIMEOUT + 30, "the idle session's end")
         with pytest.raises(Exception, match="Session not found|terminated"):
             call(on_loop, held.client, "1")
     finally:

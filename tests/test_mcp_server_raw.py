@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import os
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from .helpers import history, wait_until
+from .helpers import history, process_runs, wait_until
 from .mcp_servers import RawStdioServer
 
 if importlib.util.find_spec("mcp") is None:
@@ -35,16 +34,6 @@ def server(
     started = RawStdioServer(tmp_path_factory.mktemp("mcp-raw-root"))
     yield started
     started.close()
-
-
-def running(pid: int) -> bool:
-    """Whether process ``pid`` runs (a zombie, exited but not yet reaped, does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    stat = Path(f"/proc/{pid}/stat")
-    return not (stat.exists() and stat.read_text().rsplit(")", 1)[1].split()[0] == "Z")
 
 
 def saved_programs(directory: Path) -> list[str]:
@@ -109,7 +98,7 @@ def test_a_host_that_closes_stdin_mid_program_ends_the_server_and_its_kernel(
     started = time.monotonic()
     host.process.wait(EXIT_BOUND)
     assert time.monotonic() - started < EXIT_BOUND
-    assert not running(kernel_pid)
+    assert not process_runs(kernel_pid)
     assert code in saved_programs(host.session_dir)
 
 
@@ -123,4 +112,4 @@ def test_a_host_that_closes_the_servers_stdout_ends_it_cleanly_with_its_kernel(
     host.process.wait(EXIT_BOUND)
     assert host.process.returncode == 0, host.errlog.read_text()
     assert "Traceback" not in host.errlog.read_text()
-    assert not running(kernel_pid)
+    assert not process_runs(kernel_pid)

@@ -21,8 +21,8 @@ import pytest
 from ptc_retry.core.notice import parse_notice
 
 from . import test_mcp_upstream
-from .helpers import OnLoop
-from .mcp_servers import HeldClient, StdioServer, start_http_server, stdio_server, stop
+from .helpers import OnLoop, stop_process
+from .mcp_servers import HeldClient, StdioServer, start_http_server, stdio_server
 from .test_mcp_upstream import BROKEN, NPX, TIME_SERVER, child_processes, needs_npx, needs_sdk
 
 pytestmark = [pytest.mark.kernel, needs_sdk]
@@ -131,4 +131,4 @@ def test_over_http_each_session_has_its_own_upstream_process_closed_with_it(
         finally:
             second.close()
     finally:
-        stop(process)
+        stop_process(process)

@@ -4,8 +4,7 @@ counted in real tokens (cl100k_base) with the call ids real models send."""
 from __future__ import annotations
 
 import json
-import random
-import string
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,19 +13,13 @@ import pytest
 from ptc_retry.backend import KernelBackend
 from ptc_retry.core.fs import default_root
 from ptc_retry.core.notice import failure_notice, parse_notice, prompt_section, resume_call
-from ptc_retry.tokens import load_tokenizer
 
-from .helpers import OnLoop, raw
+from .helpers import OnLoop, model_call_id, raw
 
 SESSION_DIRS = [
     default_root() / "k3f9a1c2b7d",  # a kernel's session under the default root
     Path.home() / ".cache" / "agent-platform" / "ptc-retry" / "run-2024-06-01-ab12",
 ]
-
-
-def _id(prefix: str, length: int, seed: int) -> str:
-    rng = random.Random(seed)
-    return prefix + "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(length))
 
 
 #: The shapes of the tool-call ids that models send.
@@ -38,14 +31,6 @@ PROGRAM = "\n".join(
     + ["total = sum(r['amount'] for r in [row_0, row_1, row_2, row_3, row_4, row_5])"]
     + ["row_0['regoin']"]
 )
-
-
-@pytest.fixture(scope="module")
-def count():  # type: ignore[no-untyped-def]
-    tokenizer = load_tokenizer()
-    if not tokenizer.available:
-        pytest.skip(tokenizer.problem)
-    return tokenizer.count
 
 
 @pytest.fixture(scope="module")
@@ -69,23 +54,23 @@ def options(long_root: Path) -> dict[str, Any]:
 
 @pytest.mark.parametrize("shape", ID_SHAPES)
 def test_the_notice_costs_at_most_40_tokens_with_real_call_ids_and_a_long_root(
-    backend: KernelBackend, on_loop: OnLoop[Any], count: Any, shape: str
+    backend: KernelBackend, on_loop: OnLoop[Any], count_tokens: Callable[[str], int], shape: str
 ) -> None:
     prefix, length = ID_SHAPES[shape]
     for seed in range(3):
-        call_id = _id(prefix, length, seed)
+        call_id = model_call_id(prefix, length, seed)
         program = PROGRAM.replace("10.5", f"1{seed}.5")  # no repeated failure: no guard
         result = on_loop(backend.run_code(program, call_id=call_id, arguments=raw(program)))
         assert result.status == "error" and result.notice is not None
         assert call_id not in result.notice and str(backend.session_dir) not in result.notice
-        assert count(result.notice) <= 40, result.notice
+        assert count_tokens(result.notice) <= 40, result.notice
 
 
 def test_the_notice_names_the_program_and_shows_the_call_to_send_as_a_template(
     backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
     backend.new_turn()
-    result = on_loop(backend.run_code(PROGRAM, call_id=_id("call_", 24, 7)))
+    result = on_loop(backend.run_code(PROGRAM, call_id=model_call_id("call_", 24, 7)))
     ref = result.reference
     assert ref is not None and ref.startswith("#")
     # The statements before the failure ran in no time: skipping them is not offered.
@@ -106,10 +91,12 @@ def test_the_notice_names_the_program_and_shows_the_call_to_send_as_a_template(
 
 
 @pytest.mark.parametrize("ref", ["#7", "#42", "#318"])
-def test_the_replay_lines_fixed_part_costs_at_most_20_tokens(count: Any, ref: str) -> None:
+def test_the_replay_lines_fixed_part_costs_at_most_20_tokens(
+    count_tokens: Callable[[str], int], ref: str
+) -> None:
     # Everything but the old and new text, as the JSON arguments of the tool call.
     line = f'await ptc_retry.replay("{ref}", "", "")'
-    assert count(json.dumps({"code": line})) <= 20
+    assert count_tokens(json.dumps({"code": line})) <= 20
 
 
 # -- the notice's words -----------------------------------------------------------------------
@@ -155,8 +142,10 @@ def test_a_stopped_program_is_offered_going_on_not_a_fix() -> None:
 @pytest.mark.parametrize(
     "kind", [{"completed": 12}, {"interrupted": True}, {"time_limit": 55.5}], ids=str
 )
-def test_every_kind_of_notice_costs_at_most_40_tokens(count: Any, kind: dict[str, Any]) -> None:
-    assert count(failure_notice("#1234", **kind)) <= 40
+def test_every_kind_of_notice_costs_at_most_40_tokens(
+    count_tokens: Callable[[str], int], kind: dict[str, Any]
+) -> None:
+    assert count_tokens(failure_notice("#1234", **kind)) <= 40
 
 
 def test_resume_is_offered_only_when_statements_completed() -> None:
@@ -185,8 +174,10 @@ def test_parse_notice_reads_back_the_reference(ref: str) -> None:
 
 @pytest.mark.parametrize("mode", ["code", "native"])
 @pytest.mark.parametrize("session_dir", SESSION_DIRS, ids=["default-root", "long-path"])
-def test_prompt_section_fits_in_150_tokens(count: Any, mode: str, session_dir: Path) -> None:
-    assert count(prompt_section(mode, session_dir=session_dir)) <= 150
+def test_prompt_section_fits_in_150_tokens(
+    count_tokens: Callable[[str], int], mode: str, session_dir: Path
+) -> None:
+    assert count_tokens(prompt_section(mode, session_dir=session_dir)) <= 150
 
 
 @pytest.mark.parametrize("mode", ["code", "native"])

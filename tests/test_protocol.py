@@ -174,7 +174,4 @@ def test_interrupt_stops_a_running_program_and_the_kernel_goes_on(kernel: Kernel
 def test_shutdown_request_is_answered(kernel: Kernel) -> None:
     reply = exchange(kernel, "shutdown_request", {"restart": False})[0]
     assert reply["content"] == {"status": "ok", "restart": False}
-    deadline = time.monotonic() + 15
-    while kernel.manager.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert not kernel.manager.is_alive()
+    kernel.wait_for_end(15)

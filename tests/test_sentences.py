@@ -6,27 +6,25 @@ from __future__ import annotations
 import ast
 import contextlib
 import json
-import random
 import re
 import string
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from ptc_retry.core.sentences import PREFIX, SENTENCES, Sentence
-from ptc_retry.tokens import load_tokenizer
+
+from .helpers import model_call_id
 
 PACKAGE = Path(__file__).resolve().parent.parent / "ptc_retry"
 
 
-def _id(prefix: str, length: int) -> str:
-    rng = random.Random(length)
-    return prefix + "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(length))
-
-
 #: The shapes of the tool-call ids that models send.
-ID_SHAPES = {"openai": _id("call_", 24), "anthropic": _id("toolu_01", 22)}
+ID_SHAPES = {
+    "openai": model_call_id("call_", 24, 24),
+    "anthropic": model_call_id("toolu_01", 22, 22),
+}
 #: Sentences that end a traceback: a notebook must not break them mid-word.
 NOTICE_LINES = ["NOTICE_FAILED", "NOTICE_INTERRUPTED", "NOTICE_TIME_LIMIT", "CUT_AFTER_CODE"]
 GUARD_LINES = ["GUARD_REPEATED", "GUARD_PAUSED"]
@@ -44,22 +42,14 @@ def rendered(sentence: Sentence, call_id: str) -> str:
     return sentence.render(**fields)
 
 
-@pytest.fixture(scope="module")
-def count() -> Any:
-    tokenizer = load_tokenizer()
-    if not tokenizer.available:
-        pytest.skip(tokenizer.problem)
-    return tokenizer.count
-
-
 @pytest.mark.parametrize("shape", ID_SHAPES)
 @pytest.mark.parametrize("name", SENTENCES)
 def test_every_sentence_fits_its_budget_with_real_call_ids(
-    count: Any, name: str, shape: str
+    count_tokens: Callable[[str], int], name: str, shape: str
 ) -> None:
     sentence = SENTENCES[name]
     text = rendered(sentence, ID_SHAPES[shape])
-    assert count(text) <= sentence.budget, f"{name}: {count(text)} tokens: {text}"
+    assert count_tokens(text) <= sentence.budget, f"{name}: {count_tokens(text)} tokens: {text}"
 
 
 @pytest.mark.parametrize("name", SENTENCES)

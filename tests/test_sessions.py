@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import nbformat
@@ -62,9 +61,7 @@ def test_program_that_kills_the_kernel_is_unfinished_and_replayable(
 ) -> None:
     program = "import os\nprogress = 'half'\n" + "os._exit(1)\n"
     kernel.client.execute(program)  # no reply will come
-    deadline = time.monotonic() + 30
-    while kernel.manager.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    kernel.wait_for_end()
     assert json.loads((checkpoint_root / "test" / "by-id" / "c1.json").read_text())["code"] == (
         program
     )

@@ -138,9 +138,7 @@ class Host:
         """Run ``code``, which kills its kernel, answering its calls until it has."""
         with self._serving(kernel):
             self._send(kernel, code, True, True, {})
-            deadline = time.monotonic() + 30
-            while kernel.manager.is_alive() and time.monotonic() < deadline:
-                time.sleep(0.1)
+            kernel.wait_for_end()
 
     def run_at_once(self, kernel: Kernel, *programs: tuple[str, str | None]) -> list[Execution]:
         """Run ``(code, subshell_id)`` programs at once (None: the main shell), answering
