@@ -89,6 +89,15 @@ def test_the_history_help_lists_every_status_with_its_meaning(capsys: Any) -> No
 
 
 _LIST = re.compile(r"`((?:[a-z]+ \| )+[a-z]+)`")
+#: Three or more statuses, each in a code span of its own: `ok`, `error`, `timeout`...
+_SPANS = re.compile(r"`[a-z]+`(?:, (?:or |and )?`[a-z]+`){2,}")
+
+
+def _lists(text: str) -> list[list[str]]:
+    """The lists of words ``text`` writes as ``a | b | c`` or as `a`, `b`, `c`."""
+    lists = [match.group(1).split(" | ") for match in _LIST.finditer(text)]
+    lists += [re.findall(r"`([a-z]+)`", match.group()) for match in _SPANS.finditer(text)]
+    return lists
 
 
 def test_the_docs_list_each_kind_of_status_exactly_as_its_enumeration() -> None:
@@ -97,8 +106,7 @@ def test_the_docs_list_each_kind_of_status_exactly_as_its_enumeration() -> None:
     listed_kinds = set()
     for path in DOCS:
         text = " ".join(path.read_text("utf-8").split())
-        for match in _LIST.finditer(text):
-            listed = match.group(1).split(" | ")
+        for listed in _lists(text):
             if not statuses.issuperset(listed):
                 continue  # a list of something else
             names = [name for name, values in kinds.items() if values == listed]
