@@ -50,7 +50,7 @@ async def serve_floor() -> None:
     import mcp_types as types
     from mcp.server.lowlevel import Server
 
-    from ptc_retry.mcp.server import protocol_pipes, protocol_streams
+    from ptc_retry.mcp.stdio import protocol_pipes, protocol_streams
 
     async def list_tools(ctx: object, params: object) -> types.ListToolsResult:
         schema = {"type": "object", "properties": {"code": {"type": "string"}}}

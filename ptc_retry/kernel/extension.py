@@ -7,14 +7,12 @@ from __future__ import annotations
 import json
 import logging
 import sys
-import time
 import types
 from typing import TYPE_CHECKING, Any
 
 from ..core import sentences as said
-from ..core.errors import ApprovalPending
 from ..core.guard import RepeatedFailureGuard, refusal_message
-from ..core.notice import failure_notice, partial_notice, short_failure_notice
+from ..core.notice import partial_notice
 from ..core.partial import cut_arguments
 from ..core.protocol import TOOL_RESULTS
 from ..core.status import STOPPED, HistoryStatus, history_status
@@ -24,7 +22,7 @@ from . import host, tracebacks
 from .catalog import Catalogs
 from .checkpoints import Checkpoints
 from .config import PtcRetry
-from .endings import history_extra, outcome, reply_metadata, says_time_limit, was_interrupted
+from .endings import history_extra, outcome, reply_metadata, was_interrupted
 from .guarding import KernelGuard
 from .host_results import record_host_results
 from .magics import PtcRetryMagics, is_person_reset, only_own_magics
@@ -34,14 +32,15 @@ from .refusal import (
     InterruptedBeforeRun,
     Refuser,
     RetryGuardPaused,
-    refusal_output,
 )
 from .requests import Request, checkpoint_arguments, read_request
 from .resume import KERNEL_TOKEN, ResumePolicy
-from .running import STARTED_BY, Failure, Programs, Running
+from .running import STARTED_BY, Programs, Running
+from .statements import current_task
 from .stdin import StdinChannel
-from .tool_calls import call_host_tool, current_task
-from .tracebacks import abandoned_cell, failure_of, own_lines_only
+from .tool_calls import call_host_tool
+from .traceback_hook import TracebackHook
+from .tracebacks import failure_of
 from .tracing import now_ns, program_trace
 
 if TYPE_CHECKING:
@@ -69,16 +68,21 @@ class PtcRetryExtension:
         #: of ipykernel subshells run at the same time, each with its own.
         self._replies: dict[str, dict[str, Any]] = {}
         self._refuser = Refuser(shell)
-        self._replaced_showtraceback: Any = None
-        self._had_own_showtraceback = False
-        self._undo_groups: Any = lambda: None
         self._magics: PtcRetryMagics | None = None
         self.tool_catalogs = Catalogs(call_host_tool)
         self.stdin: StdinChannel | None = None
         self._said_tools_taken = False
-        self._closing_abandoned = False
         # A frame called by this code and named <module> runs a cell's own code.
         self._run_code = type(shell).run_code.__code__
+        self.traceback_hook = TracebackHook(
+            shell,
+            self.programs,
+            self.checkpoints,
+            self.guards,
+            self.config,
+            self.is_control_flow,
+            self._run_code,
+        )
 
     @property
     def store(self) -> CheckpointStore | None:
@@ -258,7 +262,7 @@ class PtcRetryExtension:
     def _end_cell(self, result: Any) -> None:
         error = getattr(result, "error_in_exec", None)
         if error is not None:
-            self._close_abandoned_cell(error)
+            self.traceback_hook.close_abandoned_cell(error)
             # ipykernel writes the reply's evalue from this error: one it cannot send
             # would leave the client without a reply.
             result.error_in_exec = tracebacks.sendable_error(error)
@@ -271,20 +275,6 @@ class PtcRetryExtension:
         finally:  # an interrupt while it stopped still leaves the program recorded
             error, status = outcome(running, result, self.is_control_flow)
             self._finish(running, error, status, outermost=outermost, keep_reply=True)
-
-    def _close_abandoned_cell(self, error: BaseException) -> None:
-        """End now, inside its own request, the cell IPython's runner left suspended when
-        it raised ``error``: its rest runs, and the GeneratorExit it shows is not output."""
-        cell = abandoned_cell(self.shell, error)
-        if cell is None:
-            return
-        self._closing_abandoned = True
-        try:
-            cell.close()
-        except Exception as exc:  # it ignored GeneratorExit: IPython's to report, not ours
-            logger.info("could not close the cell IPython left running: %s", exc)
-        finally:
-            self._closing_abandoned = False
 
     def _end_leftovers(self, left: list[Running], *, keep_reply: bool) -> None:
         """End programs whose post_run_cell never came, innermost first: stopped as any
@@ -374,90 +364,15 @@ class PtcRetryExtension:
         names = set(self.config.control_flow_exceptions)
         return any(cls.__name__ in names for cls in type(error).__mro__)
 
-    # -- the traceback ---------------------------------------------------------
-
-    def show_traceback(self, etype: type, evalue: BaseException, stb: list[str]) -> None:
-        """Wraps the shell's ``_showtraceback``: IPython formats, we append the notice.
-
-        A refused program shows the guard's report and its RetryGuardPaused error
-        instead, whatever IPython was about to show (e.g. a syntax error).
-        """
-        if self._closing_abandoned and issubclass(etype, GeneratorExit):
-            return  # the end of a cell IPython abandoned, not an error of the running one
-        try:
-            running = self.programs.current()
-            if running is not None and running.cut_off is not None:
-                cut_off = running.cut_off
-                etype, evalue, stb = type(cut_off), cut_off, cut_off._render_traceback_()
-            elif running is not None and running.refusal is not None:
-                first = not running.refusal_shown
-                running.refusal_shown = True
-                etype, evalue, stb = refusal_output(running.refusal, show_report=first)
-            else:
-                said = running is not None and says_time_limit(running, evalue)
-                stb = own_lines_only(self.shell, etype, evalue, stb, rebuild=said)
-                stb = self._with_notice(evalue, stb)
-        except Exception as exc:  # never lose the user's traceback to our own bug
-            self.warn_once(f"could not add the notice ({type(exc).__name__}: {exc})")
-        finally:
-            # A lone surrogate in the message would stop the whole error output at the
-            # session, the notice with it: escaped, it goes out.
-            stb = [tracebacks.sendable(line) for line in stb]
-            evalue = tracebacks.sendable_error(evalue)
-            self._replaced_showtraceback(etype, evalue, stb)
-
-    def _with_notice(self, evalue: BaseException, stb: list[str]) -> list[str]:
-        running = self.programs.current()
-        if running is None or running.notice is not None or running.stopped_before_start:
-            return stb
-        if self.is_control_flow(evalue):
-            return stb
-        if isinstance(evalue, ApprovalPending):  # its own line is the notice
-            running.notice = str(evalue)
-            if running.call is not None:
-                self.checkpoints.link_number(running.call)
-            return stb
-        notice = self._notice(running, failure_of(self.shell, running, evalue, self._run_code))
-        if notice is None:
-            return stb
-        running.notice = notice
-        return [*stb, notice]
-
-    def _notice(self, running: Running, failure: Failure) -> str | None:
-        """The notice line for ``failure``: the full one when the program is long enough
-        to be worth a replay, else only what the guard or the time limit has to say."""
-        outermost = running is self.programs.outermost()
-        repeated, paused = self.guards.repeated(running, failure) if outermost else (0, False)
-        stopped = running.stopped_by_limit
-        call = running.call
-        if call is None or call.bytes < self.config.notice_min_bytes:
-            return short_failure_notice(time_limit=stopped, repeated=repeated, paused=paused)
-        saves_work = time.time() - call.started >= self.config.resume_min_seconds
-        notice = failure_notice(
-            call.reference,
-            interrupted=was_interrupted(running, failure.error),
-            completed=failure.completed if saves_work else 0,
-            time_limit=stopped,
-            repeated=repeated,
-            paused=paused,
-        )
-        self.checkpoints.link_number(call)
-        return notice
-
     # -- load / unload ---------------------------------------------------------
 
     def register(self) -> None:
         shell = self.shell
         shell.events.register("pre_run_cell", self.pre_run_cell)
         shell.events.register("post_run_cell", self.post_run_cell)
-        # IPython formats every traceback (runtime, syntax, interrupt) and hands the
-        # lines to _showtraceback, which ipykernel turns into the error output and
-        # the reply: the one place where appending a line reaches every client.
-        self._had_own_showtraceback = "_showtraceback" in shell.__dict__
-        self._replaced_showtraceback = shell._showtraceback
-        # IPython offers no hook for the formatted traceback: this instance's method is it.
-        shell._showtraceback = self.show_traceback  # type: ignore[method-assign]
-        self._undo_groups = tracebacks.show_groups_as_errors(shell)
+        # IPython formats every traceback and hands the lines to _showtraceback, which
+        # ipykernel turns into the error output and the reply: the notice goes there.
+        self.traceback_hook.install()
         shell.configurables.append(self.config)
         add_names(shell, self.api)
         self._magics = PtcRetryMagics(shell, extension=self)
@@ -488,12 +403,7 @@ class PtcRetryExtension:
             # Its post_run_cell will not come: record it now, or it would stay unfinished.
             if running.call is not None:
                 self.checkpoints.finish(running.call, HistoryStatus.OK, kernel=KERNEL_TOKEN)
-        self._undo_groups()
-        if shell.__dict__.get("_showtraceback") == self.show_traceback:
-            if self._had_own_showtraceback:
-                shell._showtraceback = self._replaced_showtraceback  # type: ignore[method-assign]
-            else:
-                del shell._showtraceback
+        self.traceback_hook.remove()
         for configurable in (self.config, self._magics):
             if configurable in shell.configurables:
                 shell.configurables.remove(configurable)

@@ -42,7 +42,7 @@ async def serve(options: ServerOptions, http: HttpOptions | None = None) -> None
     """Serve MCP: on stdio, or on Streamable HTTP when ``http`` is given, until the host
     closes stdin (stdio) or the process is interrupted (HTTP)."""
     if http is None:
-        from .server import serve_stdio
+        from .stdio import serve_stdio
 
         await serve_stdio(options)
     else:
