@@ -615,3 +615,38 @@ def test_a_gather_of_two_identical_calls_one_failed_makes_only_that_one_again(
     assert host.calls()[3:] == [("flaky", {"key": "twice price"})]
     reference = failed.ptc["reference"]
     assert fixed.stderr == f"ptc-retry: 2 tool results reused from {reference}; 1 call made live.\n"
+
+
+# -- a recording the disk had no room for ----------------------------------------------------------
+
+DISK_FILLS = """\
+# The disk fills up while the program emails two customers; then it frees it and reports.
+import os
+filler = os.open({filler!r}, os.O_WRONLY | os.O_CREAT)
+try:
+    while True:
+        os.write(filler, b"\\0" * 512)
+except OSError:
+    os.close(filler)
+first = await tools.count(name="full-disk first")
+second = await tools.count(name="full-disk second")
+os.remove({filler!r})
+print(first, second, totl)
+"""
+
+
+def test_calls_the_full_disk_left_unrecorded_are_not_made_again_by_the_fix(
+    start_kernel: Any, host: Host, tmpfs: Any
+) -> None:
+    disk = tmpfs("size=256k,mode=0700")
+    kernel = start_kernel(root=disk / "root")
+    turn = next(_turns)
+    failed = run_turn(host, kernel, DISK_FILLS.format(filler=str(disk / "filler")), turn)
+    assert undefined(failed) == "totl"
+    assert "could not record the tool calls" in failed.stderr  # said once, as ever
+
+    fixed = run_turn(host, kernel, follow(failed.ptc["notice"], old="totl", new="0"), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "1 1 0\n"
+    assert host.counts["full-disk first"] == 1 and host.counts["full-disk second"] == 1
