@@ -42,6 +42,7 @@ from .partial import (
     CUT_NO_TARGET,
     completion_lacking,
     cut_saved_notice,
+    patch_paths,
     cut_unsaved_notice,
     missing_arguments,
     partial_notice,
@@ -438,7 +439,8 @@ class NativeTools:
             lacking = [key for key in declared if closed and key not in edit.arguments]
             if lacking:  # a tool never runs without an argument it takes
                 appended = json.loads(raw).get("append") is not None  # prepare_edit read it
-                text = completion_lacking(edit.target, edit.tool, lacking, appended)
+                sent = patch_paths(raw)
+                text = completion_lacking(edit.target, edit.tool, lacking, appended, sent)
                 return self._refused(call, EDIT_TOOL, text, "ReplayError")
         # A completion names the cut-off call it completed (extend_of), a replay the call it
         # re-ran (replay_of), as the kernel's ptc_retry.extend and ptc_retry.replay do.
