@@ -92,6 +92,8 @@ class CallRecord:
     retry_of: list[Any] | None = None
     #: The host answered it with a pause: it waits for a person's approval, and never ran.
     paused: bool = False
+    #: A host tool's schema digest: what the tool took when the call was made.
+    schema: str | None = None
 
     def matches(self, line: dict[str, Any]) -> bool:
         """Whether ``line`` (a recorded call) is this call: same tool and arguments."""
@@ -104,12 +106,16 @@ class CallRecord:
         """Whether this call may be given the result of ``line``, a recorded call it matches:
         that result was reusable and, for a recorded function, its code and what it reads
         are known and are what they were (a fix that edits the function, or changes a global
-        it reads, makes this call live without making the calls after it differ)."""
+        it reads, makes this call live without making the calls after it differ); for a host
+        tool, it takes what it took then (a line that does not say, as the host's own line of
+        a call whose kernel died, is taken at its word)."""
+        recorded_schema = line.get("schema")
         return (
             self.reusable
             and line.get("reusable", True) is not False
             and line.get("code") == self.code
             and line.get("reads") == self.reads
+            and (recorded_schema is None or recorded_schema == self.schema)
         )
 
     def line(self) -> dict[str, Any]:
@@ -125,6 +131,8 @@ class CallRecord:
             line["code"] = self.code
         if self.reads is not None:
             line["reads"] = self.reads
+        if self.schema is not None:
+            line["schema"] = self.schema
         if not self.reusable:
             line["reusable"] = False
         if self.reused_from is not None:
@@ -326,6 +334,7 @@ class Reuse:
                 line.get("code"), line.get("reads"),
             )  # fmt: skip
             record.reusable = line.get("reusable", True) is not False
+            record.schema = line.get("schema")
             taken = self.take(record)
             if self.ended or (taken is not None) != (line.get("reused") is True):
                 return False  # they parted, or the fix made its calls afresh
