@@ -42,10 +42,10 @@ from .partial import (
     CUT_NO_TARGET,
     completion_lacking,
     cut_saved_notice,
-    patch_paths,
     cut_unsaved_notice,
     missing_arguments,
     partial_notice,
+    patch_paths,
 )
 from .results import ToolResult, as_text, describe_failure, likely_field
 
