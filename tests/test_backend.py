@@ -436,6 +436,32 @@ def test_shutdown_keep_keeps_the_checkpoints(on_loop: OnLoop[Any], options: dict
     assert (kb.session_dir / "by-id" / "call_keep.json").exists()
 
 
+def test_a_second_backend_given_a_started_backend_s_session_is_refused_at_its_start(
+    on_loop: OnLoop[Any], options: dict[str, Any]
+) -> None:
+    # Neither has run a program yet: the first kernel must hold its session all the same,
+    # or the second kernel would move to "shared.2" while its backend's prompt, approvals
+    # and shutdown named "shared", the first's.
+    async def two() -> tuple[BackendError, KernelBackend]:
+        first = KernelBackend(session_id="shared", **options)
+        second = KernelBackend(session_id="shared", **options)
+        await first.start()
+        try:
+            with pytest.raises(BackendError) as refused:
+                await second.start()
+            await first.run_code("1", call_id="call_first")
+            return refused.value, first
+        finally:
+            await second.shutdown()
+            await first.shutdown(keep=True)
+
+    refused, first = on_loop(two())
+
+    assert "the session 'shared'" in str(refused) and "in use by another kernel" in str(refused)
+    assert first.session_dir is not None
+    assert (first.session_dir / "by-id" / "call_first.json").exists()
+
+
 def test_sync_twins_run_a_program(options: dict[str, Any]) -> None:
     with KernelBackend(**options) as kb:
         result = kb.run_code_sync("print('sync')", call_id="call_y1")

@@ -596,6 +596,42 @@ def test_a_replay_reuses_the_recorded_results(
         assert line_of(backend.session_dir, "call_t7")["replay_of"] == "call_t6"
 
 
+def test_a_tool_registered_again_with_another_signature_is_called_live_by_the_fix(
+    on_loop: OnLoop[Any], options: dict[str, Any]
+) -> None:
+    # The agent's process restarts between the failure and its fix, with the tool changed:
+    # it takes an order number now. The recorded result is of a call it would refuse.
+    made: list[str] = []
+
+    def price(item: str) -> str:
+        made.append("before")
+        return f"{item}: 10 USD"
+
+    def price_now(item: int, currency: str = "EUR") -> str:
+        made.append("now")
+        return f"item {item}: 9 {currency}"
+
+    program = "# Price the widget for the invoice.\n" * 6 + (
+        "quoted = await tools.price(item='widget')\nprint(quoted, totl)\n"
+    )
+
+    async def across_a_restart() -> str:
+        first = KernelBackend(session_id="registered-again", tools=[price], **options)
+        async with first:
+            failed = await first.run_code(program, call_id="call_price_1")
+            await first.shutdown(keep=True)
+        again = KernelBackend(session_id="registered-again", **options)
+        again.register_tool(price_now, name="price")
+        async with again:
+            line = follow(failed.notice, old="totl", new="''")
+            return (await again.run_code(line, call_id="call_price_2")).text
+
+    text = on_loop(across_a_restart())
+
+    assert "the argument 'item' must be an integer, not a string" in text
+    assert made == ["before"]  # not the old result, and not a call the tool refuses
+
+
 CHAIN = """\
 # Email the order confirmation, wait for the slow warehouse service, then check the totals.
 sent = await tools.add(a=1, b=100)

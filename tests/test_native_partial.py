@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -309,8 +310,11 @@ def test_the_notice_costs_at_most_40_tokens_beyond_the_tail_and_the_id(call_id: 
     unsaved = cut_unsaved_notice(nested)
     assert tokenizer.count(unsaved) - tokenizer.count('"tags"') <= 40, unsaved
     saved = cut_saved_notice(call_id, nested, ["tags", "content"])
-    # Besides the id, where it stopped, the names and the example's path.
-    told = [call_id, where_cut(nested), ' "tags", "content"', "tags"]
+    # Besides the id, where it stopped, the names and the example's entry for each of them
+    # but the first (what the first costs is in the 40).
+    second = ', {"path": "content", "value": "<value>"}'
+    told = [call_id, where_cut(nested), ' "tags", "content"', "tags", second]
+    assert second in saved
     assert tokenizer.count(saved) - sum(map(tokenizer.count, told)) <= 40, saved
     assert "\n" not in saved
 
@@ -540,6 +544,46 @@ def test_a_call_cut_in_a_key_name_names_the_arguments_that_did_not_arrive(desk: 
         '"<value>"}]})'
     )
     assert desk.line("call_1")["status"] == "partial" and "open_key" not in desk.line("call_1")
+
+
+def filled(text: str, values: dict[str, Any]) -> dict[str, Any]:
+    """The edit call ``text`` shows, as the model sends it: each ``"<value>"`` of its patch
+    filled with the value of that entry's path."""
+    found = re.search(r"editPreviousToolCalling\((\{.*\})\)", text)
+    assert found is not None, text
+    edit: dict[str, Any] = json.loads(found[1])
+    for entry in edit.get("patch", []):
+        assert entry["value"] == "<value>"
+        entry["value"] = values[entry["path"]]
+    return edit
+
+
+def test_a_call_cut_before_two_arguments_is_completed_by_the_edit_its_notice_shows(
+    tmp_path: Path,
+) -> None:
+    tools = NativeTools(root=tmp_path / "root", session="s")
+    saved: list[tuple[str, str, int]] = []
+
+    @tools.register
+    def save(path: str, content: str, mode: int = 0o644) -> str:
+        """Save a file."""
+        saved.append((path, content, mode))
+        return "saved"
+
+    values = {"path": "notes.txt", "content": "hello", "mode": 0o600}
+    cut = tools.call_partial_sync("save", '{"path": "notes.txt", ', "call_1")
+    assert 'Send only "content", "mode"' in cut.text
+
+    # A model that sends one value of the two is shown, again, an edit with both.
+    one = {"call_id": "call_1", "patch": [{"path": "content", "value": "hello"}]}
+    refused = asyncio.run(tools.invoke(EDIT_TOOL, one, "call_2"))
+    assert refused.status != "ok" and saved == []
+    again = asyncio.run(tools.invoke(EDIT_TOOL, filled(refused.text, values), "call_3"))
+    done = asyncio.run(tools.invoke(EDIT_TOOL, filled(cut.text, values), "call_4"))
+
+    assert (again.status, done.status) == ("ok", "ok"), (again.text, done.text)
+    assert saved == [("notes.txt", "hello", 0o600)] * 2
+    tools.journal.close()
 
 
 def test_windows_line_ends_survive_a_cut_between_cr_and_lf(desk: Desk) -> None:

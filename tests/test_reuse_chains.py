@@ -313,18 +313,22 @@ print(got[0], type(got[1]).__name__, got[2], sent, undefined_name)
 """
 
 
+def fail_then_fix(host: Host, kernel: Kernel, code: str, down: str) -> tuple[Execution, Execution]:
+    """Run ``code`` while the flaky service is down for ``down`` (once), and then the fix its
+    notice offers, which takes out the ``undefined_name`` it fails on."""
+    turn = next(_turns)
+    host.failing.add(down)
+    failed = run_turn(host, kernel, code, turn)
+    assert undefined(failed) == "undefined_name"
+    fix = follow(failed.ptc["notice"], old=", undefined_name", new="")
+    return failed, run_turn(host, kernel, fix, turn)
+
+
 def test_a_gather_with_one_failed_call_makes_only_that_call_again(
     shared: Kernel, host: Host, module_root: Any
 ) -> None:
-    turn = next(_turns)
-    host.failing.add("gathered price")
-    failed = run_turn(host, shared, GATHERED, turn)
-    assert failed.error is not None and len(host.calls()) == 4
-
-    fixed = run_turn(
-        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
-    )
-
+    failed, fixed = fail_then_fix(host, shared, GATHERED, "gathered price")
+    assert len(host.calls()) == 4 + 1
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "2 str 6 1\n"  # the price service answered this time
     assert host.calls()[4:] == [("flaky", {"key": "gathered price"})]
@@ -528,3 +532,121 @@ def test_a_resume_that_killed_its_kernel_is_resumed_without_sending_anything_twi
     assert "the kernel restarted" in again.stderr
     assert host.counts["died email"] == 1
     assert host.calls() == [("count", {"name": "died email"}), ("slow", {"s": 1.05})]
+
+
+# -- a fix that stops before the calls its target made --------------------------------------------
+
+EARLY_STOP = """\
+# Email the customer, work out the total, email the accountant, then print the report.
+sent = await tools.count(name="early customer")
+total = (
+    sent * 2
+)
+booked = await tools.count(name="early accountant")
+print(sent, total, booked, totl)
+"""
+
+
+def test_a_fix_that_fails_before_the_calls_its_target_made_does_not_lose_them(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    first = run_turn(host, shared, EARLY_STOP, turn)
+    assert undefined(first) == "totl"
+    # The model's fix touches a line before the accountant's email, and breaks it.
+    edits = [("sent * 2", "sent * RATE"), ("totl", "total")]
+    reference = first.ptc["reference"]
+    second = run_turn(host, shared, f"await ptc_retry.replay({reference!r}, edits={edits!r})", turn)
+    assert undefined(second) == "RATE"
+
+    third = run_turn(host, shared, follow(second.ptc["notice"], old="RATE", new="2"), turn)
+
+    assert third.status == "ok", third.error
+    assert third.stdout == "1 2 1 2\n"
+    assert host.counts["early accountant"] == 1 and host.counts["early customer"] == 1
+    assert third.stderr == (
+        f"ptc-retry: 2 tool results reused from {second.ptc['reference']} and {reference}; "
+        "0 calls made live.\n"
+    )
+
+
+def test_a_fix_stopped_by_the_time_limit_is_resumed_without_repeating_its_targets_calls(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    code = EARLY_STOP.replace("early", "stopped").replace("sent * 2", "sent")
+    first = run_turn(host, shared, code, turn)
+    assert undefined(first) == "totl"
+    # The fix waits where the first run did not: the time limit stops it there.
+    wait = "import asyncio\nawait asyncio.sleep(3)  # the ledger settles first\ntotal = (\n"
+    edits = [("total = (\n", wait), ("totl", "total")]
+    fix = f"await ptc_retry.replay({first.ptc['reference']!r}, edits={edits!r})"
+    stopped = host.run(shared, fix, turn=turn, time_limit=1)
+    assert stopped.ptc is not None and stopped.ptc["status"] == "interrupted"
+    offered = follow(stopped.ptc["notice"])
+    assert offered.startswith("await ptc_retry.resume(")
+
+    resumed = run_turn(host, shared, offered, turn)
+
+    assert resumed.status == "ok", resumed.error
+    assert resumed.stdout.endswith("1 1 1 1\n")
+    assert host.counts["stopped customer"] == 1 and host.counts["stopped accountant"] == 1
+
+
+IDENTICAL_IN_A_GATHER = """\
+# Ask the flaky service twice at once (one may fail), email the customer, then report.
+import asyncio
+got = await asyncio.gather(
+    tools.flaky(key="twice price"), tools.flaky(key="twice price"), return_exceptions=True
+)
+sent = await tools.count(name="twice email")
+print(sorted(type(one).__name__ for one in got), sent, undefined_name)
+"""
+
+
+def test_a_gather_of_two_identical_calls_one_failed_makes_only_that_one_again(
+    shared: Kernel, host: Host
+) -> None:
+    failed, fixed = fail_then_fix(host, shared, IDENTICAL_IN_A_GATHER, "twice price")
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "['str', 'str'] 1\n"
+    assert host.counts["twice email"] == 1
+    assert host.calls()[3:] == [("flaky", {"key": "twice price"})]
+    reference = failed.ptc["reference"]
+    assert fixed.stderr == f"ptc-retry: 2 tool results reused from {reference}; 1 call made live.\n"
+
+
+# -- a recording the disk had no room for ----------------------------------------------------------
+
+DISK_FILLS = """\
+# The disk fills up while the program emails two customers; then it frees it and reports.
+import os
+filler = os.open({filler!r}, os.O_WRONLY | os.O_CREAT)
+try:
+    while True:
+        os.write(filler, b"\\0" * 512)
+except OSError:
+    os.close(filler)
+first = await tools.count(name="full-disk first")
+second = await tools.count(name="full-disk second")
+os.remove({filler!r})
+print(first, second, totl)
+"""
+
+
+def test_calls_the_full_disk_left_unrecorded_are_not_made_again_by_the_fix(
+    start_kernel: Any, host: Host, tmpfs: Any
+) -> None:
+    disk = tmpfs("size=256k,mode=0700")
+    kernel = start_kernel(root=disk / "root")
+    turn = next(_turns)
+    failed = run_turn(host, kernel, DISK_FILLS.format(filler=str(disk / "filler")), turn)
+    assert undefined(failed) == "totl"
+    assert "could not record the tool calls" in failed.stderr  # said once, as ever
+
+    fixed = run_turn(host, kernel, follow(failed.ptc["notice"], old="totl", new="0"), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "1 1 0\n"
+    assert host.counts["full-disk first"] == 1 and host.counts["full-disk second"] == 1

@@ -385,7 +385,8 @@ def test_the_recording_has_a_line_per_call(shared: Kernel, host: Host, module_ro
     assert executed.status == "ok", executed.error
     ok, failed = tool_call_lines(module_root / "tools", "lines")
     assert ok.keys() == {
-        "k", "tool", "arguments", "ok", "result", "duration", "reused", "statement", "time"
+        "k", "tool", "arguments", "ok", "result", "duration", "reused", "statement", "time",
+        "schema",
     }  # fmt: skip
     assert (ok["k"], ok["tool"], ok["arguments"], ok["ok"], ok["result"]) == (
         1, "double", {"x": 2}, True, 4

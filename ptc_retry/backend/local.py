@@ -3,7 +3,9 @@ local transport."""
 
 from __future__ import annotations
 
+import ast
 import contextlib
+import logging
 import os
 import queue
 import shutil
@@ -14,10 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import BackendError, KernelStartError, PtcRetryError
+from ..core.protocol import execute_request
 from ..core.session_files import session_in_use
 from ..core.store import CheckpointStore
 from ..kernelspec import KERNEL_NAME
+from .remote import connect_expression
 from .transport import KernelSetup
+
+log = logging.getLogger(__name__)
 
 __all__ = ["NATIVE_KERNEL_DIR", "LocalKernel", "check_checkpoints", "remove_session_dir"]
 
@@ -103,7 +109,36 @@ class LocalKernel:
         except Exception as exc:
             await self.shutdown(None)
             raise KernelStartError(self._no_answer(exc)) from exc
-        return setup.root / setup.session_id
+        session_dir = setup.root / setup.session_id
+        if self.extension:
+            held = await self._open_session(setup)
+            if held is not None and held != session_dir:
+                await self.shutdown(None)
+                raise BackendError(in_use(setup.session_id, setup.root))
+        return session_dir
+
+    async def _open_session(self, setup: KernelSetup) -> Path | None:
+        """Make the kernel open its session now, not at its first program, and say which
+        directory it got: the one asked for, unless another live kernel holds that one.
+        Held from the start, a session refuses a second backend in its ``start()``
+        (:func:`check_checkpoints`), before either has run a program. None when the kernel
+        does not say (logged): its first program then opens it, as before."""
+        expression = connect_expression(setup.session_id, str(setup.root))
+        content = execute_request("", silent=True, user_expressions={"session": expression})
+        msg_id = await self.send_execute(content, {})
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            message = await self.receive(msg_id, min(0.5, deadline - time.monotonic()))
+            if message is not None and message["msg_type"] == "execute_reply":
+                found = message["content"].get("user_expressions", {}).get("session", {})
+                try:
+                    answer = ast.literal_eval(found["data"]["text/plain"])
+                    return Path(answer["session_dir"]) if answer["session_dir"] else None
+                except Exception as exc:  # an odd answer: the first program opens it
+                    log.info("the kernel did not say which session it holds: %r", exc)
+                    return None
+        log.info("the kernel did not say in time which session it holds")
+        return None
 
     def _env(self, setup: KernelSetup) -> dict[str, str]:
         env = dict(os.environ)
@@ -246,12 +281,17 @@ def check_checkpoints(kernel_dir: Path, session_id: str) -> None:
         ) from None
     try:
         if store.session_dir != kernel_dir:
-            raise BackendError(
-                f"the session {session_id!r} in {kernel_dir.parent} is in use by "
-                "another kernel; pass another session_id, or none for a fresh one"
-            )
+            raise BackendError(in_use(session_id, kernel_dir.parent))
     finally:
         store.close()
+
+
+def in_use(session_id: str, root: Path) -> str:
+    """What a backend given a session another live kernel holds is told."""
+    return (
+        f"the session {session_id!r} in {root} is in use by another kernel; pass another "
+        "session_id, or none for a fresh one"
+    )
 
 
 def remove_session_dir(path: Path) -> None:

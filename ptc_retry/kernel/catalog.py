@@ -4,6 +4,7 @@ come from the tool's JSON schema and description, its arguments are checked and 
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import json
 from collections.abc import Callable, Coroutine
@@ -27,6 +28,13 @@ class ToolSpec:
     name: str
     description: str
     parameters: dict[str, Any]
+
+    @property
+    def schema_digest(self) -> str:
+        """A digest of what the tool takes (its parameters' schema), which its recorded
+        calls carry: a replay gives a recorded result only to a call of the same tool."""
+        text = canonical(self.parameters) or repr(self.parameters)
+        return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
 
 class Catalog:

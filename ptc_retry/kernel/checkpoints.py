@@ -55,6 +55,8 @@ class Checkpoints:
     def __init__(self, config: PtcRetry) -> None:
         self._config = config
         self.store: CheckpointStore | None = None
+        #: The recording lines the store could not write yet, by call id, in order.
+        self._unwritten: dict[str, list[dict[str, Any]]] = {}
         #: Why the store could not open, or the last thing it could not do.
         self.problem: str | None = None
         self._warn_once = WarnOnce(_print_warning)
@@ -93,6 +95,7 @@ class Checkpoints:
         self._warn_once.reset()
 
     def close(self) -> None:
+        self._unwritten.clear()  # they belong to this store's session
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -169,22 +172,35 @@ class Checkpoints:
         return True
 
     def record_tool_call(self, call: Call | str, line: dict[str, Any]) -> None:
-        """Append ``line`` to the recording of the tool calls of ``call`` (or its call id)."""
+        """Append ``line`` to the recording of the tool calls of ``call`` (or its call id).
+
+        A line the store cannot write (a full disk) is kept here, and written, in order,
+        before the next line of that program once the store can: a replay in this kernel
+        still finds it, so a full disk never makes a fix repeat a call."""
         call_id = call if isinstance(call, str) else call.id
-        if self.store is not None:
-            try:
-                self.store.record_tool_call(call_id, line)
-            except _STORE_ERRORS as exc:
-                self._failed(f"could not record the tool calls of {call_id}", exc)
+        if self.store is None:
+            return
+        waiting = self._unwritten.setdefault(call_id, [])
+        waiting.append(line)
+        try:
+            while waiting:
+                self.store.record_tool_call(call_id, waiting[0])
+                del waiting[0]
+        except _STORE_ERRORS as exc:
+            self._failed(f"could not record the tool calls of {call_id}", exc)
+        if not waiting:
+            del self._unwritten[call_id]
 
     def tool_calls(self, call_id: str) -> list[dict[str, Any]]:
-        """The recorded tool calls of ``call_id``; [] (and a warning) when unreadable."""
+        """The recorded tool calls of ``call_id``, those kept for want of room last; [] (and
+        a warning) when unreadable."""
+        kept = list(self._unwritten.get(call_id, ()))
         if self.store is not None:
             try:
-                return self.store.tool_calls(call_id)
+                return self.store.tool_calls(call_id) + kept
             except _STORE_ERRORS as exc:
                 self._failed(f"could not read the tool calls of {call_id}", exc)
-        return []
+        return kept
 
     def _failed(self, what: str, exc: BaseException) -> None:
         self.problem = f"{what}: {exc}"

@@ -93,6 +93,8 @@ def _superseding(entry: dict[str, Any], line: dict[str, Any] | None) -> dict[str
         within = line.get("within")
         if _is_int(within):
             record.within = within
+        if isinstance(line.get("schema"), str):
+            record.schema = line["schema"]
     record.ok, record.result = True, entry["result"]
     return {**record.line(), "late": True}
 

@@ -92,6 +92,8 @@ class CallRecord:
     retry_of: list[Any] | None = None
     #: The host answered it with a pause: it waits for a person's approval, and never ran.
     paused: bool = False
+    #: A host tool's schema digest: what the tool took when the call was made.
+    schema: str | None = None
 
     def matches(self, line: dict[str, Any]) -> bool:
         """Whether ``line`` (a recorded call) is this call: same tool and arguments."""
@@ -104,12 +106,16 @@ class CallRecord:
         """Whether this call may be given the result of ``line``, a recorded call it matches:
         that result was reusable and, for a recorded function, its code and what it reads
         are known and are what they were (a fix that edits the function, or changes a global
-        it reads, makes this call live without making the calls after it differ)."""
+        it reads, makes this call live without making the calls after it differ); for a host
+        tool, it takes what it took then (a line that does not say, as the host's own line of
+        a call whose kernel died, is taken at its word)."""
+        recorded_schema = line.get("schema")
         return (
             self.reusable
             and line.get("reusable", True) is not False
             and line.get("code") == self.code
             and line.get("reads") == self.reads
+            and (recorded_schema is None or recorded_schema == self.schema)
         )
 
     def line(self) -> dict[str, Any]:
@@ -125,6 +131,8 @@ class CallRecord:
             line["code"] = self.code
         if self.reads is not None:
             line["reads"] = self.reads
+        if self.schema is not None:
+            line["schema"] = self.schema
         if not self.reusable:
             line["reusable"] = False
         if self.reused_from is not None:
@@ -212,14 +220,17 @@ class Reuse:
     ``calls``: that program's calls in order, from the statement the replay starts at
     (:meth:`RecordedCalls.from_statement`). ``call_id`` and ``source`` name the replayed
     program (``source`` for the model). ``fresh``: this replay makes every call live, and
-    so do the replays it runs.
+    so do the replays it runs. ``then``: when that program was itself a fix that stopped
+    early, the program it ran again, placed after the calls the fix made (:meth:`follow`):
+    what the fix never reached, which the replay's calls take once ``calls`` run out.
 
     Calls are matched by their place in the whole sequence. The next call takes the result
     of the next recorded success when it is the same call (tool, arguments, a recorded
     function's code); the recorded failures before that success are passed over, since
     failed calls left no result to reuse and a retry loop may stop sooner this time. A call
-    that is one of those failures goes live, and matching goes on after it. A call that
-    differs from the next recorded success ends the reuse: every later call goes live.
+    that is one of the failures passed over (by it or by an earlier call: the other half of
+    a ``gather``) goes live, and matching goes on. A call that differs from the next
+    recorded success ends the reuse: every later call goes live.
     """
 
     def __init__(
@@ -230,28 +241,42 @@ class Reuse:
         source: str,
         fresh: bool = False,
         next_k: int | None = None,
+        then: Reuse | None = None,
     ) -> None:
         self.call_id = call_id
         self.source = source
         self.fresh = fresh
         self._calls = [] if fresh else list(calls)
         self._next = 0
-        self._ended = not self._calls
+        self.then = None if fresh else then
+        self._ended = not self._calls and self.then is None
+        #: The places of recorded failures passed over and not matched since.
+        self._passed: list[int] = []
         #: The ``k`` the replayed program's next call after its recorded ones had, when its
         #: recording is whole: a call past them may be one whose line was never written
         #: (its kernel died while it ran), which the host may still be running.
         self._unrecorded = None if fresh else next_k
         #: The lines of the calls made within the recorded call ``take`` last gave a result.
         self.inner: list[dict[str, Any]] = []
+        #: The replay whose recording gave the result ``take`` last returned: this one, or
+        #: one of ``then``.
+        self.giver: Reuse = self
         #: The calls made while this replay ran, whichever replay's recording gave a result.
         self.reused = 0
         self.live = 0
         self._sources: list[str] = []
 
+    @property
+    def ended(self) -> bool:
+        """Whether every later call goes live: a call differed from the recorded ones."""
+        if self._ended:
+            return True
+        return self._next >= len(self._calls) and self.then is not None and self.then.ended
+
     def take(self, record: CallRecord) -> dict[str, Any] | None:
         """The recorded line whose result ``record`` (the replay's next call) reuses, or
         None: it goes live. Moves this replay's place in its recording either way."""
-        self.inner = []
+        self.inner, self.giver = [], self
         if self._ended:
             self._past_recording(record)
             return None
@@ -260,6 +285,7 @@ class Reuse:
         while success < len(calls) and calls[success].get("ok") is not True:
             success += 1
         if success < len(calls) and record.matches(calls[success]):
+            self._passed += range(first, success)
             self._next = success + 1
             line = calls[success]
             # A result recorded as not reusable (or a damaged line that holds none), or that a
@@ -270,18 +296,50 @@ class Reuse:
             self._next = _past_inner(calls, success)
             self.inner = calls[success + 1 : self._next]
             return line
-        failure = next((i for i in range(first, success) if record.matches(calls[i])), None)
+        places = [*self._passed, *range(first, success)]
+        failure = next((i for i in places if record.matches(calls[i])), None)
+        if failure is None and success == len(calls) and self.then is not None:
+            # This recording ran out: the program it ran again goes on.
+            self._passed += range(first, success)
+            self._next = success
+            given = self.then.take(record)
+            self.inner, self.giver = self.then.inner, self.then.giver
+            return given
         if failure is None:  # when in doubt, go live
             self._ended = True
             if success < len(calls):  # it differs from a recorded call: no place to follow
                 self._unrecorded = None
             else:
                 self._past_recording(record)
+            return None
+        if failure in self._passed:
+            self._passed.remove(failure)
         else:
+            self._passed += range(first, failure)
             self._next = failure + 1
-            if record.retry_of is None:
-                record.retry_of = origin(calls[failure], self.call_id)
+        if record.retry_of is None:
+            record.retry_of = origin(calls[failure], self.call_id)
         return None
+
+    def follow(self, lines: Sequence[dict[str, Any]]) -> bool:
+        """Move this replay's place past ``lines``: the calls of a fix of its program that
+        stopped early, from the statement the fix started at. True when each of them
+        matched as it did when that fix ran (a reused line is one this recording gives),
+        so that what follows is what the fix never reached; False when they parted."""
+        index = 0
+        while index < len(lines):
+            line = lines[index]
+            record = CallRecord(
+                0, str(line.get("tool")), line.get("arguments"), None,
+                line.get("code"), line.get("reads"),
+            )  # fmt: skip
+            record.reusable = line.get("reusable", True) is not False
+            record.schema = line.get("schema")
+            taken = self.take(record)
+            if self.ended or (taken is not None) != (line.get("reused") is True):
+                return False  # they parted, or the fix made its calls afresh
+            index = _past_inner(lines, index) if taken is not None else index + 1
+        return True
 
     def _past_recording(self, record: CallRecord) -> None:
         """``record`` comes after every recorded call: it may be the call of the replayed
@@ -364,7 +422,7 @@ class Reuses:
         for reuse in self._running:
             line = reuse.take(record)
             if found is None and line is not None:
-                found = (reuse, line)
+                found = (reuse.giver, line)
         if any(reuse.fresh for reuse in self._running):
             found = None
         source = found[0].source if found is not None else None

@@ -34,6 +34,12 @@ from .tracebacks import cell_text, replay_filename
 
 __all__ = ["Extend", "Replay", "Resume", "extend", "replay", "resume"]
 
+#: The history statuses of a fix that stopped before its end: what it never reached of the
+#: program it ran again is still that program's to give.
+_STOPPED = frozenset({"error", "interrupted"})
+#: How far back a chain of stopped fixes is followed.
+_CHAIN_DEPTH = 16
+
 
 def replay(
     target: str | int,
@@ -240,18 +246,52 @@ class Replay:
         """What the program's tool calls may take from the recorded calls of ``call_id``."""
         calls = program_calls(self.host)
         assert calls is not None  # a program is running
-        lines = self.host.checkpoints.tool_calls(call_id)
-        recorded: RecordedCalls = in_order(lines, calls_made(history_line(store, call_id)))
+        recorded = self._recorded(store, call_id)
         if whole_call and start:
             # This call's recording holds its whole program: first the skipped statements' calls.
             calls.record_skipped(recorded, start, call_id)
+        then = None if self.fresh else self._not_reached(store, call_id, recorded)
         return Reuse(
             recorded.from_statement(start),
             call_id=call_id,
             source=store.reference_of(call_id) or call_id,
             fresh=self.fresh,
-            next_k=recorded.next_k(start),
+            next_k=None if then is not None else recorded.next_k(start),
+            then=then,
         )
+
+    def _recorded(self, store: CheckpointStore, call_id: str) -> RecordedCalls:
+        lines = self.host.checkpoints.tool_calls(call_id)
+        return in_order(lines, calls_made(history_line(store, call_id)))
+
+    def _not_reached(
+        self, store: CheckpointStore, call_id: str, recorded: RecordedCalls, depth: int = 0
+    ) -> Reuse | None:
+        """When ``call_id`` is a fix (a replay or resume) that stopped before its end (it
+        failed or was interrupted), the recording of the program it ran again, placed after
+        the calls ``call_id`` made (``recorded``): the calls that program made which the fix
+        never reached, and so never recorded. None when it is no such fix, or when its calls
+        parted from that program's. A chain of stopped fixes goes back along the chain."""
+        line = history_line(store, call_id) or {}
+        source = line.get("replay_of")
+        started = line.get("resumed_from") or 0
+        if (
+            depth >= _CHAIN_DEPTH
+            or line.get("status") not in _STOPPED
+            or not isinstance(source, str)
+            or source == call_id
+            or not isinstance(started, int)
+            or not recorded.complete
+        ):
+            return None
+        source_recorded = self._recorded(store, source)
+        reuse = Reuse(
+            source_recorded.from_statement(started),
+            call_id=source,
+            source=store.reference_of(source) or source,
+            then=self._not_reached(store, source, source_recorded, depth + 1),
+        )
+        return reuse if reuse.follow(recorded.from_statement(started)) else None
 
     async def _run_reusing(self, program: Any, reuse: Reuse) -> Any:
         """Await ``program`` with ``reuse`` in force; the outermost replay then says, on

@@ -19,6 +19,7 @@ from .definitions import EDIT_TOOL
 __all__ = [
     "CUT_NO_TARGET",
     "completion_lacking",
+    "patch_paths",
     "cut_saved_notice",
     "cut_unsaved_notice",
     "missing_arguments",
@@ -68,8 +69,10 @@ def cut_saved_notice(call_id: str, cut: CutArguments, missing: Sequence[str]) ->
     (``missing``: their names, when known), is told: where it stopped, and the edit call
     that adds what is missing (a ``value`` entry each) and runs it."""
     names = ", ".join(json.dumps(name, ensure_ascii=False) for name in missing)
-    entry = {"path": missing[0] if missing else "<key>", "value": "<value>"}
-    example = json.dumps({"call_id": call_id, "patch": [entry]}, ensure_ascii=False)
+    # An entry for each: a model fills in the call it is shown, and one that lacked a value
+    # would be refused and shown another that lacks the first.
+    patch = [{"path": name, "value": "<value>"} for name in missing or ["<key>"]]
+    example = json.dumps({"call_id": call_id, "patch": patch}, ensure_ascii=False)
     what = names or "the rest"
     return said.NATIVE_CUT_SAVED.render(where=where_cut(cut), what=what, example=example)
 
@@ -94,21 +97,35 @@ def _where(key: str, prefix: str) -> str:
     return f"in {key} after {quoted_end(last)}" if last else f"at the start of {key}"
 
 
-def completion_lacking(target: str, tool: str, lacking: list[str], appended: bool) -> str:
+def completion_lacking(
+    target: str, tool: str, lacking: list[str], appended: bool, sent: Sequence[str] = ()
+) -> str:
     """What a completion that would run ``tool`` without arguments it takes is told: the
-    edit to send instead, with the rest again (``appended``) and a value for each."""
+    edit to send instead, with the rest again (``appended``) and a value for each of the
+    paths its patch ``sent`` (nothing of it was kept) and of those ``lacking``."""
     names = ", ".join(json.dumps(name, ensure_ascii=False) for name in lacking)
     edit: dict[str, Any] = {"call_id": target}
     if appended:
         edit["append"] = "<rest>"
-    edit["patch"] = [{"path": name, "value": "<value>"} for name in lacking]
+    paths = [*dict.fromkeys(path for path in sent if path not in lacking), *lacking]
+    edit["patch"] = [{"path": name, "value": "<value>"} for name in paths]
     example = json.dumps(edit, ensure_ascii=False)
     return (
         f"{EDIT_TOOL} failed, nothing ran, {target} ({tool}) is unchanged: completed so, it "
         f"would run without {names}. Send {'the rest and ' if appended else ''}"
-        f"{'its value' if len(lacking) == 1 else 'their values'} in one call: "
+        f"{'its value' if len(paths) == 1 else 'their values'} in one call: "
         f"{EDIT_TOOL}({example})"
     )
+
+
+def patch_paths(raw: str) -> list[str]:
+    """The paths of the patch entries of the edit call ``raw`` (JSON arguments)."""
+    try:
+        patch = json.loads(raw).get("patch")
+    except (ValueError, AttributeError):
+        return []
+    entries = patch if isinstance(patch, list) else []
+    return [e["path"] for e in entries if isinstance(e, dict) and isinstance(e.get("path"), str)]
 
 
 def missing_arguments(cut: CutArguments, declared: list[str], closed: bool) -> list[str]:

@@ -45,6 +45,7 @@ from .partial import (
     cut_unsaved_notice,
     missing_arguments,
     partial_notice,
+    patch_paths,
 )
 from .results import ToolResult, as_text, describe_failure, likely_field
 
@@ -440,7 +441,8 @@ class NativeTools:
             lacking = [key for key in declared if closed and key not in edit.arguments]
             if lacking:  # a tool never runs without an argument it takes
                 appended = json.loads(raw).get("append") is not None  # prepare_edit read it
-                text = completion_lacking(edit.target, edit.tool, lacking, appended)
+                sent = patch_paths(raw)
+                text = completion_lacking(edit.target, edit.tool, lacking, appended, sent)
                 return self._refused(call, EDIT_TOOL, text, "ReplayError")
         # A completion names the cut-off call it completed (extend_of), a replay the call it
         # re-ran (replay_of), as the kernel's ptc_retry.extend and ptc_retry.replay do.
