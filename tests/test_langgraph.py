@@ -5,8 +5,9 @@ kernel."""
 
 from __future__ import annotations
 
+import json
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,8 +17,8 @@ pytest.importorskip("langchain", reason="LangChain and LangGraph are an optional
 
 from langchain.agents import create_agent  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult  # noqa: E402
 from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
 
 with warnings.catch_warnings():  # LangGraph 1.x: "moved to langchain.agents" (still served)
@@ -79,6 +80,38 @@ class ScriptedChatModel(BaseChatModel):
         self.read += [str(m.content) for m in messages[after:]]
         step: Step = self.steps.pop(0)
         return ChatResult(generations=[ChatGeneration(message=step(messages))])
+
+    async def _astream(
+        self, messages: list[BaseMessage], *args: Any, **kwargs: Any
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """The next step's reply as a provider streams it: its text, then each tool call's
+        arguments string in pieces of 16 characters (a ``Streamed`` step's, as it arrived),
+        and the reply's ``response_metadata`` with the last chunk."""
+        result = self._generate(messages)
+        message = result.generations[0].message
+        assert isinstance(message, AIMessage)
+        yield ChatGenerationChunk(message=AIMessageChunk(str(message.content)))
+        raw = getattr(message, "raw_arguments", {})
+        for index, call in enumerate(message.tool_calls):
+            arguments = raw.get(call["id"]) or json.dumps(call["args"])
+            for start in range(0, len(arguments), 16):
+                first = start == 0
+                piece = {
+                    "name": call["name"] if first else None,
+                    "args": arguments[start : start + 16],
+                    "id": call["id"] if first else None,
+                    "index": index,
+                }
+                yield ChatGenerationChunk(message=AIMessageChunk("", tool_call_chunks=[piece]))
+        last = AIMessageChunk("", response_metadata=message.response_metadata)
+        yield ChatGenerationChunk(message=last)
+
+
+class Streamed(AIMessage):
+    """A reply whose tool calls' arguments stream as ``raw_arguments`` holds them, by call
+    id: a string the stream cut off, which no ``AIMessage`` can hold whole."""
+
+    raw_arguments: dict[str, str] = {}
 
 
 def run_code(code: str, call_id: str) -> AIMessage:
@@ -190,3 +223,32 @@ def test_a_call_cut_off_by_the_token_limit_is_saved_and_the_rest_sent_with_exten
 
     check_extended(model.read[0], prices.calls[before:], priced_backend, ids)
     assert final(state) == f"The orders cost {PRICED_TOTAL}."
+
+
+def test_a_streamed_call_cut_off_by_the_token_limit_is_saved_not_run_cut_short(
+    priced_backend: KernelBackend, prices: PriceList, on_loop: OnLoop[Any], prebuilt: Prebuilt
+) -> None:
+    """Streamed, a cut-off call's arguments reach the agent decoded as far as they arrived
+    (LangChain closes the open string): a call like any other, whose program, run, would
+    stop after line 3 having called the host twice."""
+    ids = (prebuilt.id("call_scut1"), prebuilt.id("call_srest1"))
+    cut = Streamed(
+        "",
+        tool_calls=[{"name": "run_code", "args": {}, "id": ids[0]}],
+        raw_arguments={ids[0]: CUT_ARGUMENTS},
+        response_metadata={"finish_reason": "length"},
+    )
+    model = ScriptedChatModel(steps=[lambda m: cut])
+    model.steps += [lambda m: run_code(follow(model.read[-1], rest=CUT_REST), ids[1])]
+    model.steps += [answer]
+    before = len(prices.calls)
+    agent = prebuilt.build(priced_backend, model)
+
+    async def stream() -> None:
+        question = {"messages": ["What do the orders cost?"]}
+        async for _ in agent.astream(question, stream_mode="messages"):
+            pass
+
+    on_loop(stream())
+
+    check_extended(model.read[0], prices.calls[before:], priced_backend, ids)

@@ -122,15 +122,29 @@ def test_the_instructions_hold_the_agent_s_own_and_the_prompt_section_and_each_r
     assert priced_backend.turn == turn + 1
 
 
+@pytest.mark.parametrize(
+    ("arguments", "tag"),
+    [(CUT_ARGUMENTS, "raw"), (json.loads(CUT_ARGUMENTS + '"}'), "decoded")],
+    ids=["as-it-arrived", "decoded-by-the-provider"],
+)
 def test_a_call_cut_off_by_the_token_limit_is_saved_and_the_rest_sent_with_extend(
-    priced_backend: KernelBackend, prices: PriceList, on_loop: OnLoop[Any]
+    priced_backend: KernelBackend,
+    prices: PriceList,
+    on_loop: OnLoop[Any],
+    arguments: str | dict[str, Any],
+    tag: str,
 ) -> None:
+    """The arguments as they arrived (no JSON yet), or as some providers decode them as far
+    as they arrived (Anthropic's non-streamed ``input``): a mapping that validates, whose
+    program, run, would stop after line 3 having called the host twice."""
+    ids = (f"call_cut_{tag}", f"call_rest_{tag}")
+
     def cut(messages: list[ModelMessage]) -> ModelResponse:
-        call = ToolCallPart("run_code", CUT_ARGUMENTS, tool_call_id="call_cut1")
+        call = ToolCallPart("run_code", arguments, tool_call_id=ids[0])
         return ModelResponse(parts=[call], finish_reason="length")
 
     def rest(messages: list[ModelMessage]) -> ModelResponse:
-        return run_code(follow(script.read[-1], rest=CUT_REST), "call_rest1")([])
+        return run_code(follow(script.read[-1], rest=CUT_REST), ids[1])([])
 
     script = Script(cut, rest, answer)
     before = len(prices.calls)
@@ -138,7 +152,7 @@ def test_a_call_cut_off_by_the_token_limit_is_saved_and_the_rest_sent_with_exten
     result = on_loop(script.agent(priced_backend).run("What do the orders cost?"))
 
     assert result.output == f"The orders cost {PRICED_TOTAL}."
-    check_extended(script.read[0], prices.calls[before:], priced_backend)
+    check_extended(script.read[0], prices.calls[before:], priced_backend, ids)
 
 
 def test_malformed_arguments_without_a_cut_get_pydantic_ai_s_own_retry_prompt(
@@ -155,3 +169,17 @@ def test_malformed_arguments_without_a_cut_get_pydantic_ai_s_own_retry_prompt(
     assert '"type":"json_invalid"' in script.read[0] and "[ptc-retry]" not in script.read[0]
     with pytest.raises(ValueError):
         line_of(priced_backend.session_dir, "call_bad1")  # nothing was saved
+
+
+def test_a_cut_off_call_decoded_before_its_program_began_says_so(
+    priced_backend: KernelBackend, on_loop: OnLoop[Any]
+) -> None:
+    def cut(messages: list[ModelMessage]) -> ModelResponse:
+        call = ToolCallPart("run_code", {}, tool_call_id="call_dcut2")
+        return ModelResponse(parts=[call], finish_reason="length")
+
+    script = Script(cut, lambda m: ModelResponse(parts=[TextPart("Done.")]))
+
+    on_loop(script.agent(priced_backend).run("Print one."))
+
+    assert script.read[0].startswith("[ptc-retry] The call was cut off before its program began")

@@ -68,11 +68,13 @@ def cut_off_calls(
 ) -> Callable[[Mapping[str, Any]], Awaitable[dict[str, list[BaseMessage]]]]:
     """A ``post_model_hook`` for ``create_react_agent`` that answers cut-off calls.
 
-    LangChain puts a tool call whose arguments are no JSON in the ``AIMessage``'s
-    ``invalid_tool_calls``, which the agent does not run. When the reply stopped at the
-    output-token limit, each such ``run_code`` call goes to
+    When the reply stopped at the output-token limit, its cut-off ``run_code`` call goes to
     ``backend.handle_partial_tool_call`` (saved, not run), and its ``ToolMessage`` holds the
-    text that teaches ``ptc_retry.extend``: the agent then asks the model again.
+    text that teaches ``ptc_retry.extend``: the agent then asks the model again. That call
+    is one LangChain put in the ``AIMessage``'s ``invalid_tool_calls`` (arguments that are no
+    JSON), or else its last tool call: decoded as far as it arrived (a streamed reply, whose
+    open string LangChain closes; Anthropic's non-streamed ``input``), which the agent would
+    otherwise run cut short.
     """
     tool = RunCodeTool(backend)
 
@@ -85,7 +87,7 @@ def cut_off_calls(
 class CutOffCalls(AgentMiddleware[AgentState[Any], Any]):
     """A middleware for ``langchain.agents.create_agent`` that answers cut-off calls, as
     ``cut_off_calls`` does for ``create_react_agent``: after a reply that stopped at the
-    output-token limit, each ``run_code`` call in its ``invalid_tool_calls`` goes to
+    output-token limit, its cut-off ``run_code`` call (as ``cut_off_calls`` finds it) goes to
     ``backend.handle_partial_tool_call``, its ``ToolMessage`` holds the text that teaches
     ``ptc_retry.extend``, and the agent asks the model again."""
 
@@ -106,15 +108,30 @@ class CutOffCalls(AgentMiddleware[AgentState[Any], Any]):
 
 async def _answers(tool: RunCodeTool, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """A ``ToolMessage`` for each ``run_code`` call the last reply holds cut off, each saved
-    through ``handle_partial_tool_call``; none when the reply did not stop at the limit."""
+    through ``handle_partial_tool_call``; none when the reply did not stop at the limit.
+
+    Cut off are the calls whose arguments are no JSON (``invalid_tool_calls``, their string
+    as it arrived) and, when there is none, the reply's last tool call: a streamed reply's
+    cut call reaches ``tool_calls`` decoded as far as it arrived (LangChain closes its open
+    string), as does a provider's that decodes it (Anthropic's non-streamed ``input``). Its
+    answer keeps the agent from running it: the call is no longer pending.
+    """
     last = messages[-1] if messages else None
     if not isinstance(last, AIMessage) or not _cut_off(last):
         return []
+    cut: list[tuple[str, str | dict[str, Any]]] = [
+        (str(call["id"]), str(call["args"]))
+        for call in last.invalid_tool_calls
+        if call.get("name") == tool.name and call.get("id") and call.get("args")
+    ]
+    if not last.invalid_tool_calls and last.tool_calls:
+        call = last.tool_calls[-1]
+        if call["name"] == tool.name and call.get("id"):
+            cut.append((str(call["id"]), call["args"]))
     answers: list[BaseMessage] = []
-    for call in last.invalid_tool_calls:
-        if call.get("name") == tool.name and call.get("id") and call.get("args"):
-            text = await tool(str(call["args"]), call["id"], cut_off=True)
-            answers.append(ToolMessage(text, tool_call_id=call["id"], name=tool.name))
+    for call_id, arguments in cut:
+        text = await tool(arguments, call_id, cut_off=True)
+        answers.append(ToolMessage(text, tool_call_id=call_id, name=tool.name))
     return answers
 
 

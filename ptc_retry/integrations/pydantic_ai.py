@@ -38,10 +38,11 @@ class PtcRetry(AbstractCapability[Any]):
       return is the text the model reads.
     - Instructions: the prompt section (``backend.system_prompt()``), beside the agent's own.
     - Each run of the agent is a new turn (``backend.new_turn()``): a person's message.
-    - A ``run_code`` call cut off by the output-token limit (``finish_reason='length'``, its
-      arguments no JSON yet) goes to ``backend.handle_partial_tool_call``: saved, not run;
-      the tool's return is its text, which teaches ``ptc_retry.extend``. Any other call
-      whose arguments do not validate gets pydantic-ai's own retry prompt.
+    - A ``run_code`` call cut off by the output-token limit (``finish_reason='length'``: its
+      arguments no JSON yet, or the reply's last part, decoded by the provider as far as it
+      arrived) goes to ``backend.handle_partial_tool_call``: saved, not run; the tool's
+      return is its text, which teaches ``ptc_retry.extend``. Any other call whose
+      arguments do not validate gets pydantic-ai's own retry prompt.
 
     The backend is the caller's to start and shut down (``async with KernelBackend(...)``).
     """
@@ -98,7 +99,10 @@ class PtcRetry(AbstractCapability[Any]):
     async def _run_code(self, ctx: RunContext[Any], **arguments: Any) -> str:
         if ctx.tool_call_id is not None and ctx.tool_call_id in self._cut_off:
             return self._cut_off.pop(ctx.tool_call_id)
-        return await self._tool(arguments, ctx.tool_call_id)
+        # The last call of a reply cut off at the limit, decoded as far as it arrived (a
+        # provider's decoded input, such as Anthropic's non-streamed one): saved, not run.
+        cut = _last_call_cut_off(ctx)
+        return await self._tool(arguments, ctx.tool_call_id, cut_off=cut)
 
 
 def _cut_off(ctx: RunContext[Any], call: ToolCallPart) -> bool:
@@ -106,4 +110,19 @@ def _cut_off(ctx: RunContext[Any], call: ToolCallPart) -> bool:
     for message in reversed(ctx.messages):
         if isinstance(message, ModelResponse) and any(part is call for part in message.parts):
             return message.finish_reason == CUT_OFF
+    return False
+
+
+def _last_call_cut_off(ctx: RunContext[Any]) -> bool:
+    """Whether the call running is the last part of a reply that stopped at the output-token
+    limit and reached pydantic-ai decoded (its arguments a mapping, not a string)."""
+    for message in reversed(ctx.messages):
+        if isinstance(message, ModelResponse):
+            last = message.parts[-1] if message.parts else None
+            return (
+                message.finish_reason == CUT_OFF
+                and isinstance(last, ToolCallPart)
+                and last.tool_call_id == ctx.tool_call_id
+                and not isinstance(last.args, str)
+            )
     return False
