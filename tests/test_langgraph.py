@@ -9,6 +9,7 @@ import json
 import warnings
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ from langchain_core.language_models import BaseChatModel  # noqa: E402
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage  # noqa: E402
 from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult  # noqa: E402
 from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
 with warnings.catch_warnings():  # LangGraph 1.x: "moved to langchain.agents" (still served)
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -252,3 +254,46 @@ def test_a_streamed_call_cut_off_by_the_token_limit_is_saved_not_run_cut_short(
     on_loop(stream())
 
     check_extended(model.read[0], prices.calls[before:], priced_backend, ids)
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["session-kept", "new-session"])
+def test_a_checkpointed_thread_goes_on_after_the_process_restarts(
+    jupyter_path: Path, tmp_path: Path, on_loop: OnLoop[Any], kept: bool
+) -> None:
+    """A LangGraph thread outlives the process that ran it; its messages name ``#1``. With
+    the backend's session kept for the thread, the next process's backend replays it, its
+    host results reused. On a new session, ``#1`` would be the replay itself: it says so."""
+    prices, saver = PriceList(), InMemorySaver()
+    thread = {"configurable": {"thread_id": "orders-1"}}
+    model = ScriptedChatModel(steps=[lambda m: run_code(PRICED_ORDERS, "call_t1")])
+    model.steps += [lambda m: AIMessage("It failed; shall I fix it?")]
+    model.steps += [lambda m: run_code(fix_line(model.read[0]), "call_t2")]
+    model.steps += [lambda m: AIMessage(str(m[-1].content))]
+
+    async def one_process(question: str, session: dict[str, Any]) -> str:
+        backend = KernelBackend(tools=[prices.lookup_price], **session)
+        await backend.start()
+        try:
+            agent = create_agent(
+                model,
+                [run_code_tool(backend)],
+                system_prompt=instructions(backend, OWN),
+                middleware=[CutOffCalls(backend)],
+                checkpointer=saver,
+            )
+            backend.new_turn()
+            state = await agent.ainvoke({"messages": [question]}, thread)
+            return final(state)
+        finally:
+            await backend.shutdown(keep=True)
+
+    first = {"session_id": "orders-1", "root": tmp_path / "roots"}
+    later = first if kept else {"session_id": "orders-1b", "root": tmp_path / "roots"}
+    on_loop(one_process("What do the orders cost?", first))
+    said = on_loop(one_process("Yes, fix it.", later))
+
+    if kept:
+        assert printed_total(said) == PRICED_TOTAL and prices.calls == ["tea", "milk"]
+    else:
+        assert said.startswith("ReplayError: no program before this one is #1 in this session")
+        assert prices.calls == ["tea", "milk"]  # nothing ran again
