@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pydantic_ai", reason="pydantic-ai is an optional extra (pydantic-ai)")
 
-from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults  # noqa: E402
 from pydantic_ai.messages import (  # noqa: E402
     ModelMessage,
     ModelRequest,
@@ -34,6 +34,7 @@ from .helpers import (  # noqa: E402
     PRICED_TOTAL,
     OnLoop,
     PriceList,
+    StartBackend,
     check_extended,
     check_fixed_by_one_replay,
     fix_line,
@@ -183,3 +184,57 @@ def test_a_cut_off_call_decoded_before_its_program_began_says_so(
     on_loop(script.agent(priced_backend).run("Print one."))
 
     assert script.read[0].startswith("[ptc-retry] The call was cut off before its program began")
+
+
+#: Looks up a price, then sends an email, which waits for a person, then prints.
+EMAILING = """\
+price = await tools.lookup_price(item="tea")
+sent = await tools.send_email(to="ann@example.com", body=f"Tea costs {price}.")
+print("sent:", sent, "price:", price)"""
+
+
+def test_a_paused_program_defers_its_call_and_the_person_s_decision_is_its_result(
+    start_backend: StartBackend, on_loop: OnLoop[Any]
+) -> None:
+    """``defer_approvals=True``: the run ends with pydantic-ai's ``DeferredToolRequests``
+    (the program waits in the kernel), the person decides with ``kb.approve``, and the next
+    run gets the continuation's text as the call's result: the model never reads a pause,
+    and nothing before it runs again."""
+    prices, outbox = PriceList(), []
+
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        outbox.append(to)
+        return "ok"
+
+    backend = start_backend(tools=[prices.lookup_price])
+    backend.register_tool(send_email, approval=True)
+    script = Script(run_code(EMAILING, "call_mail1"), answer_sent)
+    agent = Agent(
+        FunctionModel(script),
+        output_type=[str, DeferredToolRequests],
+        capabilities=[PtcRetry(backend, defer_approvals=True)],
+    )
+
+    first = on_loop(agent.run("Tell Ann what tea costs."))
+
+    assert isinstance(first.output, DeferredToolRequests) and script.read == []
+    (call,) = first.output.calls
+    waiting = first.output.metadata[call.tool_call_id]
+    assert call.tool_call_id == "call_mail1" and waiting["tool"] == "send_email"
+    assert (prices.calls, outbox) == (["tea"], [])
+    continued = on_loop(backend.approve(waiting["reference"]))
+    assert continued is not None
+    results = DeferredToolResults(calls={call.tool_call_id: continued.text})
+
+    second = on_loop(agent.run(message_history=first.all_messages(), deferred_tool_results=results))
+
+    assert second.output == "Sent: ok."
+    assert script.read == [continued.text] and "sent: ok price: 3.0" in continued.text
+    assert (prices.calls, outbox) == (["tea"], ["ann@example.com"])
+
+
+def answer_sent(messages: list[ModelMessage]) -> ModelResponse:
+    (part,) = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+    sent = str(part.content).split("sent: ")[1].split()[0]
+    return ModelResponse(parts=[TextPart(f"Sent: {sent}.")])

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_ai import ModelRetry, RunContext, Tool
+from pydantic_ai import CallDeferred, ModelRetry, RunContext, Tool
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.tools import ToolDefinition
@@ -44,13 +44,26 @@ class PtcRetry(AbstractCapability[Any]):
       return is its text, which teaches ``ptc_retry.extend``. Any other call whose
       arguments do not validate gets pydantic-ai's own retry prompt.
 
+    - ``defer_approvals=True``: a program that pauses before a host tool that waits for a
+      person (``register_tool(..., approval=True)``) defers its ``run_code`` call, as a tool
+      raising pydantic-ai's ``CallDeferred`` does: the run ends with ``DeferredToolRequests``
+      (the agent's ``output_type`` must include it), whose ``metadata`` for the call holds
+      the program's ``reference``, the waiting ``tool`` and its ``arguments`` (``pending``:
+      every call that waits) and ``text``, the pause line. The person decides with
+      ``backend.approve(reference)`` or ``backend.deny(reference, reason)``, and the next run
+      gets the continuation's text as the call's result
+      (``DeferredToolResults(calls={tool_call_id: result.text})``). Without it, the tool's
+      return is the pause line, and the run goes on.
+
     The backend is the caller's to start and shut down (``async with KernelBackend(...)``).
     """
 
     backend: KernelBackend
+    defer_approvals: bool
 
-    def __init__(self, backend: KernelBackend) -> None:
+    def __init__(self, backend: KernelBackend, *, defer_approvals: bool = False) -> None:
         self.backend = backend
+        self.defer_approvals = defer_approvals
         self._tool = RunCodeTool(backend)
         # What each cut-off call's tool return says, by tool-call id, from its validation
         # (where the cut shows) to its execution (which returns it).
@@ -102,7 +115,10 @@ class PtcRetry(AbstractCapability[Any]):
         # The last call of a reply cut off at the limit, decoded as far as it arrived (a
         # provider's decoded input, such as Anthropic's non-streamed one): saved, not run.
         cut = _last_call_cut_off(ctx)
-        return await self._tool(arguments, ctx.tool_call_id, cut_off=cut)
+        text = await self._tool(arguments, ctx.tool_call_id, cut_off=cut)
+        if self.defer_approvals:
+            _defer_if_waiting(self.backend, ctx.tool_call_id, text)
+        return text
 
 
 def _cut_off(ctx: RunContext[Any], call: ToolCallPart) -> bool:
@@ -126,3 +142,24 @@ def _last_call_cut_off(ctx: RunContext[Any]) -> bool:
                 and not isinstance(last.args, str)
             )
     return False
+
+
+def _defer_if_waiting(backend: KernelBackend, call_id: str | None, text: str) -> None:
+    """Raise ``CallDeferred`` when the program of ``call_id`` waits for a person's decision,
+    with what waits as its metadata."""
+    waiting = [call for call in backend.pending_approvals() if call.call_id == call_id]
+    if not waiting:
+        return
+    first = waiting[0]
+    pending = [
+        {"ref": call.ref, "tool": call.tool, "arguments": call.arguments} for call in waiting
+    ]
+    raise CallDeferred(
+        metadata={
+            "reference": first.reference,
+            "tool": first.tool,
+            "arguments": first.arguments,
+            "pending": pending,
+            "text": text,
+        }
+    )
