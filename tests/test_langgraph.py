@@ -185,6 +185,9 @@ def test_a_failed_program_is_fixed_by_the_one_line_replay_and_no_host_call_is_re
 
     assert final(state) == f"The orders cost {PRICED_TOTAL}."
     check_fixed_by_one_replay(model.read[0], prices.calls[before:], priced_backend, ids)
+    # The failed program's ToolMessage is an error one (Anthropic's is_error), the fix's not.
+    answered = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in answered] == ["error", "success"]
 
 
 def test_the_system_prompt_ends_with_the_prompt_section_and_the_model_sees_only_code(

@@ -23,6 +23,7 @@ from langchain_core.tools import InjectedToolCallId, StructuredTool
 from pydantic import BaseModel, Field, create_model
 
 from ..backend import KernelBackend
+from ..core.status import ResultStatus
 from .run_code import RunCodeTool
 
 __all__ = ["CutOffCalls", "cut_off_calls", "instructions", "run_code_tool"]
@@ -30,6 +31,8 @@ __all__ = ["CutOffCalls", "cut_off_calls", "instructions", "run_code_tool"]
 #: How each provider's ``response_metadata`` says the reply stopped at the output-token
 #: limit: OpenAI's ``finish_reason``, Anthropic's ``stop_reason``.
 CUT_OFF = {"finish_reason": "length", "stop_reason": "max_tokens"}
+#: A program that ended so is an error ``ToolMessage`` (``status="error"``).
+FAILED = (ResultStatus.ERROR, ResultStatus.TIMEOUT, ResultStatus.DIED)
 
 
 def run_code_tool(backend: KernelBackend) -> StructuredTool:
@@ -38,15 +41,22 @@ def run_code_tool(backend: KernelBackend) -> StructuredTool:
     model's tool calls.
 
     Each call goes to ``backend.handle_tool_call`` with the call's id (LangChain's
-    ``InjectedToolCallId``); the ``ToolMessage`` holds the text the model reads. The tool is
+    ``InjectedToolCallId``); the ``ToolMessage`` holds the text the model reads, and its
+    ``status`` is ``"error"`` for a program that failed, timed out or killed its kernel
+    (Anthropic's ``is_error``). The tool is
     async only (``ainvoke``, ``astream``), as the backend is. The backend is the caller's to
     start and shut down; register its host tools before making the tool (see
     ``RunCodeTool``).
     """
     tool = RunCodeTool(backend)
 
-    async def run_code(code: str, tool_call_id: str) -> str:
-        return await tool({"code": code}, tool_call_id)
+    async def run_code(code: str, tool_call_id: str) -> ToolMessage:
+        before = backend.last_result
+        text = await tool({"code": code}, tool_call_id)
+        result = backend.last_result  # this call's, when its program ran
+        failed = result is not before and result is not None and result.status in FAILED
+        status = "error" if failed else "success"
+        return ToolMessage(text, tool_call_id=tool_call_id, name=tool.name, status=status)
 
     return StructuredTool.from_function(
         coroutine=run_code,
