@@ -5,9 +5,11 @@ kernel."""
 
 from __future__ import annotations
 
+import json
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,9 +18,10 @@ pytest.importorskip("langchain", reason="LangChain and LangGraph are an optional
 
 from langchain.agents import create_agent  # noqa: E402
 from langchain_core.language_models import BaseChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, ToolMessage  # noqa: E402
-from langchain_core.outputs import ChatGeneration, ChatResult  # noqa: E402
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ToolMessage  # noqa: E402
+from langchain_core.outputs import ChatGeneration, ChatGenerationChunk, ChatResult  # noqa: E402
 from langchain_core.utils.function_calling import convert_to_openai_tool  # noqa: E402
+from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 
 with warnings.catch_warnings():  # LangGraph 1.x: "moved to langchain.agents" (still served)
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -79,6 +82,38 @@ class ScriptedChatModel(BaseChatModel):
         self.read += [str(m.content) for m in messages[after:]]
         step: Step = self.steps.pop(0)
         return ChatResult(generations=[ChatGeneration(message=step(messages))])
+
+    async def _astream(
+        self, messages: list[BaseMessage], *args: Any, **kwargs: Any
+    ) -> AsyncIterator[ChatGenerationChunk]:
+        """The next step's reply as a provider streams it: its text, then each tool call's
+        arguments string in pieces of 16 characters (a ``Streamed`` step's, as it arrived),
+        and the reply's ``response_metadata`` with the last chunk."""
+        result = self._generate(messages)
+        message = result.generations[0].message
+        assert isinstance(message, AIMessage)
+        yield ChatGenerationChunk(message=AIMessageChunk(str(message.content)))
+        raw = getattr(message, "raw_arguments", {})
+        for index, call in enumerate(message.tool_calls):
+            arguments = raw.get(call["id"]) or json.dumps(call["args"])
+            for start in range(0, len(arguments), 16):
+                first = start == 0
+                piece = {
+                    "name": call["name"] if first else None,
+                    "args": arguments[start : start + 16],
+                    "id": call["id"] if first else None,
+                    "index": index,
+                }
+                yield ChatGenerationChunk(message=AIMessageChunk("", tool_call_chunks=[piece]))
+        last = AIMessageChunk("", response_metadata=message.response_metadata)
+        yield ChatGenerationChunk(message=last)
+
+
+class Streamed(AIMessage):
+    """A reply whose tool calls' arguments stream as ``raw_arguments`` holds them, by call
+    id: a string the stream cut off, which no ``AIMessage`` can hold whole."""
+
+    raw_arguments: dict[str, str] = {}
 
 
 def run_code(code: str, call_id: str) -> AIMessage:
@@ -150,6 +185,9 @@ def test_a_failed_program_is_fixed_by_the_one_line_replay_and_no_host_call_is_re
 
     assert final(state) == f"The orders cost {PRICED_TOTAL}."
     check_fixed_by_one_replay(model.read[0], prices.calls[before:], priced_backend, ids)
+    # The failed program's ToolMessage is an error one (Anthropic's is_error), the fix's not.
+    answered = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in answered] == ["error", "success"]
 
 
 def test_the_system_prompt_ends_with_the_prompt_section_and_the_model_sees_only_code(
@@ -190,3 +228,75 @@ def test_a_call_cut_off_by_the_token_limit_is_saved_and_the_rest_sent_with_exten
 
     check_extended(model.read[0], prices.calls[before:], priced_backend, ids)
     assert final(state) == f"The orders cost {PRICED_TOTAL}."
+
+
+def test_a_streamed_call_cut_off_by_the_token_limit_is_saved_not_run_cut_short(
+    priced_backend: KernelBackend, prices: PriceList, on_loop: OnLoop[Any], prebuilt: Prebuilt
+) -> None:
+    """Streamed, a cut-off call's arguments reach the agent decoded as far as they arrived
+    (LangChain closes the open string): a call like any other, whose program, run, would
+    stop after line 3 having called the host twice."""
+    ids = (prebuilt.id("call_scut1"), prebuilt.id("call_srest1"))
+    cut = Streamed(
+        "",
+        tool_calls=[{"name": "run_code", "args": {}, "id": ids[0]}],
+        raw_arguments={ids[0]: CUT_ARGUMENTS},
+        response_metadata={"finish_reason": "length"},
+    )
+    model = ScriptedChatModel(steps=[lambda m: cut])
+    model.steps += [lambda m: run_code(follow(model.read[-1], rest=CUT_REST), ids[1])]
+    model.steps += [answer]
+    before = len(prices.calls)
+    agent = prebuilt.build(priced_backend, model)
+
+    async def stream() -> None:
+        question = {"messages": ["What do the orders cost?"]}
+        async for _ in agent.astream(question, stream_mode="messages"):
+            pass
+
+    on_loop(stream())
+
+    check_extended(model.read[0], prices.calls[before:], priced_backend, ids)
+
+
+@pytest.mark.parametrize("kept", [True, False], ids=["session-kept", "new-session"])
+def test_a_checkpointed_thread_goes_on_after_the_process_restarts(
+    jupyter_path: Path, tmp_path: Path, on_loop: OnLoop[Any], kept: bool
+) -> None:
+    """A LangGraph thread outlives the process that ran it; its messages name ``#1``. With
+    the backend's session kept for the thread, the next process's backend replays it, its
+    host results reused. On a new session, ``#1`` would be the replay itself: it says so."""
+    prices, saver = PriceList(), InMemorySaver()
+    thread = {"configurable": {"thread_id": "orders-1"}}
+    model = ScriptedChatModel(steps=[lambda m: run_code(PRICED_ORDERS, "call_t1")])
+    model.steps += [lambda m: AIMessage("It failed; shall I fix it?")]
+    model.steps += [lambda m: run_code(fix_line(model.read[0]), "call_t2")]
+    model.steps += [lambda m: AIMessage(str(m[-1].content))]
+
+    async def one_process(question: str, session: dict[str, Any]) -> str:
+        backend = KernelBackend(tools=[prices.lookup_price], **session)
+        await backend.start()
+        try:
+            agent = create_agent(
+                model,
+                [run_code_tool(backend)],
+                system_prompt=instructions(backend, OWN),
+                middleware=[CutOffCalls(backend)],
+                checkpointer=saver,
+            )
+            backend.new_turn()
+            state = await agent.ainvoke({"messages": [question]}, thread)
+            return final(state)
+        finally:
+            await backend.shutdown(keep=True)
+
+    first = {"session_id": "orders-1", "root": tmp_path / "roots"}
+    later = first if kept else {"session_id": "orders-1b", "root": tmp_path / "roots"}
+    on_loop(one_process("What do the orders cost?", first))
+    said = on_loop(one_process("Yes, fix it.", later))
+
+    if kept:
+        assert printed_total(said) == PRICED_TOTAL and prices.calls == ["tea", "milk"]
+    else:
+        assert said.startswith("ReplayError: no program before this one is #1 in this session")
+        assert prices.calls == ["tea", "milk"]  # nothing ran again

@@ -11,9 +11,11 @@ import pytest
 
 pytest.importorskip("agents", reason="the OpenAI Agents SDK is an optional extra (openai-agents)")
 
-from agents import Agent, RunConfig, Runner  # noqa: E402
+from agents import Agent, OpenAIResponsesModel, RunConfig, Runner  # noqa: E402
+from agents.exceptions import ModelBehaviorError  # noqa: E402
 from agents.testing import ModelCall, ModelStep, ScriptedModel, function_call  # noqa: E402
 from agents.testing import assistant_message as reply  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
 from openai.types.responses import ResponseFunctionToolCall  # noqa: E402
 
 from ptc_retry.backend import KernelBackend  # noqa: E402
@@ -31,8 +33,10 @@ from .helpers import (  # noqa: E402
     check_fixed_by_one_replay,
     fix_line,
     follow,
+    line_of,
     printed_total,
 )
+from .model_server import Call, ModelServer, Reply  # noqa: E402
 
 pytestmark = pytest.mark.kernel
 
@@ -156,3 +160,33 @@ def test_arguments_that_are_not_json_get_a_text_saying_what_to_send(
 def test_a_native_mode_backend_is_refused_with_the_mode_to_use(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match=r"KernelBackend\(mode='code'\)"):
         run_code_tool(KernelBackend(mode="native", root=tmp_path))
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["whole", "streamed"])
+def test_the_sdk_s_responses_model_ends_a_run_whose_reply_reaches_the_output_limit(
+    priced_backend: KernelBackend, prices: PriceList, on_loop: OnLoop[Any], streamed: bool
+) -> None:
+    """What docs/integrations.md says of a cut-off call with the SDK's own Responses model
+    (the real client, a local server speaking the Responses wire format): the SDK raises
+    before any tool runs, so nothing is saved and no host call is made."""
+    with ModelServer() as server:
+        server.script(Reply(calls=[Call("run_code", CUT_ARGUMENTS, "call_sdkcut1")], stop="length"))
+        client = AsyncOpenAI(base_url=server.openai_url, api_key="test", max_retries=0)
+        agent, _ = agent_on(priced_backend, [])
+        agent.model = OpenAIResponsesModel(model="scripted-model", openai_client=client)
+        before = len(prices.calls)
+
+        async def run() -> None:
+            if not streamed:
+                await Runner.run(agent, "What do the orders cost?", run_config=OFFLINE)
+                return
+            result = Runner.run_streamed(agent, "What do the orders cost?", run_config=OFFLINE)
+            async for _ in result.stream_events():
+                pass
+
+        with pytest.raises(ModelBehaviorError, match=r"response\.incomplete"):
+            on_loop(run())
+
+    assert prices.calls[before:] == []
+    with pytest.raises(ValueError):
+        line_of(priced_backend.session_dir, "call_sdkcut1")  # nothing was saved

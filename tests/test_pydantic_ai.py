@@ -11,7 +11,7 @@ import pytest
 
 pytest.importorskip("pydantic_ai", reason="pydantic-ai is an optional extra (pydantic-ai)")
 
-from pydantic_ai import Agent  # noqa: E402
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults  # noqa: E402
 from pydantic_ai.messages import (  # noqa: E402
     ModelMessage,
     ModelRequest,
@@ -34,6 +34,7 @@ from .helpers import (  # noqa: E402
     PRICED_TOTAL,
     OnLoop,
     PriceList,
+    StartBackend,
     check_extended,
     check_fixed_by_one_replay,
     fix_line,
@@ -122,15 +123,29 @@ def test_the_instructions_hold_the_agent_s_own_and_the_prompt_section_and_each_r
     assert priced_backend.turn == turn + 1
 
 
+@pytest.mark.parametrize(
+    ("arguments", "tag"),
+    [(CUT_ARGUMENTS, "raw"), (json.loads(CUT_ARGUMENTS + '"}'), "decoded")],
+    ids=["as-it-arrived", "decoded-by-the-provider"],
+)
 def test_a_call_cut_off_by_the_token_limit_is_saved_and_the_rest_sent_with_extend(
-    priced_backend: KernelBackend, prices: PriceList, on_loop: OnLoop[Any]
+    priced_backend: KernelBackend,
+    prices: PriceList,
+    on_loop: OnLoop[Any],
+    arguments: str | dict[str, Any],
+    tag: str,
 ) -> None:
+    """The arguments as they arrived (no JSON yet), or as some providers decode them as far
+    as they arrived (Anthropic's non-streamed ``input``): a mapping that validates, whose
+    program, run, would stop after line 3 having called the host twice."""
+    ids = (f"call_cut_{tag}", f"call_rest_{tag}")
+
     def cut(messages: list[ModelMessage]) -> ModelResponse:
-        call = ToolCallPart("run_code", CUT_ARGUMENTS, tool_call_id="call_cut1")
+        call = ToolCallPart("run_code", arguments, tool_call_id=ids[0])
         return ModelResponse(parts=[call], finish_reason="length")
 
     def rest(messages: list[ModelMessage]) -> ModelResponse:
-        return run_code(follow(script.read[-1], rest=CUT_REST), "call_rest1")([])
+        return run_code(follow(script.read[-1], rest=CUT_REST), ids[1])([])
 
     script = Script(cut, rest, answer)
     before = len(prices.calls)
@@ -138,7 +153,7 @@ def test_a_call_cut_off_by_the_token_limit_is_saved_and_the_rest_sent_with_exten
     result = on_loop(script.agent(priced_backend).run("What do the orders cost?"))
 
     assert result.output == f"The orders cost {PRICED_TOTAL}."
-    check_extended(script.read[0], prices.calls[before:], priced_backend)
+    check_extended(script.read[0], prices.calls[before:], priced_backend, ids)
 
 
 def test_malformed_arguments_without_a_cut_get_pydantic_ai_s_own_retry_prompt(
@@ -155,3 +170,71 @@ def test_malformed_arguments_without_a_cut_get_pydantic_ai_s_own_retry_prompt(
     assert '"type":"json_invalid"' in script.read[0] and "[ptc-retry]" not in script.read[0]
     with pytest.raises(ValueError):
         line_of(priced_backend.session_dir, "call_bad1")  # nothing was saved
+
+
+def test_a_cut_off_call_decoded_before_its_program_began_says_so(
+    priced_backend: KernelBackend, on_loop: OnLoop[Any]
+) -> None:
+    def cut(messages: list[ModelMessage]) -> ModelResponse:
+        call = ToolCallPart("run_code", {}, tool_call_id="call_dcut2")
+        return ModelResponse(parts=[call], finish_reason="length")
+
+    script = Script(cut, lambda m: ModelResponse(parts=[TextPart("Done.")]))
+
+    on_loop(script.agent(priced_backend).run("Print one."))
+
+    assert script.read[0].startswith("[ptc-retry] The call was cut off before its program began")
+
+
+#: Looks up a price, then sends an email, which waits for a person, then prints.
+EMAILING = """\
+price = await tools.lookup_price(item="tea")
+sent = await tools.send_email(to="ann@example.com", body=f"Tea costs {price}.")
+print("sent:", sent, "price:", price)"""
+
+
+def test_a_paused_program_defers_its_call_and_the_person_s_decision_is_its_result(
+    start_backend: StartBackend, on_loop: OnLoop[Any]
+) -> None:
+    """``defer_approvals=True``: the run ends with pydantic-ai's ``DeferredToolRequests``
+    (the program waits in the kernel), the person decides with ``kb.approve``, and the next
+    run gets the continuation's text as the call's result: the model never reads a pause,
+    and nothing before it runs again."""
+    prices, outbox = PriceList(), []
+
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        outbox.append(to)
+        return "ok"
+
+    backend = start_backend(tools=[prices.lookup_price])
+    backend.register_tool(send_email, approval=True)
+    script = Script(run_code(EMAILING, "call_mail1"), answer_sent)
+    agent = Agent(
+        FunctionModel(script),
+        output_type=[str, DeferredToolRequests],
+        capabilities=[PtcRetry(backend, defer_approvals=True)],
+    )
+
+    first = on_loop(agent.run("Tell Ann what tea costs."))
+
+    assert isinstance(first.output, DeferredToolRequests) and script.read == []
+    (call,) = first.output.calls
+    waiting = first.output.metadata[call.tool_call_id]
+    assert call.tool_call_id == "call_mail1" and waiting["tool"] == "send_email"
+    assert (prices.calls, outbox) == (["tea"], [])
+    continued = on_loop(backend.approve(waiting["reference"]))
+    assert continued is not None
+    results = DeferredToolResults(calls={call.tool_call_id: continued.text})
+
+    second = on_loop(agent.run(message_history=first.all_messages(), deferred_tool_results=results))
+
+    assert second.output == "Sent: ok."
+    assert script.read == [continued.text] and "sent: ok price: 3.0" in continued.text
+    assert (prices.calls, outbox) == (["tea"], ["ann@example.com"])
+
+
+def answer_sent(messages: list[ModelMessage]) -> ModelResponse:
+    (part,) = [p for p in messages[-1].parts if isinstance(p, ToolReturnPart)]
+    sent = str(part.content).split("sent: ")[1].split()[0]
+    return ModelResponse(parts=[TextPart(f"Sent: {sent}.")])

@@ -17,6 +17,7 @@ smolagents = pytest.importorskip("smolagents", reason="smolagents is an optional
 from smolagents import CodeAgent, tool  # noqa: E402
 from smolagents.models import ChatMessage, MessageRole, Model  # noqa: E402
 
+from ptc_retry.backend import KernelBackend  # noqa: E402
 from ptc_retry.core.notice import parse_notice  # noqa: E402
 from ptc_retry.integrations.smolagents import PtcRetryExecutor  # noqa: E402
 
@@ -251,3 +252,41 @@ def test_an_executor_used_after_cleanup_says_to_make_a_new_one(
     executor.cleanup()  # twice is fine
     with pytest.raises(smolagents.utils.AgentError, match="cleaned up.*make a new one"):
         executor("x = 1")
+
+
+def test_a_paused_action_is_no_error_and_the_person_s_approval_gives_the_final_answer(
+    jupyter_path: Path, tmp_path: Path
+) -> None:
+    """An action that pauses before a call that waits for a person is an observation, not
+    an error that smolagents answers with "Now let's retry": its pause line says not to
+    send it again. ``executor.approve(ref)`` goes on with it and reads its end as any
+    action's: here its ``final_answer``."""
+    outbox: list[str] = []
+
+    def send_email(to: str, body: str) -> str:
+        """Send an email."""
+        outbox.append(to)
+        return "sent"
+
+    backend = KernelBackend(root=tmp_path / "checkpoints")
+    backend.register_tool(send_email, approval=True)
+    executor = PtcRetryExecutor(backend=backend)
+    try:
+        emailing = 'r = await tools.send_email(to="ann", body="hi")\nfinal_answer(r)'
+        model = ScriptedModel([emailing, "final_answer('waiting for a person')"])
+        agent = agent_on(executor, model, max_steps=3)
+
+        assert agent.run("Email Ann.") == "waiting for a person"
+        paused = agent.memory.steps[1]
+        assert paused.error is None and outbox == []
+        observed = str(paused.observations)
+        assert "[ptc-retry] Paused before tools.send_email" in observed
+        assert "retry" not in observed.lower().split("do not send it again")[-1]
+        (waiting,) = backend.pending_approvals()
+
+        done = executor.approve(waiting.reference)
+
+        assert done is not None and done.is_final_answer and done.output == "sent"
+        assert outbox == ["ann"]
+    finally:
+        executor.cleanup()

@@ -12,10 +12,11 @@ from __future__ import annotations
 import enum
 import json
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["CutArguments", "CutPlace", "cut_arguments", "string_prefix"]
+__all__ = ["CutArguments", "CutPlace", "cut_arguments", "cut_json", "string_prefix"]
 
 _DECODER = json.JSONDecoder(strict=False)
 _SPACE = re.compile(r"[ \t\n\r]*")
@@ -124,6 +125,15 @@ def cut_arguments(raw: str) -> CutArguments:
             return found  # "12" may have been the start of "125"
         found.values[key] = value
         found.place, found.cut_key, position = CutPlace.BETWEEN, None, end
+
+
+def cut_json(value: Mapping[str, Any]) -> str:
+    """The arguments string of a cut-off call that an API or a framework decoded as far as
+    it arrived (Anthropic's non-streamed ``input``, LangChain's partial JSON): the last
+    string value was cut inside, so its closing quote and the ``}`` are left off, and its
+    program is saved to be extended, never run cut short."""
+    text = json.dumps(value, ensure_ascii=False)
+    return text[:-2] if text.endswith('"}') else text
 
 
 def string_prefix(body: str) -> str:

@@ -330,6 +330,15 @@ REPLAY_OF_CUT = Sentence(
     'await ptc_retry.extend({reference!j}, "<rest>")',
     35,
 )
+#: ``replay`` or ``extend`` of a ``#n`` that names the call itself: a session that began
+#: again (a thread that outlived its process, on a new session) numbers from 1 again.
+REFERENCE_IS_ITSELF = Sentence(
+    "no program before this one is {reference} in this session: {reference} names this "
+    "{action} call itself. A reference read in an earlier session names nothing here; "
+    "send the whole program again",
+    45,
+    {"action": "replay"},
+)
 #: ``extend`` of a call that was not cut off. ``why``: its status, or that it has none.
 EXTEND_NOT_CUT = Sentence(
     "{reference} was not cut off ({why}): extend only goes on with a call whose arguments "

@@ -23,6 +23,7 @@ from langchain_core.tools import InjectedToolCallId, StructuredTool
 from pydantic import BaseModel, Field, create_model
 
 from ..backend import KernelBackend
+from ..core.status import ResultStatus
 from .run_code import RunCodeTool
 
 __all__ = ["CutOffCalls", "cut_off_calls", "instructions", "run_code_tool"]
@@ -30,6 +31,8 @@ __all__ = ["CutOffCalls", "cut_off_calls", "instructions", "run_code_tool"]
 #: How each provider's ``response_metadata`` says the reply stopped at the output-token
 #: limit: OpenAI's ``finish_reason``, Anthropic's ``stop_reason``.
 CUT_OFF = {"finish_reason": "length", "stop_reason": "max_tokens"}
+#: A program that ended so is an error ``ToolMessage`` (``status="error"``).
+FAILED = (ResultStatus.ERROR, ResultStatus.TIMEOUT, ResultStatus.DIED)
 
 
 def run_code_tool(backend: KernelBackend) -> StructuredTool:
@@ -38,15 +41,22 @@ def run_code_tool(backend: KernelBackend) -> StructuredTool:
     model's tool calls.
 
     Each call goes to ``backend.handle_tool_call`` with the call's id (LangChain's
-    ``InjectedToolCallId``); the ``ToolMessage`` holds the text the model reads. The tool is
+    ``InjectedToolCallId``); the ``ToolMessage`` holds the text the model reads, and its
+    ``status`` is ``"error"`` for a program that failed, timed out or killed its kernel
+    (Anthropic's ``is_error``). The tool is
     async only (``ainvoke``, ``astream``), as the backend is. The backend is the caller's to
     start and shut down; register its host tools before making the tool (see
     ``RunCodeTool``).
     """
     tool = RunCodeTool(backend)
 
-    async def run_code(code: str, tool_call_id: str) -> str:
-        return await tool({"code": code}, tool_call_id)
+    async def run_code(code: str, tool_call_id: str) -> ToolMessage:
+        before = backend.last_result
+        text = await tool({"code": code}, tool_call_id)
+        result = backend.last_result  # this call's, when its program ran
+        failed = result is not before and result is not None and result.status in FAILED
+        status = "error" if failed else "success"
+        return ToolMessage(text, tool_call_id=tool_call_id, name=tool.name, status=status)
 
     return StructuredTool.from_function(
         coroutine=run_code,
@@ -68,11 +78,13 @@ def cut_off_calls(
 ) -> Callable[[Mapping[str, Any]], Awaitable[dict[str, list[BaseMessage]]]]:
     """A ``post_model_hook`` for ``create_react_agent`` that answers cut-off calls.
 
-    LangChain puts a tool call whose arguments are no JSON in the ``AIMessage``'s
-    ``invalid_tool_calls``, which the agent does not run. When the reply stopped at the
-    output-token limit, each such ``run_code`` call goes to
+    When the reply stopped at the output-token limit, its cut-off ``run_code`` call goes to
     ``backend.handle_partial_tool_call`` (saved, not run), and its ``ToolMessage`` holds the
-    text that teaches ``ptc_retry.extend``: the agent then asks the model again.
+    text that teaches ``ptc_retry.extend``: the agent then asks the model again. That call
+    is one LangChain put in the ``AIMessage``'s ``invalid_tool_calls`` (arguments that are no
+    JSON), or else its last tool call: decoded as far as it arrived (a streamed reply, whose
+    open string LangChain closes; Anthropic's non-streamed ``input``), which the agent would
+    otherwise run cut short.
     """
     tool = RunCodeTool(backend)
 
@@ -85,7 +97,7 @@ def cut_off_calls(
 class CutOffCalls(AgentMiddleware[AgentState[Any], Any]):
     """A middleware for ``langchain.agents.create_agent`` that answers cut-off calls, as
     ``cut_off_calls`` does for ``create_react_agent``: after a reply that stopped at the
-    output-token limit, each ``run_code`` call in its ``invalid_tool_calls`` goes to
+    output-token limit, its cut-off ``run_code`` call (as ``cut_off_calls`` finds it) goes to
     ``backend.handle_partial_tool_call``, its ``ToolMessage`` holds the text that teaches
     ``ptc_retry.extend``, and the agent asks the model again."""
 
@@ -106,15 +118,30 @@ class CutOffCalls(AgentMiddleware[AgentState[Any], Any]):
 
 async def _answers(tool: RunCodeTool, messages: Sequence[BaseMessage]) -> list[BaseMessage]:
     """A ``ToolMessage`` for each ``run_code`` call the last reply holds cut off, each saved
-    through ``handle_partial_tool_call``; none when the reply did not stop at the limit."""
+    through ``handle_partial_tool_call``; none when the reply did not stop at the limit.
+
+    Cut off are the calls whose arguments are no JSON (``invalid_tool_calls``, their string
+    as it arrived) and, when there is none, the reply's last tool call: a streamed reply's
+    cut call reaches ``tool_calls`` decoded as far as it arrived (LangChain closes its open
+    string), as does a provider's that decodes it (Anthropic's non-streamed ``input``). Its
+    answer keeps the agent from running it: the call is no longer pending.
+    """
     last = messages[-1] if messages else None
     if not isinstance(last, AIMessage) or not _cut_off(last):
         return []
+    cut: list[tuple[str, str | dict[str, Any]]] = [
+        (str(call["id"]), str(call["args"]))
+        for call in last.invalid_tool_calls
+        if call.get("name") == tool.name and call.get("id") and call.get("args")
+    ]
+    if not last.invalid_tool_calls and last.tool_calls:
+        call = last.tool_calls[-1]
+        if call["name"] == tool.name and call.get("id"):
+            cut.append((str(call["id"]), call["args"]))
     answers: list[BaseMessage] = []
-    for call in last.invalid_tool_calls:
-        if call.get("name") == tool.name and call.get("id") and call.get("args"):
-            text = await tool(str(call["args"]), call["id"], cut_off=True)
-            answers.append(ToolMessage(text, tool_call_id=call["id"], name=tool.name))
+    for call_id, arguments in cut:
+        text = await tool(arguments, call_id, cut_off=True)
+        answers.append(ToolMessage(text, tool_call_id=call_id, name=tool.name))
     return answers
 
 

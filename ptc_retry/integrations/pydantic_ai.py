@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic_ai import ModelRetry, RunContext, Tool
+from pydantic_ai import CallDeferred, ModelRetry, RunContext, Tool
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.messages import ModelResponse, ToolCallPart
 from pydantic_ai.tools import ToolDefinition
@@ -38,18 +38,32 @@ class PtcRetry(AbstractCapability[Any]):
       return is the text the model reads.
     - Instructions: the prompt section (``backend.system_prompt()``), beside the agent's own.
     - Each run of the agent is a new turn (``backend.new_turn()``): a person's message.
-    - A ``run_code`` call cut off by the output-token limit (``finish_reason='length'``, its
-      arguments no JSON yet) goes to ``backend.handle_partial_tool_call``: saved, not run;
-      the tool's return is its text, which teaches ``ptc_retry.extend``. Any other call
-      whose arguments do not validate gets pydantic-ai's own retry prompt.
+    - A ``run_code`` call cut off by the output-token limit (``finish_reason='length'``: its
+      arguments no JSON yet, or the reply's last part, decoded by the provider as far as it
+      arrived) goes to ``backend.handle_partial_tool_call``: saved, not run; the tool's
+      return is its text, which teaches ``ptc_retry.extend``. Any other call whose
+      arguments do not validate gets pydantic-ai's own retry prompt.
+
+    - ``defer_approvals=True``: a program that pauses before a host tool that waits for a
+      person (``register_tool(..., approval=True)``) defers its ``run_code`` call, as a tool
+      raising pydantic-ai's ``CallDeferred`` does: the run ends with ``DeferredToolRequests``
+      (the agent's ``output_type`` must include it), whose ``metadata`` for the call holds
+      the program's ``reference``, the waiting ``tool`` and its ``arguments`` (``pending``:
+      every call that waits) and ``text``, the pause line. The person decides with
+      ``backend.approve(reference)`` or ``backend.deny(reference, reason)``, and the next run
+      gets the continuation's text as the call's result
+      (``DeferredToolResults(calls={tool_call_id: result.text})``). Without it, the tool's
+      return is the pause line, and the run goes on.
 
     The backend is the caller's to start and shut down (``async with KernelBackend(...)``).
     """
 
     backend: KernelBackend
+    defer_approvals: bool
 
-    def __init__(self, backend: KernelBackend) -> None:
+    def __init__(self, backend: KernelBackend, *, defer_approvals: bool = False) -> None:
         self.backend = backend
+        self.defer_approvals = defer_approvals
         self._tool = RunCodeTool(backend)
         # What each cut-off call's tool return says, by tool-call id, from its validation
         # (where the cut shows) to its execution (which returns it).
@@ -98,7 +112,13 @@ class PtcRetry(AbstractCapability[Any]):
     async def _run_code(self, ctx: RunContext[Any], **arguments: Any) -> str:
         if ctx.tool_call_id is not None and ctx.tool_call_id in self._cut_off:
             return self._cut_off.pop(ctx.tool_call_id)
-        return await self._tool(arguments, ctx.tool_call_id)
+        # The last call of a reply cut off at the limit, decoded as far as it arrived (a
+        # provider's decoded input, such as Anthropic's non-streamed one): saved, not run.
+        cut = _last_call_cut_off(ctx)
+        text = await self._tool(arguments, ctx.tool_call_id, cut_off=cut)
+        if self.defer_approvals:
+            _defer_if_waiting(self.backend, ctx.tool_call_id, text)
+        return text
 
 
 def _cut_off(ctx: RunContext[Any], call: ToolCallPart) -> bool:
@@ -107,3 +127,39 @@ def _cut_off(ctx: RunContext[Any], call: ToolCallPart) -> bool:
         if isinstance(message, ModelResponse) and any(part is call for part in message.parts):
             return message.finish_reason == CUT_OFF
     return False
+
+
+def _last_call_cut_off(ctx: RunContext[Any]) -> bool:
+    """Whether the call running is the last part of a reply that stopped at the output-token
+    limit and reached pydantic-ai decoded (its arguments a mapping, not a string)."""
+    for message in reversed(ctx.messages):
+        if isinstance(message, ModelResponse):
+            last = message.parts[-1] if message.parts else None
+            return (
+                message.finish_reason == CUT_OFF
+                and isinstance(last, ToolCallPart)
+                and last.tool_call_id == ctx.tool_call_id
+                and not isinstance(last.args, str)
+            )
+    return False
+
+
+def _defer_if_waiting(backend: KernelBackend, call_id: str | None, text: str) -> None:
+    """Raise ``CallDeferred`` when the program of ``call_id`` waits for a person's decision,
+    with what waits as its metadata."""
+    waiting = [call for call in backend.pending_approvals() if call.call_id == call_id]
+    if not waiting:
+        return
+    first = waiting[0]
+    pending = [
+        {"ref": call.ref, "tool": call.tool, "arguments": call.arguments} for call in waiting
+    ]
+    raise CallDeferred(
+        metadata={
+            "reference": first.reference,
+            "tool": first.tool,
+            "arguments": first.arguments,
+            "pending": pending,
+            "text": text,
+        }
+    )

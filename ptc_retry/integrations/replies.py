@@ -25,6 +25,7 @@ from typing import Any, Generic, TypeVar
 
 from ..backend import KernelBackend
 from ..core import sentences as said
+from ..core.partial import cut_json
 from ..core.status import ResultStatus
 
 __all__ = [
@@ -337,7 +338,7 @@ class ProviderAdapter(Generic[R]):
         kb = self.backend
         if call.cut:
             raw = call.arguments
-            text_so_far = raw if isinstance(raw, str) else _cut_json(raw)
+            text_so_far = raw if isinstance(raw, str) else cut_json(raw)
             text = await kb.handle_partial_tool_call(call.name, text_so_far, call.id, step=step)
         else:
             text = await kb.handle_tool_call(call.name, call.arguments, call.id, step=step)
@@ -519,11 +520,3 @@ def _joined_items(parts: list[Reply]) -> list[Message]:
     if len(parts) == 1:
         return list(parts[-1].items)
     return [item for item in parts[-1].items if item.get("type") in _REASONING]
-
-
-def _cut_json(value: Mapping[str, Any]) -> str:
-    """The JSON of a cut call's arguments that an API decoded as far as they arrived
-    (Anthropic's ``input``): a last string value was cut inside, so its closing quote and
-    the ``}`` are left off, and its program is saved to be extended, never run cut short."""
-    text = json.dumps(value, ensure_ascii=False)
-    return text[:-2] if text.endswith('"}') else text

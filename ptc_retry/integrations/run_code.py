@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..backend import RUN_CODE, KernelBackend
+from ..core.partial import cut_json
 
 __all__ = ["RunCodeTool"]
 
@@ -71,10 +72,13 @@ class RunCodeTool:
 
         ``arguments``: the arguments string as the model sent it (it becomes the checkpoint
         byte for byte), or the framework's decoded mapping. ``cut_off``: the model's reply
-        stopped inside this call (an output-token limit); its arguments string is saved, not
-        run, and the text teaches ``ptc_retry.extend``. Raises ``BackendError`` only when the
-        kernel is not running or cannot be restarted.
+        stopped inside this call (an output-token limit); what arrived is saved, not run, and
+        the text teaches ``ptc_retry.extend``. A cut-off call's mapping is what a provider
+        or the framework decoded of it as far as it arrived (its last string cut inside:
+        ``cut_json``). Raises ``BackendError`` only when the kernel is not running or cannot
+        be restarted.
         """
-        if cut_off and isinstance(arguments, str):
-            return await self.backend.handle_partial_tool_call(self.name, arguments, call_id)
+        if cut_off:
+            raw = arguments if isinstance(arguments, str) else cut_json(arguments)
+            return await self.backend.handle_partial_tool_call(self.name, raw, call_id)
         return await self.backend.handle_tool_call(self.name, arguments, call_id)

@@ -22,6 +22,7 @@ from smolagents.utils import AgentError
 
 from ..backend import KernelBackend, RunResult
 from ..core.protocol import strip_ansi
+from ..core.status import ResultStatus
 
 if TYPE_CHECKING:
     from smolagents.agents import MultiStepAgent
@@ -67,7 +68,9 @@ class PtcRetryExecutor(RemotePythonExecutor):
     without ANSI codes, ending in the notice; what the action printed first is in
     ``state["_print_outputs"]``, where the agent puts it in its memory too. ``final_answer``
     ends the run without a notice. The tools smolagents defines in the kernel are recorded
-    like ``@ptc_retry.recorded`` functions. ``prompt_section()`` is the text to add to the
+    like ``@ptc_retry.recorded`` functions. An action that pauses for a person's approval
+    is no error: its logs are the pause line, and ``approve(ref)`` or ``deny(ref, reason)``
+    go on with it. ``prompt_section()`` is the text to add to the
     agent's instructions so the model knows the replay line. ``attach(agent)`` gives each
     action the id smolagents gives it; without it, actions get the backend's ``c<N>`` ids.
     """
@@ -166,6 +169,21 @@ class PtcRetryExecutor(RemotePythonExecutor):
         super().send_tools(tools)
         self._record_tools()
 
+    def approve(self, ref: str) -> CodeOutput | None:
+        """Approve what ``ref`` names (``backend.pending_approvals()``) and go on with its
+        action (``KernelBackend.approve``): its end as an action's, a ``final_answer``
+        included (``is_final_answer``), or ``AgentError`` for a failure. None while other
+        calls of the action still wait."""
+        return self._decided(self.backend.approve_sync(ref))
+
+    def deny(self, ref: str, reason: str = "") -> CodeOutput | None:
+        """Deny what ``ref`` names, with ``reason``: the action gets
+        ``ptc_retry.ToolDenied(reason)`` at that call, and ends as ``approve`` says."""
+        return self._decided(self.backend.deny_sync(ref, reason))
+
+    def _decided(self, result: RunResult | None) -> CodeOutput | None:
+        return None if result is None else self._output(result)
+
     def cleanup(self) -> None:
         """Stop the kernel (its checkpoints go too, unless ``keep``)."""
         self.backend.shutdown_sync(keep=self.keep)
@@ -199,7 +217,12 @@ class PtcRetryExecutor(RemotePythonExecutor):
                 "this PtcRetryExecutor was cleaned up and its kernel stopped; make a new one",
                 self.logger,
             )
-        result = self.backend.run_code_sync(code, call_id=call_id)
+        return self._output(self.backend.run_code_sync(code, call_id=call_id))
+
+    def _output(self, result: RunResult) -> CodeOutput:
+        """``result`` as smolagents reads an action's end: its output, its final answer, an
+        ``AgentError`` for a failure; a pause for a person's approval is an observation
+        (smolagents answers an error with "Now let's retry", which a pause must not get)."""
         if result.restarted and not self._restoring:
             self._restore()
         logs = _printed(result)
@@ -208,7 +231,9 @@ class PtcRetryExecutor(RemotePythonExecutor):
         if error is not None and error.get("ename") == self.FINAL_ANSWER_EXCEPTION:
             value = self._deserialize_final_answer(str(error.get("evalue", "")), self.allow_pickle)
             return CodeOutput(output=value, logs=logs, is_final_answer=True)
-        if result.status != "ok":
+        if result.status == ResultStatus.PAUSED:
+            return CodeOutput(output=None, logs=result.text, is_final_answer=False)
+        if result.status != ResultStatus.OK:
             raise AgentError(_error_text(result, error), self.logger)
         return CodeOutput(output=result.value, logs=logs, is_final_answer=False)
 

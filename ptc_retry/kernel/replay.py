@@ -213,6 +213,11 @@ class Replay:
                 "from another thread or a silent request"
             )
         if running.call is not None and running.call.id == call_id:
+            reference = _as_reference(self.target)
+            if reference is not None:  # a number read in another session, most likely
+                raise ReplayError(
+                    said.REFERENCE_IS_ITSELF.render(reference=reference, action=self.action)
+                )
             raise ReplayError(self._itself_message(call_id))
         return running
 
@@ -394,3 +399,12 @@ def _only_statement(source: str | None) -> bool:
         return source is not None and len(statement_spans(source)) == 1
     except SyntaxError:
         return False
+
+
+def _as_reference(target: str | int) -> str | None:
+    """``target`` as the ``#n`` it names, when it is a program's number (``"#3"``, ``3``)."""
+    if isinstance(target, int) and not isinstance(target, bool):
+        return f"#{target}"
+    if isinstance(target, str) and target.startswith("#"):
+        return target
+    return None
