@@ -12,7 +12,9 @@ module (``start_shared_kernel``); a ``KernelBackend`` for the module (``backend`
 which a module may override. A module that sets
 ``TRANSPORTS`` (a list of ``"local"``, ``KERNEL_GATEWAY``, ``ENTERPRISE_GATEWAY``) runs each of
 its tests that uses ``transport`` (through ``options``, ``backend``...) once per transport;
-otherwise every backend is local. ``PTC_RETRY_TEST_TRANSPORTS=local`` (a comma-separated list)
+otherwise every backend is local. A test marked ``transports(*names)`` runs on those
+instead: a module keeps its runs through a gateway to the tests where the gateway's code
+differs. ``PTC_RETRY_TEST_TRANSPORTS=local`` (a comma-separated list)
 keeps only those transports of every ``TRANSPORTS``: the floor's CI stage runs so, since the
 gateways' own tests (tests/test_gateway.py) cover the gateway client there, and what
 ``TRANSPORTS`` repeats through a gateway runs the same kernel and backend code.
@@ -78,8 +80,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A module's ``TRANSPORTS`` parametrize ``transport`` for each of its tests that uses it,
-    one backend per transport for the whole module."""
+    one backend per transport for the whole module; a test marked ``transports(...)`` runs on
+    those instead."""
     transports = getattr(metafunc.module, "TRANSPORTS", None)
+    marked = metafunc.definition.get_closest_marker("transports")
+    if transports is not None and marked is not None:
+        transports = list(marked.args)
     chosen = os.environ.get("PTC_RETRY_TEST_TRANSPORTS")
     if transports is not None and chosen:
         transports = [name for name in transports if name in chosen.split(",")]

@@ -33,6 +33,9 @@ ENTERPRISE_GATEWAY_VENV = Path(__file__).resolve().parent.parent / ".venv-enterp
 KERNEL_USERNAME = "ptc-agent"
 #: What a gateway's kernels take from its environment when a client sends an ``env``.
 INHERITED = "PTC_RETRY_ROOT,IPYTHONDIR,PATH"
+#: Seconds a gateway may take to answer after it starts: on a loaded 2-core machine, under
+#: coverage, a Kernel Gateway took over 30 s (and printed nothing meanwhile).
+START_SECONDS = 60
 
 
 def require_kernel_gateway() -> None:
@@ -113,7 +116,7 @@ class Gateway:
             options["env"] = {**self.kernel_env, **env}
         return options
 
-    def _wait_until_it_answers(self, timeout: float = 30) -> None:
+    def _wait_until_it_answers(self, timeout: float = START_SECONDS) -> None:
         import urllib.error
         import urllib.request
 
@@ -130,7 +133,9 @@ class Gateway:
             except (OSError, urllib.error.URLError):
                 time.sleep(0.1)
         self.stop()
-        pytest.fail(f"the {self.kind} did not answer:\n{self.log.read_text()[-3000:]}")
+        pytest.fail(
+            f"the {self.kind} did not answer within {timeout} s:\n{self.log.read_text()[-3000:]}"
+        )
 
     def stop(self) -> None:
         if self.process.poll() is None:

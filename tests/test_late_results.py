@@ -4,7 +4,8 @@ to the kernel, so that the resume the model is offered makes none of them again.
 
 Each backend test follows the model's path: the program is a ``run_code`` call, the next
 call is exactly the one its text offers, and the host's tools count their calls. They run on
-a local kernel and behind a real Kernel Gateway. The kernel's own rules (what it appends, and
+a local kernel; those whose kernel dies or whose program is stopped, behind a real Kernel
+Gateway too. The kernel's own rules (what it appends, and
 what it leaves out) are pinned on a kernel the test answers itself.
 """
 
@@ -33,8 +34,14 @@ from .gateway_server import KERNEL_GATEWAY
 from .helpers import Kernel, OnLoop, StartBackend, long_program, raw, tool_call_lines
 from .test_tools_kernel import Host as Answering
 
-#: Each backend test runs on a local kernel and behind a real Kernel Gateway.
-TRANSPORTS = ["local", KERNEL_GATEWAY]
+#: Each backend test runs on a local kernel. Those whose kernel dies or whose program is
+#: stopped run behind a real Kernel Gateway too, where the gateway's code differs (its
+#: websocket closes, it interrupts and restarts). Through it, all of them together ran one
+#: line of the gateway's code that its own tests, test_backend_transports.py,
+#: test_host_tools.py and test_approvals.py do not (a websocket closed while a kernel died),
+#: for a minute and a half of sleeping tools (coverage.py, measured).
+TRANSPORTS = ["local"]
+THROUGH_A_GATEWAY_TOO = pytest.mark.transports("local", KERNEL_GATEWAY)
 
 #: What the text of a stopped program offers the model to send next.
 OFFERED = re.compile(r'await ptc_retry\.resume\("(?:[^"\\]|\\.)*"\)')
@@ -341,6 +348,7 @@ def test_a_resume_given_up_while_it_waits_leaves_the_wait_to_the_next_one(
     assert shop.calls == {"charge": 1}
 
 
+@THROUGH_A_GATEWAY_TOO
 @pytest.mark.parametrize("stop", ["interrupt", "cancel"])
 def test_a_sync_tool_running_when_the_program_is_stopped_is_not_made_again(
     backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any], stop: str
@@ -429,6 +437,7 @@ def test_a_late_result_no_message_can_carry_never_stops_the_next_program(
     assert (after.value, again.value) == ("'next'", "'and the next'")
 
 
+@THROUGH_A_GATEWAY_TOO
 def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
     backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
@@ -470,6 +479,7 @@ def died_paying(
     return died
 
 
+@THROUGH_A_GATEWAY_TOO
 def test_a_slow_call_running_when_the_kernel_dies_is_made_once_by_short_resumes(
     backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:
@@ -490,6 +500,7 @@ def test_a_slow_call_running_when_the_kernel_dies_is_made_once_by_short_resumes(
     assert shop.calls == {"note": 1, "pay": 1}
 
 
+@THROUGH_A_GATEWAY_TOO
 def test_a_kernel_that_dies_inside_a_recorded_function_is_resumed_paying_once(
     backend: KernelBackend, shop: Shop, on_loop: OnLoop[Any]
 ) -> None:

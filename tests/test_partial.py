@@ -2,7 +2,8 @@
 ``await ptc_retry.extend("#n", "<rest>")``.
 
 Reading a cut arguments string and the notice are pure; the calls run on real kernels,
-once locally and once behind a real Jupyter Kernel Gateway.
+locally, and one whole path (cut, extended, failed, replayed) behind a real Jupyter Kernel
+Gateway too.
 """
 
 from __future__ import annotations
@@ -27,8 +28,11 @@ from ptc_retry.tokens import load_tokenizer
 from .gateway_server import KERNEL_GATEWAY
 from .helpers import OnLoop, line_of, raw
 
-#: Each backend test runs on a local kernel and behind a real Kernel Gateway.
-TRANSPORTS = ["local", KERNEL_GATEWAY]
+#: Each backend test runs on a local kernel: the backend reads a cut before any transport,
+#: and what it sends then is a program like any other (through a gateway, these tests ran
+#: no line that the gateway's own tests do not: coverage.py, measured). One whole path runs
+#: behind a real Kernel Gateway too.
+TRANSPORTS = ["local"]
 
 # About 5 KB, with string literals, quotes, an accent (\u00e9 in ASCII JSON) and comments.
 LINES = ["data = {}"]
@@ -380,6 +384,7 @@ def test_a_continuation_cut_off_in_turn_is_extended_again(
     assert names.value == "['one', 'two', 'three']"
 
 
+@pytest.mark.transports("local", KERNEL_GATEWAY)
 def test_a_combined_program_that_fails_gets_the_notice_and_is_replayed(
     backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
