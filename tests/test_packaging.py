@@ -65,6 +65,11 @@ def test_the_supported_pythons_agree_with_what_ci_runs() -> None:
     ]
     assert versions[0] == floor
     ci = (ROOT / ".ci" / "run").read_text("utf-8")
-    # The venvs ptc-retry is installed in (the Enterprise Gateway's runs only the gateway).
-    tested = re.findall(r"PYENV_VERSION=(3\.\d+)\.\d+ python3 -m venv (?!\.venv-enterprise)", ci)
+    # The venvs ptc-retry is installed in (the Enterprise Gateway's runs only the gateway):
+    # those make_venv makes with uv, and those the README's and the wheel's commands make.
+    made = (
+        r"(?:make_venv |PYENV_VERSION=)(3\.\d+)\.\d+ (?:python3 -m venv )?"
+        r"(?=\S*venv)(?!\.venv-enterprise)"
+    )
+    tested = re.findall(made, ci)
     assert tested and {floor, versions[-1]} == set(tested)
