@@ -650,3 +650,68 @@ def test_calls_the_full_disk_left_unrecorded_are_not_made_again_by_the_fix(
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "1 1 0\n"
     assert host.counts["full-disk first"] == 1 and host.counts["full-disk second"] == 1
+
+
+RETRY_WITH_LOGIN = """\
+# Each attempt logs in, then looks the stock up; retry while the service is down.
+for attempt in range(3):
+    token = await tools.count(name="login-retry token")
+    try:
+        stock = await tools.flaky(key="login-retry stock")
+    except ptc_retry.ToolError:
+        continue
+    break
+sent = await tools.count(name="login-retry email")
+print(attempt, stock, sent, undefined_name)
+"""
+
+
+def test_a_retry_loop_whose_failed_attempt_now_succeeds_reuses_the_calls_after_the_loop(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    host.failing.add("login-retry stock")
+    failed = run_turn(host, shared, RETRY_WITH_LOGIN, turn)
+    assert undefined(failed) == "undefined_name"
+    assert host.counts["login-retry email"] == 1
+    host.failing.add("login-retry stock")  # still down: the replay's attempt fails again
+    made = len(host.calls())
+
+    fixed = run_turn(
+        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
+    )
+
+    assert fixed.status == "ok", fixed.error
+    # The first login is reused, its failed lookup goes live (and fails again), the second
+    # attempt's login and lookup are the recorded ones, and so is the email.
+    assert host.calls()[made:] == [("flaky", {"key": "login-retry stock"})]
+    assert fixed.stdout == "1 login-retry stock: up 1\n"
+    reference = failed.ptc["reference"]
+    assert fixed.stderr == (
+        f"ptc-retry: 4 tool results reused from {reference}; 1 call made live.\n"
+    )
+
+
+def test_a_retry_loop_that_now_succeeds_sooner_does_not_send_the_email_again(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    host.failing.add("login-sooner stock")
+    failed = run_turn(host, shared, RETRY_WITH_LOGIN.replace("login-retry", "login-sooner"), turn)
+    assert undefined(failed) == "undefined_name"
+    made = len(host.calls())
+
+    fixed = run_turn(
+        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
+    )
+
+    assert fixed.status == "ok", fixed.error
+    # The service is back: the failed lookup goes live and succeeds, the loop ends sooner,
+    # and the email after the loop is the recorded one.
+    assert host.calls()[made:] == [("flaky", {"key": "login-sooner stock"})]
+    assert host.counts["login-sooner email"] == 1
+    assert fixed.stdout == "0 login-sooner stock: up 1\n"
+    reference = failed.ptc["reference"]
+    assert fixed.stderr == (
+        f"ptc-retry: 2 tool results reused from {reference}; 1 call made live.\n"
+    )

@@ -229,8 +229,11 @@ class Reuse:
     function's code); the recorded failures before that success are passed over, since
     failed calls left no result to reuse and a retry loop may stop sooner this time. A call
     that is one of the failures passed over (by it or by an earlier call: the other half of
-    a ``gather``) goes live, and matching goes on. A call that differs from the next
-    recorded success ends the reuse: every later call goes live.
+    a ``gather``) goes live, and matching goes on. When such a call succeeds, a retry loop
+    may stop sooner than it did then: a later call that differs from the next recorded one
+    is matched after the recorded success of the retried call (the attempts in between are
+    the ones this run made needless). A call that differs from the next recorded success
+    ends the reuse: every later call goes live.
     """
 
     def __init__(
@@ -265,6 +268,10 @@ class Reuse:
         self.reused = 0
         self.live = 0
         self._sources: list[str] = []
+        #: The live calls that make a recorded failure again, with its place.
+        self._retried: list[tuple[CallRecord, int]] = []
+        #: Places past the recorded attempts that a live retry's success made needless.
+        self._skips: list[int] = []
 
     @property
     def ended(self) -> bool:
@@ -298,6 +305,8 @@ class Reuse:
             return line
         places = [*self._passed, *range(first, success)]
         failure = next((i for i in places if record.matches(calls[i])), None)
+        if failure is None and self._skip_retries():
+            return self.take(record)  # the attempts a live retry made needless are passed
         if failure is None and success == len(calls) and self.then is not None:
             # This recording ran out: the program it ran again goes on.
             self._passed += range(first, success)
@@ -317,9 +326,38 @@ class Reuse:
         else:
             self._passed += range(first, failure)
             self._next = failure + 1
+        self._retried.append((record, failure))
         if record.retry_of is None:
             record.retry_of = origin(calls[failure], self.call_id)
         return None
+
+    def succeeded(self, record: CallRecord) -> None:
+        """``record``, a live call that made a recorded failure again, succeeded: a retry
+        loop that stops sooner than it did then never makes the attempts that followed that
+        failure up to the recorded success of the same call. The next call that differs from
+        the recorded ones may be matched after that success instead (:meth:`take`)."""
+        for retry, failure in self._retried:
+            if retry is record:
+                calls = self._calls
+                later = range(failure + 1, len(calls))
+                success = next(
+                    (i for i in later if calls[i].get("ok") is True and record.matches(calls[i])),
+                    None,
+                )
+                if success is not None:
+                    self._skips.append(_past_inner(calls, success))
+                self._retried.remove((retry, failure))
+                return
+
+    def _skip_retries(self) -> bool:
+        """Move past the attempts a live retry's success made needless, when they lie ahead:
+        True when there is such a place to match from."""
+        while self._skips:
+            place = self._skips.pop()
+            if place > self._next:
+                self._next = place
+                return True
+        return False
 
     def follow(self, lines: Sequence[dict[str, Any]]) -> bool:
         """Move this replay's place past ``lines``: the calls of a fix of its program that
@@ -429,6 +467,11 @@ class Reuses:
         for reuse in self._running:
             reuse.count(source)
         return found
+
+    def succeeded(self, record: CallRecord) -> None:
+        """A live call ended with a result: each replay sees it (:meth:`Reuse.succeeded`)."""
+        for reuse in self._running:
+            reuse.succeeded(record)
 
     def not_made(self) -> None:
         """A call counted live was never made: the host paused or denied it."""

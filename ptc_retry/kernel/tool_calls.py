@@ -186,6 +186,8 @@ class ProgramCalls:
         record.reusable = reusable and record.reusable and record.arguments is not None
         record.duration = time.time() - record.started
         self._write(record)
+        if record.ok:
+            self.reuses.succeeded(record)
         if self.running.trace is not None:
             self.running.trace.tool_call_ended(record, ename)
 
