@@ -715,3 +715,66 @@ def test_a_retry_loop_that_now_succeeds_sooner_does_not_send_the_email_again(
     assert fixed.stderr == (
         f"ptc-retry: 2 tool results reused from {reference}; 1 call made live.\n"
     )
+
+
+class Notifier(Host):
+    """A host with a ``notify`` tool whose ``urgent`` argument defaults to false."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        notify = {
+            "name": "notify",
+            "description": "Sends a message: a side effect.",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "to": {"type": "string"},
+                    "urgent": {"type": "boolean", "default": False},
+                },
+                "required": ["to"],
+            },
+        }
+        self.catalog = [*tools_kernel.CATALOG, notify]
+
+    def answer(self, call: dict[str, Any]) -> dict[str, Any]:
+        if call["tool"] != "notify":
+            return super().answer(call)
+        self.counts[call["arguments"]["to"]] += 1
+        return {
+            "id": call["id"],
+            "ok": True,
+            "result": f"sent {self.counts[call['arguments']['to']]}",
+        }
+
+
+DEFAULTED = """\
+# Tell the team, then the customer, then print the receipts.
+team = await tools.notify({team})
+customer = await tools.count(name="defaults customer")
+print(team, customer, undefined_name)
+"""
+
+
+def test_a_call_that_leaves_out_a_defaulted_argument_matches_one_that_spells_it_out(
+    shared: Kernel,
+) -> None:
+    for first, fix in [
+        ('"defaults team a"', '"defaults team a", urgent=False'),
+        ('to="defaults team b", urgent=False', 'to="defaults team b"'),
+    ]:
+        host = Notifier()
+        turn = next(_turns)
+        failed = run_turn(host, shared, DEFAULTED.format(team=first), turn)
+        assert undefined(failed) == "undefined_name"
+
+        fixed = run_turn(
+            host,
+            shared,
+            f"await ptc_retry.replay({failed.ptc['reference']!r}, edits=["
+            f"({first!r}, {fix!r}), (', undefined_name', '')])",
+            turn,
+        )
+
+        assert fixed.status == "ok", fixed.error
+        assert fixed.stdout == "sent 1 1\n"
+        assert len(host.calls()) == 2  # the first run's: none made again

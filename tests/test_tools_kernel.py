@@ -82,6 +82,7 @@ class Host:
         self.cancels: list[ToolCancel] = []
         self.typed = "\x04"  # what a person answers to input(): end of input
         self.parentless = False
+        self.catalog = CATALOG  # the tools sent with each program
         self._stop = threading.Event()
 
     def calls(self) -> list[tuple[str, dict[str, Any]]]:
@@ -159,7 +160,7 @@ class Host:
         subshell: str | None = None,
     ) -> str:
         if catalog:
-            fields["tools"] = CATALOG
+            fields["tools"] = self.catalog
         content = execute_request(code, allow_stdin=allow_stdin)
         metadata = {METADATA_KEY: fields}
         msg = kernel.client.session.msg("execute_request", content, metadata=metadata)

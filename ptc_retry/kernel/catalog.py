@@ -36,6 +36,17 @@ class ToolSpec:
         text = canonical(self.parameters) or repr(self.parameters)
         return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:16]
 
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """``{property: default}`` for the properties whose schema gives a JSON default."""
+        properties = self.parameters.get("properties")
+        found: dict[str, Any] = {}
+        for key, schema in (properties if isinstance(properties, dict) else {}).items():
+            if isinstance(schema, dict) and "default" in schema:
+                if canonical(schema["default"]) is not None:
+                    found[key] = schema["default"]
+        return found
+
 
 class Catalog:
     """The tools one request offers, and their functions (made once each), which ``call``."""

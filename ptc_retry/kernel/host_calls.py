@@ -39,7 +39,14 @@ class ProgramLedger(Protocol):
     #: The calls the host answered with a pause: they wait for a person's approval.
     paused: list[CallRecord]
 
-    def begin(self, tool: str, arguments: Any, *, schema: str | None = None) -> CallRecord: ...
+    def begin(
+        self,
+        tool: str,
+        arguments: Any,
+        *,
+        schema: str | None = None,
+        defaults: dict[str, Any] | None = None,
+    ) -> CallRecord: ...
 
     def finish(
         self, record: CallRecord, *, result: Any = None, error: str | None = None
@@ -86,9 +93,16 @@ class HostCalls:
             for call in sent.calls:
                 self._fail(call, "the program ended before its result came")
 
-    async def call(self, name: str, arguments: dict[str, Any], schema: str | None = None) -> Any:
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        schema: str | None = None,
+        defaults: dict[str, Any] | None = None,
+    ) -> Any:
         """Call the host's tool ``name``: its result, or ToolError with the host's message.
-        ``schema``: the digest of what the tool takes now (``ToolSpec.schema_digest``).
+        ``schema``: the digest of what the tool takes now (``ToolSpec.schema_digest``);
+        ``defaults``: its schema's defaults (``ToolSpec.defaults``).
 
         Calls made in one turn of the event loop (``asyncio.gather``) travel as one batch.
         The wait blocks nothing: the program's other tasks run meanwhile, and cancelling
@@ -97,7 +111,7 @@ class HostCalls:
         the time limit's) is a KeyboardInterrupt there, as in any cell.
         """
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
-        record = self._calls.begin(name, arguments, schema=schema)
+        record = self._calls.begin(name, arguments, schema=schema, defaults=defaults)
         if record.reused_from is not None:
             return record.result
         loop = asyncio.get_running_loop()

@@ -94,13 +94,20 @@ class CallRecord:
     paused: bool = False
     #: A host tool's schema digest: what the tool took when the call was made.
     schema: str | None = None
+    #: A host tool's schema defaults (``{property: default}``), filled into both sides'
+    #: arguments when they are compared: ``tools.f(1)`` is ``tools.f(1, y=2)`` when y's
+    #: default is 2. The recording keeps the arguments as they were sent.
+    defaults: dict[str, Any] | None = None
 
     def matches(self, line: dict[str, Any]) -> bool:
-        """Whether ``line`` (a recorded call) is this call: same tool and arguments."""
+        """Whether ``line`` (a recorded call) is this call: same tool and arguments, the
+        tool's schema defaults filled in on both sides."""
         if self.arguments is None:  # not JSON: no telling whether it is the same
             return False
-        same_tool = line.get("tool") == self.tool
-        return same_tool and canonical(line.get("arguments")) == canonical(self.arguments)
+        if line.get("tool") != self.tool:
+            return False
+        recorded = _filled(line.get("arguments"), self.defaults)
+        return canonical(recorded) == canonical(_filled(self.arguments, self.defaults))
 
     def may_take(self, line: dict[str, Any]) -> bool:
         """Whether this call may be given the result of ``line``, a recorded call it matches:
@@ -408,6 +415,13 @@ class Reuse:
         return said.TOOL_RESULTS_REUSED.render(
             reused=self.reused, results=results, sources=sources, live=self.live, calls=calls
         )
+
+
+def _filled(arguments: Any, defaults: dict[str, Any] | None) -> Any:
+    """``arguments`` (an object) with the ``defaults`` of the properties it leaves out."""
+    if not defaults or not isinstance(arguments, dict):
+        return arguments
+    return {**defaults, **arguments}
 
 
 def origin(line: dict[str, Any], call_id: str) -> list[Any]:

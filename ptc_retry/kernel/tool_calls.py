@@ -97,19 +97,21 @@ class ProgramCalls:
         reads: str | None = None,
         reusable: bool = True,
         schema: str | None = None,
+        defaults: dict[str, Any] | None = None,
     ) -> CallRecord:
         """Number the next call; it comes back with its result when a running replay reuses
         one (``reused_from`` set: the call id of the replayed program whose recording gave
         it), else the caller makes it and reports with ``finish``. ``code`` and ``reads``: a
         recorded function's digests; ``reusable=False``: this call is never given a recorded
-        result, nor is its own ever reused; ``schema``: a host tool's schema digest."""
+        result, nor is its own ever reused; ``schema``: a host tool's schema digest and
+        ``defaults`` its schema's defaults (filled in when arguments are compared)."""
         if self._closed:
             raise ToolError(f"{tool}: the program that made this call has ended", tool=tool)
         if self.paused:  # the program went on past its pause (a bare except): it stops here
             raise self.approval_pending()
         self._count += 1
         record = CallRecord(self._count, tool, arguments, self._statements.current(), code, reads)
-        record.schema = schema
+        record.schema, record.defaults = schema, defaults
         record.within = _WITHIN.get()
         record.reusable = reusable
         found = self.reuses.take(record)
@@ -278,4 +280,5 @@ async def call_host_tool(name: str, arguments: dict[str, Any]) -> Any:
             f"{', '.join(catalog.names) or 'none'}",
             tool=name,
         )
-    return await calls.host_calls.call(name, arguments, catalog.specs[name].schema_digest)
+    spec = catalog.specs[name]
+    return await calls.host_calls.call(name, arguments, spec.schema_digest, spec.defaults)
