@@ -460,6 +460,30 @@ def test_a_second_backend_given_a_started_backend_s_session_is_refused_at_its_st
     assert "the session 'shared'" in str(refused) and "in use by another kernel" in str(refused)
     assert first.session_dir is not None
     assert (first.session_dir / "by-id" / "call_first.json").exists()
+    # The refused backend made nothing: no "shared.2" beside it.
+    assert not (first.session_dir.parent / "shared.2").exists()
+
+
+def test_a_second_native_backend_on_a_held_session_is_refused_and_makes_nothing(
+    on_loop: OnLoop[Any], options: dict[str, Any]
+) -> None:
+    async def two() -> tuple[BackendError, KernelBackend]:
+        first = KernelBackend(mode="native", session_id="native-held", **options)
+        second = KernelBackend(mode="native", session_id="native-held", **options)
+        await first.start()
+        try:
+            with pytest.raises(BackendError) as refused:
+                await second.start()
+            return refused.value, first
+        finally:
+            await second.shutdown()
+            await first.shutdown(keep=True)
+
+    refused, first = on_loop(two())
+
+    assert "the session 'native-held'" in str(refused) and "in use" in str(refused)
+    assert first.session_dir is not None and first.session_dir.name == "native-held"
+    assert not (first.session_dir.parent / "native-held.2").exists()
 
 
 def test_sync_twins_run_a_program(options: dict[str, Any]) -> None:

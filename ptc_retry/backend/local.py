@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..core.errors import BackendError, KernelStartError, PtcRetryError
+from ..core.errors import BackendError, KernelStartError, PtcRetryError, SessionInUseError
 from ..core.protocol import execute_request
 from ..core.session_files import session_in_use
 from ..core.store import CheckpointStore
@@ -270,7 +270,9 @@ def check_checkpoints(kernel_dir: Path, session_id: str) -> None:
     (BackendError), and not with every program unsaved while the notices and the prompt
     section name files that do not exist. ``kernel_dir``: ``<root>/<session_id>``."""
     try:
-        store = CheckpointStore(kernel_dir.parent, session_id)
+        store = CheckpointStore(kernel_dir.parent, session_id, moves=False)
+    except SessionInUseError:
+        raise BackendError(in_use(session_id, kernel_dir.parent)) from None
     except (OSError, PtcRetryError) as exc:
         # The OS's own words ("Read-only file system"): the path is named just before.
         reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)

@@ -8,8 +8,17 @@ from pathlib import Path
 from typing import Any
 
 from ..core import sentences as said
-from ..core.errors import BackendError
-from ..native import NativeTools, Position, ToolFailure, ToolResult, current_call, tool_definitions
+from ..core.errors import BackendError, SessionInUseError
+from ..core.store import CheckpointStore
+from ..native import (
+    NativeTools,
+    Position,
+    ToolFailure,
+    ToolJournal,
+    ToolResult,
+    current_call,
+    tool_definitions,
+)
 from .results import (
     NATIVE_RUN_CODE_DESCRIPTION,
     RUN_CODE,
@@ -76,19 +85,19 @@ class NativeSession:
 
     Calls made with one ``step=`` are one model message of the journal, so
     ``previous_ordinal`` numbers them; a call without ``step=`` is a message of its own.
-    BackendError when another process holds the session (the store would have moved on to
-    another directory, apart from the kernel's).
+    BackendError when another process holds the session, and nothing is made (the store is
+    never moved on to another directory, apart from the kernel's).
     """
 
-    def __init__(self, root: Path, session_id: str, session_dir: Path, run: RunCode) -> None:
-        tools = NativeTools(root=root, session=session_id)
-        if tools.journal.session_dir != session_dir:
-            held = tools.journal.session_dir
-            tools.journal.close()
+    def __init__(self, root: Path, session_id: str, run: RunCode) -> None:
+        try:  # never moved to <session>.2: nothing is made for a session that is held
+            store = CheckpointStore(root, session_id, moves=False)
+        except SessionInUseError:
             raise BackendError(
-                f"the session {session_id!r} in {root} is in use by another process (this one "
-                f"would have used {held}); pass another session_id, or none for a fresh one"
-            )
+                f"the session {session_id!r} in {root} is in use by another process; pass "
+                "another session_id, or none for a fresh one"
+            ) from None
+        tools = NativeTools(ToolJournal(store))
         tools.register(
             NativeRunCode(run),
             name=RUN_CODE,

@@ -10,7 +10,7 @@ import stat
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import StoreError
+from .errors import SessionInUseError, StoreError
 from .fs import (
     FILE_MODE,
     Dir,
@@ -38,23 +38,27 @@ class Claimed(NamedTuple):
     warnings: list[str]  # what the caller should say once (moved elsewhere, cannot lock)
 
 
-def claim(root: Path, requested: str, owner: str | None) -> Claimed:
+def claim(root: Path, requested: str, owner: str | None, *, moves: bool = True) -> Claimed:
     """Open and lock a session directory in ``root`` (absolute, created if missing): the free
     one ``owner`` had (a restart), else ``requested``, else the first free numbered one.
 
     ``owner`` names a kernel across its restarts; it is written into the directory it gets.
-    StoreError when the root or a session directory is unsafe, or every name is in use.
+    StoreError when the root or a session directory is unsafe, or every name is in use;
+    with ``moves=False`` only ``requested`` is tried, and SessionInUseError, with nothing
+    created, says another live process holds it.
     """
     check_ancestors(root)
     root_dir = open_dir(Dir(root.parent), root.name, "checkpoint root", ours=False)
     try:
-        return _claim(root_dir, requested, owner)
+        return _claim(root_dir, requested, owner, moves)
     finally:
         root_dir.close()
 
 
-def _claim(root: Dir, requested: str, owner: str | None) -> Claimed:
+def _claim(root: Dir, requested: str, owner: str | None, moves: bool) -> Claimed:
     names = [requested] + [numbered(requested, n) for n in range(2, _MAX_SESSIONS + 1)]
+    if not moves:
+        names = [requested]
     if owner is not None:
         mine = [name for name in names if _owner_of(root, name) == owner]
         names = mine + [name for name in names if name not in mine]
@@ -87,6 +91,8 @@ def _claim(root: Dir, requested: str, owner: str | None) -> Claimed:
                 f"its programs in {session.path}"
             )
         return Claimed(name, session, fd, held is True, warnings)
+    if not moves:
+        raise SessionInUseError(f"session {requested} in {root.path} is in use by a live kernel")
     raise StoreError(
         f"sessions {requested} to {numbered(requested, _MAX_SESSIONS)} in {root.path} are "
         "all in use by live kernels; give this kernel another session name "

@@ -18,6 +18,11 @@ class StoreError(PtcRetryError):
     """The checkpoint store cannot be used (unsafe root, bad session directory)."""
 
 
+class SessionInUseError(StoreError):
+    """The session asked for is held by another live process, and the store was asked not to
+    move to ``<session>.2`` (a backend that must name the kernel's session exactly)."""
+
+
 class CheckpointError(PtcRetryError):
     """A checkpoint is missing, unreadable, or not a JSON object with a ``"code"`` string."""
 

@@ -82,10 +82,13 @@ class CheckpointStore:
         session: str | None = None,
         *,
         owner: str | None = None,
+        moves: bool = True,
     ) -> None:
         """``owner``: what names this kernel across its restarts (the extension passes a
         digest of its connection file). A restarted kernel that had been moved to
-        ``<session>.2`` goes back there, not into a ``<session>`` that has become free."""
+        ``<session>.2`` goes back there, not into a ``<session>`` that has become free.
+        ``moves=False``: never move to ``<session>.2``; a session another live process
+        holds is SessionInUseError, and nothing is created."""
         # absolute(): user code may chdir, and later paths must still mean the same place.
         self.root = (Path(root).expanduser() if root is not None else default_root()).absolute()
         requested = sanitize(session) if session is not None else f"s{secrets.token_hex(4)}"
@@ -103,7 +106,7 @@ class CheckpointStore:
         #: Writes one file whole; the seam for fault injection (see the class docstring).
         self.write_file: Callable[[Entry, bytes], None] = write_atomic
         read_umask()
-        claimed = claim(self.root, requested, owner)
+        claimed = claim(self.root, requested, owner, moves=moves)
         self.session, self.session_dir = claimed.name, claimed.directory.path
         self._warnings.extend(claimed.warnings)
         session_dir = claimed.directory
