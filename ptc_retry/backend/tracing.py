@@ -237,8 +237,9 @@ class _CallTrace(CallTrace):
 
 
 def _failed(result: RunResult) -> bool:
-    """Whether the program failed: a call cut off mid-stream ran nothing, and failed not."""
-    return result.status not in (ResultStatus.OK, ResultStatus.PARTIAL)
+    """Whether the program failed: a call cut off mid-stream ran nothing, and one paused for
+    a person's approval waits; neither failed."""
+    return result.status not in (ResultStatus.OK, ResultStatus.PARTIAL, ResultStatus.PAUSED)
 
 
 def _set_error(span: Any, ename: str, message: str | None) -> None:

@@ -142,7 +142,8 @@ class ProgramTrace:
         span.set_attribute("ptc_retry.status", status.value)
         for key, count in (tool_calls or {}).items():
             span.set_attribute(f"ptc_retry.tool_calls.{key}", count)
-        if error is not None and status != HistoryStatus.OK:
+        # A pause for a person's approval stops the program with an exception, and fails not.
+        if error is not None and status not in (HistoryStatus.OK, HistoryStatus.PAUSED):
             _failed(span, type(error).__name__)
         span.end()
 

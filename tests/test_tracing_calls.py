@@ -1,0 +1,134 @@
+"""OpenTelemetry spans of the calls beside a program and its replay (docs/operators.md), on
+real local kernels that trace (tests/otel_kernel_startup.py): a pause for a person's approval
+and its continuation, a native-mode edit, calls the backend refuses, and an SDK that raises."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip(
+    "opentelemetry.sdk", reason="the trace tests need opentelemetry-sdk (the test extra)"
+)
+
+from ptc_retry.backend import KernelBackend, RunResult  # noqa: E402
+from ptc_retry.core.status import ResultStatus  # noqa: E402
+
+from .helpers import OnLoop, StartBackend, raw  # noqa: E402
+from .test_tracing import (  # noqa: E402
+    Telemetered,
+    as_dicts,
+    kernel_spans,
+    telemetered,
+    traced_directory,
+)
+
+#: Seconds within which each exchange of these tests must end.
+BOUND = 40
+#: A program that looks an order up, then pauses before the e-mail until a person decides.
+CHASE = """\
+order = await tools.lookup(item="tea")
+sent = await tools.send_email(to="owner@example.com", body=f"{order['item']} is late")
+print("done:", sent)
+"""
+
+
+class Office:
+    """The agent's side: a lookup, and an e-mail that needs a person's approval."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+
+    def lookup(self, item: str) -> dict[str, Any]:
+        """Look an order up."""
+        return {"item": item}
+
+    def send_email(self, to: str, body: str) -> str:
+        """Send an e-mail."""
+        self.sent.append(to)
+        return f"sent to {to}"
+
+
+@pytest.fixture(scope="module")
+def traced_ipython(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return traced_directory(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def telemetry() -> Telemetered:
+    return telemetered()
+
+
+@pytest.fixture(scope="module")
+def office() -> Office:
+    return Office()
+
+
+@pytest.fixture(scope="module")
+def backend(
+    start_backend: StartBackend,
+    roots: dict[str, Path],
+    traced_ipython: Path,
+    telemetry: Telemetered,
+    office: Office,
+) -> KernelBackend:
+    kb = start_backend(
+        root=roots["local"],
+        env={"IPYTHONDIR": str(traced_ipython)},
+        telemetry=telemetry.telemetry(),
+    )
+    kb.register_tool(office.lookup)
+    kb.register_tool(office.send_email, approval=True)
+    return kb
+
+
+def spans_of(telemetry: Telemetered, traced_ipython: Path) -> list[dict[str, Any]]:
+    """Every span so far: the backend's and the kernel's."""
+    return as_dicts(telemetry.spans.get_finished_spans()) + kernel_spans(traced_ipython)
+
+
+def called(spans: list[dict[str, Any]], call_id: str, name: str | None = None) -> dict[str, Any]:
+    """The one backend span of the call ``call_id`` (named ``name``, when given)."""
+    (found,) = [
+        span
+        for span in spans
+        if span["attributes"].get("gen_ai.tool.call.id") == call_id
+        and (name is None or span["name"] == name)
+    ]
+    return found
+
+
+def beneath(spans: list[dict[str, Any]], parent: dict[str, Any], name: str) -> dict[str, Any]:
+    (found,) = [
+        span
+        for span in spans
+        if span["parent_id"] == parent["context"]["span_id"] and span["name"] == name
+    ]
+    return found
+
+
+def pause(backend: KernelBackend, call_id: str, on_loop: OnLoop[Any]) -> RunResult:
+    on_loop(asyncio.wait_for(backend.handle_tool_call("run_code", raw(CHASE), call_id), BOUND))
+    paused = backend.last_result
+    assert paused is not None and paused.status == ResultStatus.PAUSED, paused
+    return paused
+
+
+# -- a pause for approval, and its continuation -----------------------------------------------
+
+
+def test_a_pause_for_approval_is_no_error_on_the_backend_or_kernel_span(
+    backend: KernelBackend, telemetry: Telemetered, traced_ipython: Path, on_loop: OnLoop[Any]
+) -> None:
+    paused = pause(backend, "pause-no-error", on_loop)
+    spans = spans_of(telemetry, traced_ipython)
+    program = called(spans, "pause-no-error", "execute_tool run_code")
+    run = beneath(spans, program, "ptc_retry.run")
+    for span in (program, run):
+        assert span["attributes"]["ptc_retry.status"] == "paused"
+        assert span["status"]["status_code"] == "UNSET", span["name"]
+        assert "error.type" not in span["attributes"] and span["events"] == []
+    on_loop(asyncio.wait_for(backend.deny(paused.reference or ""), BOUND))
