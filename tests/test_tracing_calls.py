@@ -14,7 +14,7 @@ pytest.importorskip(
     "opentelemetry.sdk", reason="the trace tests need opentelemetry-sdk (the test extra)"
 )
 
-from ptc_retry.backend import KernelBackend, RunResult  # noqa: E402
+from ptc_retry.backend import KernelBackend, RunResult, Telemetry  # noqa: E402
 from ptc_retry.core.status import ResultStatus  # noqa: E402
 
 from .helpers import OnLoop, StartBackend, raw  # noqa: E402
@@ -132,3 +132,92 @@ def test_a_pause_for_approval_is_no_error_on_the_backend_or_kernel_span(
         assert span["status"]["status_code"] == "UNSET", span["name"]
         assert "error.type" not in span["attributes"] and span["events"] == []
     on_loop(asyncio.wait_for(backend.deny(paused.reference or ""), BOUND))
+
+
+# -- an SDK that raises -----------------------------------------------------------------------
+
+#: A kernel startup file whose tracer provider's span processor raises at every span.
+RAISING_STARTUP = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
+
+
+class Raising(SpanProcessor):
+    def on_start(self, span, parent_context=None):
+        raise RuntimeError("the span processor broke at the start")
+
+    def on_end(self, span):
+        raise RuntimeError("the span processor broke at the end")
+
+
+provider = TracerProvider()
+provider.add_span_processor(Raising())
+trace.set_tracer_provider(provider)
+del provider
+"""
+
+
+class RaisingProcessor:
+    """A span processor that raises at each span's end, and at the start of each but a
+    program's (whose trace context then still reaches the kernel)."""
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        if span.name != "execute_tool run_code":
+            raise RuntimeError("the span processor broke at the start")
+
+    def on_end(self, span: Any) -> None:
+        raise RuntimeError("the span processor broke at the end")
+
+    def shutdown(self) -> None:
+        pass
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+class RaisingMeters:
+    """A meter provider whose meters raise at every instrument."""
+
+    def get_meter(self, *args: Any, **kwargs: Any) -> Any:
+        return self
+
+    def create_histogram(self, *args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("the meter broke")
+
+    create_counter = create_histogram
+
+
+def test_a_span_processor_or_meter_that_raises_fails_no_program_or_tool_call(
+    start_backend: StartBackend,
+    roots: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    on_loop: OnLoop[Any],
+) -> None:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    ipython = tmp_path_factory.mktemp("raising-ipython")
+    startup = ipython / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    (startup / "00-otel.py").write_text(RAISING_STARTUP)
+    provider = TracerProvider()
+    provider.add_span_processor(RaisingProcessor())  # type: ignore[arg-type]
+    office = Office()
+    kb = start_backend(
+        root=roots["local"],
+        env={"IPYTHONDIR": str(ipython)},
+        telemetry=Telemetry(provider, RaisingMeters()),
+    )
+    kb.register_tool(office.lookup)
+    kb.register_tool(office.send_email, approval=True)
+
+    paused = pause(kb, "raising-pause", on_loop)
+    went_on = on_loop(asyncio.wait_for(kb.approve(paused.reference or ""), BOUND))
+    assert went_on is not None and went_on.status == ResultStatus.OK, went_on
+    assert "done: sent to owner@example.com" in went_on.text
+    assert office.sent == ["owner@example.com"]
+    text = on_loop(
+        asyncio.wait_for(kb.handle_tool_call("run_code", raw("1 / 0"), "raising-fail"), BOUND)
+    )
+    assert "ZeroDivisionError" in text
+    printed = on_loop(asyncio.wait_for(kb.run_code("print(6 * 7)"), BOUND))
+    assert printed.status == ResultStatus.OK and printed.text == "42"

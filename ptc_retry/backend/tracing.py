@@ -11,6 +11,7 @@ and no request carries a ``traceparent``.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.contained import Contained
 from ..core.protocol import TRACE_FIELDS
 from ..core.status import ResultStatus
 
@@ -44,6 +46,9 @@ EXECUTE_TOOL = "execute_tool"
 BYTES_PER_TOKEN = 2.84
 #: How many recent programs' spans a later replay can link to.
 _LINKABLE = 256
+#: Every call into OpenTelemetry goes through it: an SDK or exporter that raises is logged
+#: and fails no call of the backend.
+_otel = Contained(logging.getLogger(__name__))
 
 
 @dataclass(frozen=True)
@@ -62,6 +67,7 @@ class Telemetry:
     record_program: bool = False
 
 
+@_otel.method(default=None)
 def _configured(module_name: str, provider: Any, getter: str, no_ops: tuple[str, ...]) -> Any:
     """``provider``, else the global one of ``module_name`` when the application set one;
     None when it set none. Nothing is imported: an application that configured an SDK has
@@ -94,8 +100,8 @@ class Tracing:
             "get_meter_provider",
             ("_ProxyMeterProvider", "NoOpMeterProvider"),
         )
-        self._tracer = tracers.get_tracer(SCOPE) if tracers is not None else None
-        self._metrics = _Metrics(meters.get_meter(SCOPE)) if meters is not None else None
+        self._tracer = _otel.call(tracers.get_tracer, SCOPE) if tracers is not None else None
+        self._metrics = _otel.call(_Metrics, meters) if meters is not None else None
         #: The span context of each recent program, by checkpoint id, for a replay's link.
         self._spans: OrderedDict[str, Any] = OrderedDict()
 
@@ -119,6 +125,7 @@ class Tracing:
             return NO_HOST_SPAN
         return _HostSpan(self._tracer, call)
 
+    @_otel.method()
     def _remember(self, call_id: str | None, span: Any) -> None:
         if call_id is None:
             return
@@ -164,7 +171,8 @@ class _CallTrace(CallTrace):
         self._sent_bytes = len(sent.encode("utf-8"))
         tracer = tracing._tracer
         if tracer is not None:
-            self._span = tracer.start_span(
+            self._span = _otel.call(
+                tracer.start_span,
                 f"{EXECUTE_TOOL} {request.get('tool', 'run_code')}",
                 attributes=self._start_attributes(code),
             )
@@ -185,16 +193,23 @@ class _CallTrace(CallTrace):
         return attributes
 
     def __enter__(self) -> CallTrace:
+        self._make_current()
+        return self
+
+    @_otel.method()
+    def _make_current(self) -> None:
         if self._span is not None:
             from opentelemetry import trace
 
-            self._used = trace.use_span(self._span, end_on_exit=False)
-            self._used.__enter__()
-        return self
+            used = trace.use_span(self._span, end_on_exit=False)
+            used.__enter__()
+            self._used = used
 
+    @_otel.method()
     def __exit__(self, etype: Any, error: Any, tb: Any) -> None:
         if self._used is not None:
-            self._used.__exit__(None, None, None)
+            used, self._used = self._used, None
+            used.__exit__(None, None, None)
         span = self._span
         if span is None:
             return
@@ -202,6 +217,7 @@ class _CallTrace(CallTrace):
             _set_error(span, type(error).__name__, self._message(str(error)))
         span.end()
 
+    @_otel.method(default={})
     def context(self) -> dict[str, str]:
         if self._span is None:
             return {}
@@ -217,7 +233,11 @@ class _CallTrace(CallTrace):
         facts = _facts(result, self._sent_bytes)
         metrics = self._tracing._metrics
         if metrics is not None:
-            metrics.record(result, facts)
+            _otel.call(metrics.record, result, facts)
+        self._annotate(result, facts)
+
+    @_otel.method()
+    def _annotate(self, result: RunResult, facts: dict[str, Any]) -> None:
         span = self._span
         if span is None:
             return
@@ -318,7 +338,8 @@ COUNTERS = {
 class _Metrics:
     """The backend's instruments: ``COUNTERS`` and the GenAI conventions' duration."""
 
-    def __init__(self, meter: Any) -> None:
+    def __init__(self, meters: Any) -> None:
+        meter = meters.get_meter(SCOPE)
         self.duration = meter.create_histogram(
             "gen_ai.execute_tool.duration", unit="s", description="Duration of tool executions."
         )
@@ -371,6 +392,16 @@ class _HostSpan(HostSpan):
 
     @contextmanager
     def running(self) -> Iterator[None]:
+        # The tool's own exceptions go through as they came; the span's, nowhere.
+        used = _otel.call(self._start)
+        try:
+            yield
+        finally:
+            if used is not None:
+                _otel.call(used.__exit__, None, None, None)
+
+    def _start(self) -> Any:
+        """The span, started and made current: the context manager that ends it."""
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         call = self._call
@@ -386,16 +417,17 @@ class _HostSpan(HostSpan):
             attributes["gen_ai.tool.call.id"] = f"{call['program']}:{call['k']}"
             attributes["ptc_retry.program"] = call["program"]
             attributes["ptc_retry.tool_call.k"] = call["k"]
-        with self._tracer.start_as_current_span(
+        used = self._tracer.start_as_current_span(
             f"{EXECUTE_TOOL} {tool}",
             context=parent,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
-        ) as span:
-            self._span = span
-            yield
+        )
+        self._span = used.__enter__()
+        return used
 
+    @_otel.method()
     def failed(self, ename: str) -> None:
         if self._span is not None:
             _set_error(self._span, ename, None)  # never the tool's arguments or message
