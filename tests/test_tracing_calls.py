@@ -134,6 +134,78 @@ def test_a_pause_for_approval_is_no_error_on_the_backend_or_kernel_span(
     on_loop(asyncio.wait_for(backend.deny(paused.reference or ""), BOUND))
 
 
+def points(telemetry: Telemetered, name: str) -> list[Any]:
+    """The data points of the metric ``name`` so far."""
+    data = telemetry.metrics.get_metrics_data()
+    return [
+        point
+        for resource in (data.resource_metrics if data is not None else [])
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == name
+        for point in metric.data.data_points
+    ]
+
+
+def test_an_approvals_continuation_is_a_span_of_its_own_that_saved_nothing(
+    backend: KernelBackend, telemetry: Telemetered, traced_ipython: Path, on_loop: OnLoop[Any]
+) -> None:
+    paused = pause(backend, "pause-approved", on_loop)
+    saved_before = sum(point.value for point in points(telemetry, "ptc_retry.bytes_saved"))
+    went_on = on_loop(asyncio.wait_for(backend.approve(paused.reference or ""), BOUND))
+    assert went_on is not None and went_on.status == ResultStatus.OK, went_on
+    spans = spans_of(telemetry, traced_ipython)
+    program = called(spans, "pause-approved")
+    (approval,) = [
+        span
+        for span in spans
+        if span["name"] == "ptc_retry.approval"
+        and span["attributes"]["ptc_retry.approval_of"] == paused.call_id
+    ]
+    attributes = approval["attributes"]
+    assert attributes["ptc_retry.operation"] == "approval"
+    assert attributes["ptc_retry.call_id"] == went_on.call_id
+    assert (attributes["ptc_retry.approval.approved"], attributes["ptc_retry.approval.denied"]) == (
+        1,
+        0,
+    )
+    assert "gen_ai.tool.call.id" not in attributes  # the model made no call for it
+    for key in ("bytes_sent", "bytes_saved", "tokens_saved"):
+        assert f"ptc_retry.{key}" not in attributes
+    (link,) = approval["links"]
+    assert link["context"]["span_id"] == program["context"]["span_id"]
+    assert link["attributes"] == {"ptc_retry.link": "approval_of"}
+    beneath(spans, approval, "ptc_retry.run")  # the kernel's spans come beneath it
+    # Nothing saved, no replay: the counters did not move for it.
+    assert sum(point.value for point in points(telemetry, "ptc_retry.bytes_saved")) == saved_before
+    assert not [
+        point
+        for point in points(telemetry, "ptc_retry.replays")
+        if point.attributes["ptc_retry.operation"] in ("resume", "approval")
+    ]
+    counted = {
+        point.attributes["ptc_retry.status"]: point.value
+        for point in points(telemetry, "ptc_retry.calls")
+        if point.attributes["ptc_retry.operation"] == "approval"
+    }
+    assert counted["ok"] == 1
+
+
+def test_a_denials_continuation_counts_the_denied_calls(
+    backend: KernelBackend, telemetry: Telemetered, on_loop: OnLoop[Any]
+) -> None:
+    paused = pause(backend, "pause-denied", on_loop)
+    on_loop(asyncio.wait_for(backend.deny(paused.reference or "", "not today"), BOUND))
+    (approval,) = [
+        span
+        for span in as_dicts(telemetry.spans.get_finished_spans())
+        if span["name"] == "ptc_retry.approval"
+        and span["attributes"]["ptc_retry.approval_of"] == paused.call_id
+    ]
+    assert approval["attributes"]["ptc_retry.approval.denied"] == 1
+    assert approval["attributes"]["ptc_retry.approval.approved"] == 0
+
+
 # -- an SDK that raises -----------------------------------------------------------------------
 
 #: A kernel startup file whose tracer provider's span processor raises at every span.

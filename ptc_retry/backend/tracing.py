@@ -14,9 +14,10 @@ from __future__ import annotations
 import logging
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from contextvars import ContextVar
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..core.contained import Contained
@@ -32,8 +33,10 @@ __all__ = [
     "NO_TRACE",
     "CallTrace",
     "HostSpan",
+    "Operation",
     "Telemetry",
     "Tracing",
+    "described",
 ]
 
 #: The instrumentation scope of every span and metric the backend makes.
@@ -65,6 +68,35 @@ class Telemetry:
     tracer_provider: Any = None
     meter_provider: Any = None
     record_program: bool = False
+
+
+@_otel.method(default=None)
+@dataclass(frozen=True)
+class Operation:
+    """What the backend runs a program for when it is not the model's ``run_code`` call as
+    sent (see ``described``): a person's decision on a paused program, a native-mode edit."""
+
+    operation: str  # its ptc_retry.operation
+    span_name: str
+    link: str  # the attribute naming ``of`` (``ptc_retry.<link>``), and its link's kind
+    of: str  # the call it goes on from, or fixes: its span is linked
+    tool: str | None = None  # the model's tool it is a call of; None: no call of the model's
+    sent_bytes: int | None = None  # the bytes the model sent for it; None: it sent nothing
+    whole_bytes: int | None = None  # the bytes re-sending the whole call would have taken
+    attributes: Mapping[str, Any] = field(default_factory=dict)
+
+
+_DESCRIBED: ContextVar[Operation | None] = ContextVar("ptc_retry_operation", default=None)
+
+
+@contextmanager
+def described(operation: Operation) -> Iterator[None]:
+    """The program the backend's ``run_code`` runs in this context is ``operation``."""
+    token = _DESCRIBED.set(operation)
+    try:
+        yield
+    finally:
+        _DESCRIBED.reset(token)
 
 
 @_otel.method(default=None)
@@ -166,26 +198,34 @@ class _CallTrace(CallTrace):
         self._request = request
         self._span: Any = None
         self._used: Any = None
+        self._operation = operation = _DESCRIBED.get()
         # What the model sent for this call: the measure of what a replay saved against it.
-        sent = request.get("arguments") or _as_call(code)
-        self._sent_bytes = len(sent.encode("utf-8"))
+        self._sent_bytes: int | None
+        if operation is not None:
+            self._sent_bytes = operation.sent_bytes
+        else:
+            self._sent_bytes = len((request.get("arguments") or _as_call(code)).encode("utf-8"))
+        self._tool = tool = request.get("tool", "run_code") if operation is None else operation.tool
         tracer = tracing._tracer
         if tracer is not None:
             self._span = _otel.call(
                 tracer.start_span,
-                f"{EXECUTE_TOOL} {request.get('tool', 'run_code')}",
-                attributes=self._start_attributes(code),
+                f"{EXECUTE_TOOL} {tool}" if operation is None else operation.span_name,
+                attributes=self._start_attributes(code, tool),
             )
 
-    def _start_attributes(self, code: str) -> dict[str, Any]:
+    def _start_attributes(self, code: str, tool: str | None) -> dict[str, Any]:
         request = self._request
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": EXECUTE_TOOL,
-            "gen_ai.tool.name": request.get("tool", "run_code"),
-            "gen_ai.tool.type": "function",
-            "gen_ai.tool.call.id": request["call_id"],
-            "ptc_retry.turn": request.get("turn", 0),
-        }
+        attributes: dict[str, Any] = {"ptc_retry.turn": request.get("turn", 0)}
+        if tool is not None:  # a call of the model's tool
+            attributes |= {
+                "gen_ai.operation.name": EXECUTE_TOOL,
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.type": "function",
+                "gen_ai.tool.call.id": request["call_id"],
+            }
+        if self._operation is not None:
+            attributes |= self._operation.attributes
         if isinstance(request.get("step"), int):
             attributes["ptc_retry.step"] = request["step"]
         if self._tracing.record_program:
@@ -230,10 +270,10 @@ class _CallTrace(CallTrace):
         return {key: value for key, value in carrier.items() if key in TRACE_FIELDS}
 
     def ended(self, result: RunResult) -> None:
-        facts = _facts(result, self._sent_bytes)
+        facts = _facts(result, self._sent_bytes, self._operation)
         metrics = self._tracing._metrics
         if metrics is not None:
-            _otel.call(metrics.record, result, facts)
+            _otel.call(metrics.record, result, facts, self._tool)
         self._annotate(result, facts)
 
     @_otel.method()
@@ -242,10 +282,9 @@ class _CallTrace(CallTrace):
         if span is None:
             return
         span.set_attributes(facts)
-        linked = facts.get("ptc_retry.replay_of") or facts.get("ptc_retry.extend_of")
+        kind, linked = _linked(facts, self._operation)
         earlier = self._tracing._spans.get(linked) if isinstance(linked, str) else None
         if earlier is not None:
-            kind = "replay_of" if "ptc_retry.replay_of" in facts else "extend_of"
             span.add_link(earlier, {"ptc_retry.link": kind})
         if _failed(result):
             ename = result.ename or result.status.value
@@ -281,23 +320,40 @@ def _as_call(code: str) -> str:
     return json.dumps({"code": code}, ensure_ascii=False)
 
 
-def _facts(result: RunResult, sent_bytes: int) -> dict[str, Any]:
+def _linked(facts: dict[str, Any], operation: Operation | None) -> tuple[str, Any]:
+    """The kind of the link a program's span has, and the call id of the span it links to."""
+    if operation is not None:
+        return operation.link, operation.of
+    if "ptc_retry.replay_of" in facts:
+        return "replay_of", facts["ptc_retry.replay_of"]
+    return "extend_of", facts.get("ptc_retry.extend_of")
+
+
+def _facts(
+    result: RunResult, sent_bytes: int | None, operation: Operation | None = None
+) -> dict[str, Any]:
     """The ``ptc_retry.*`` attributes of a program's result (docs/operators.md)."""
     metadata = result.metadata or {}
     facts: dict[str, Any] = {
         "ptc_retry.status": result.status.value,
-        "ptc_retry.operation": _operation(result, metadata),
-        "ptc_retry.bytes_sent": sent_bytes,
+        "ptc_retry.operation": _operation(result, metadata, operation),
         "ptc_retry.restarted": result.restarted,
     }
+    if sent_bytes is not None:
+        facts["ptc_retry.bytes_sent"] = sent_bytes
     for key, value in (("call_id", result.call_id), ("reference", result.reference)):
         if value is not None:
             facts[f"ptc_retry.{key}"] = value
     for key in ("replay_of", "extend_of", "resumed_from"):
         if isinstance(metadata.get(key), (str, int)):
             facts[f"ptc_retry.{key}"] = metadata[key]
-    saved_bytes = metadata.get("bytes")
-    if isinstance(saved_bytes, int) and ("replay_of" in metadata or "extend_of" in metadata):
+    if operation is not None:
+        facts[f"ptc_retry.{operation.link}"] = operation.of
+        saved_bytes, saving = operation.whole_bytes, operation.whole_bytes is not None
+    else:
+        saved_bytes = metadata.get("bytes")
+        saving = "replay_of" in metadata or "extend_of" in metadata
+    if isinstance(saved_bytes, int) and isinstance(sent_bytes, int) and saving:
         saved = max(0, saved_bytes - sent_bytes)  # what a re-send of the whole call would cost
         facts["ptc_retry.bytes_saved"] = saved
         facts["ptc_retry.tokens_saved"] = round(saved / BYTES_PER_TOKEN)
@@ -314,8 +370,13 @@ def _facts(result: RunResult, sent_bytes: int) -> dict[str, Any]:
     return facts
 
 
-def _operation(result: RunResult, metadata: dict[str, Any]) -> str:
-    """What the call was: ``run_code``, ``replay``, ``resume``, ``extend`` or ``partial``."""
+def _operation(
+    result: RunResult, metadata: dict[str, Any], operation: Operation | None = None
+) -> str:
+    """What the call was: ``run_code``, ``replay``, ``resume``, ``extend`` or ``partial``,
+    else what ``operation`` says it is."""
+    if operation is not None:
+        return operation.operation
     if result.status == ResultStatus.PARTIAL:
         return "partial"
     if "extend_of" in metadata:
@@ -348,15 +409,17 @@ class _Metrics:
             for name, (unit, description) in COUNTERS.items()
         }
 
-    def record(self, result: RunResult, facts: dict[str, Any]) -> None:
+    def record(self, result: RunResult, facts: dict[str, Any], tool: str | None) -> None:
+        """One program's points; ``tool``: the model's tool it was a call of (None: none)."""
         add = {name: counter.add for name, counter in self.counters.items()}
         operation = facts["ptc_retry.operation"]
         labels = {"ptc_retry.status": facts["ptc_retry.status"], "ptc_retry.operation": operation}
         add["ptc_retry.calls"](1, labels)
-        timing = {"gen_ai.operation.name": EXECUTE_TOOL, "gen_ai.tool.name": "run_code"}
-        if _failed(result):
-            timing["error.type"] = result.ename or result.status.value
-        self.duration.record(result.duration, timing)
+        if tool is not None:  # a tool execution of the model's (an approval's is not)
+            timing = {"gen_ai.operation.name": EXECUTE_TOOL, "gen_ai.tool.name": tool}
+            if _failed(result):
+                timing["error.type"] = result.ename or result.status.value
+            self.duration.record(result.duration, timing)
         if operation in ("replay", "resume", "extend"):
             add["ptc_retry.replays"](1, {"ptc_retry.operation": operation})
         if "ptc_retry.bytes_saved" in facts:
