@@ -14,15 +14,25 @@ from __future__ import annotations
 import logging
 import sys
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..core.contained import Contained
 from ..core.protocol import TRACE_FIELDS
-from ..core.status import ResultStatus
+from .trace_facts import (
+    BYTES_PER_TOKEN,
+    DESCRIBED,
+    EXECUTE_TOOL,
+    SCOPE,
+    Metrics,
+    Operation,
+    described,
+    facts_of,
+    failed,
+)
+from .trace_facts import linked as linked_span
 
 if TYPE_CHECKING:
     from .results import RunResult
@@ -39,14 +49,6 @@ __all__ = [
     "described",
 ]
 
-#: The instrumentation scope of every span and metric the backend makes.
-SCOPE = "ptc_retry"
-#: The GenAI conventions' operation name of a tool execution.
-EXECUTE_TOOL = "execute_tool"
-#: UTF-8 bytes per cl100k_base token of a ``run_code`` call's arguments, measured on the 26
-#: programs of the evaluation's scenarios (154,844 bytes, 54,489 tokens): the estimate behind
-#: ``ptc_retry.tokens_saved``, made without a tokenizer.
-BYTES_PER_TOKEN = 2.84
 #: How many recent programs' spans a later replay can link to.
 _LINKABLE = 256
 #: Every call into OpenTelemetry goes through it: an SDK or exporter that raises is logged
@@ -68,35 +70,6 @@ class Telemetry:
     tracer_provider: Any = None
     meter_provider: Any = None
     record_program: bool = False
-
-
-@_otel.method(default=None)
-@dataclass(frozen=True)
-class Operation:
-    """What the backend runs a program for when it is not the model's ``run_code`` call as
-    sent (see ``described``): a person's decision on a paused program, a native-mode edit."""
-
-    operation: str  # its ptc_retry.operation
-    span_name: str
-    link: str  # the attribute naming ``of`` (``ptc_retry.<link>``), and its link's kind
-    of: str  # the call it goes on from, or fixes: its span is linked
-    tool: str | None = None  # the model's tool it is a call of; None: no call of the model's
-    sent_bytes: int | None = None  # the bytes the model sent for it; None: it sent nothing
-    whole_bytes: int | None = None  # the bytes re-sending the whole call would have taken
-    attributes: Mapping[str, Any] = field(default_factory=dict)
-
-
-_DESCRIBED: ContextVar[Operation | None] = ContextVar("ptc_retry_operation", default=None)
-
-
-@contextmanager
-def described(operation: Operation) -> Iterator[None]:
-    """The program the backend's ``run_code`` runs in this context is ``operation``."""
-    token = _DESCRIBED.set(operation)
-    try:
-        yield
-    finally:
-        _DESCRIBED.reset(token)
 
 
 @_otel.method(default=None)
@@ -133,7 +106,7 @@ class Tracing:
             ("_ProxyMeterProvider", "NoOpMeterProvider"),
         )
         self._tracer = _otel.call(tracers.get_tracer, SCOPE) if tracers is not None else None
-        self._metrics = _otel.call(_Metrics, meters) if meters is not None else None
+        self._metrics = _otel.call(Metrics, meters) if meters is not None else None
         #: The span context of each recent program, by checkpoint id, for a replay's link.
         self._spans: OrderedDict[str, Any] = OrderedDict()
 
@@ -198,7 +171,7 @@ class _CallTrace(CallTrace):
         self._request = request
         self._span: Any = None
         self._used: Any = None
-        self._operation = operation = _DESCRIBED.get()
+        self._operation = operation = DESCRIBED.get()
         # What the model sent for this call: the measure of what a replay saved against it.
         self._sent_bytes: int | None
         if operation is not None:
@@ -270,7 +243,7 @@ class _CallTrace(CallTrace):
         return {key: value for key, value in carrier.items() if key in TRACE_FIELDS}
 
     def ended(self, result: RunResult) -> None:
-        facts = _facts(result, self._sent_bytes, self._operation)
+        facts = facts_of(result, self._sent_bytes, self._operation)
         metrics = self._tracing._metrics
         if metrics is not None:
             _otel.call(metrics.record, result, facts, self._tool)
@@ -282,23 +255,17 @@ class _CallTrace(CallTrace):
         if span is None:
             return
         span.set_attributes(facts)
-        kind, linked = _linked(facts, self._operation)
+        kind, linked = linked_span(facts, self._operation)
         earlier = self._tracing._spans.get(linked) if isinstance(linked, str) else None
         if earlier is not None:
             span.add_link(earlier, {"ptc_retry.link": kind})
-        if _failed(result):
+        if failed(result):
             ename = result.ename or result.status.value
             _set_error(span, ename, self._message(result.evalue))
         self._tracing._remember(result.call_id, span)
 
     def _message(self, text: str | None) -> str | None:
         return text if self._tracing.record_program else None
-
-
-def _failed(result: RunResult) -> bool:
-    """Whether the program failed: a call cut off mid-stream ran nothing, and one paused for
-    a person's approval waits; neither failed."""
-    return result.status not in (ResultStatus.OK, ResultStatus.PARTIAL, ResultStatus.PAUSED)
 
 
 def _set_error(span: Any, ename: str, message: str | None) -> None:
@@ -318,117 +285,6 @@ def _as_call(code: str) -> str:
     import json
 
     return json.dumps({"code": code}, ensure_ascii=False)
-
-
-def _linked(facts: dict[str, Any], operation: Operation | None) -> tuple[str, Any]:
-    """The kind of the link a program's span has, and the call id of the span it links to."""
-    if operation is not None:
-        return operation.link, operation.of
-    if "ptc_retry.replay_of" in facts:
-        return "replay_of", facts["ptc_retry.replay_of"]
-    return "extend_of", facts.get("ptc_retry.extend_of")
-
-
-def _facts(
-    result: RunResult, sent_bytes: int | None, operation: Operation | None = None
-) -> dict[str, Any]:
-    """The ``ptc_retry.*`` attributes of a program's result (docs/operators.md)."""
-    metadata = result.metadata or {}
-    facts: dict[str, Any] = {
-        "ptc_retry.status": result.status.value,
-        "ptc_retry.operation": _operation(result, metadata, operation),
-        "ptc_retry.restarted": result.restarted,
-    }
-    if sent_bytes is not None:
-        facts["ptc_retry.bytes_sent"] = sent_bytes
-    for key, value in (("call_id", result.call_id), ("reference", result.reference)):
-        if value is not None:
-            facts[f"ptc_retry.{key}"] = value
-    for key in ("replay_of", "extend_of", "resumed_from"):
-        if isinstance(metadata.get(key), (str, int)):
-            facts[f"ptc_retry.{key}"] = metadata[key]
-    if operation is not None:
-        facts[f"ptc_retry.{operation.link}"] = operation.of
-        saved_bytes, saving = operation.whole_bytes, operation.whole_bytes is not None
-    else:
-        saved_bytes = metadata.get("bytes")
-        saving = "replay_of" in metadata or "extend_of" in metadata
-    if isinstance(saved_bytes, int) and isinstance(sent_bytes, int) and saving:
-        saved = max(0, saved_bytes - sent_bytes)  # what a re-send of the whole call would cost
-        facts["ptc_retry.bytes_saved"] = saved
-        facts["ptc_retry.tokens_saved"] = round(saved / BYTES_PER_TOKEN)
-    tool_calls = metadata.get("tool_calls")
-    if isinstance(tool_calls, dict):
-        for key in ("reused", "live"):
-            if isinstance(tool_calls.get(key), int):
-                facts[f"ptc_retry.tool_calls.{key}"] = tool_calls[key]
-    guard = metadata.get("guard")
-    if isinstance(guard, dict):
-        facts["ptc_retry.guard.paused"] = bool(guard.get("paused"))
-        if isinstance(guard.get("count"), int):
-            facts["ptc_retry.guard.count"] = guard["count"]
-    return facts
-
-
-def _operation(
-    result: RunResult, metadata: dict[str, Any], operation: Operation | None = None
-) -> str:
-    """What the call was: ``run_code``, ``replay``, ``resume``, ``extend`` or ``partial``,
-    else what ``operation`` says it is."""
-    if operation is not None:
-        return operation.operation
-    if result.status == ResultStatus.PARTIAL:
-        return "partial"
-    if "extend_of" in metadata:
-        return "extend"
-    if "replay_of" in metadata:
-        return "resume" if metadata.get("resumed_from") else "replay"
-    return "run_code"
-
-
-#: The backend's counters (docs/operators.md, Metrics): name -> (unit, description).
-COUNTERS = {
-    "ptc_retry.calls": ("{call}", "Programs run, by status and operation."),
-    "ptc_retry.replays": ("{call}", "Replays, resumes and extends: programs not re-sent."),
-    "ptc_retry.bytes_saved": ("By", "Bytes the model did not re-send."),
-    "ptc_retry.tokens_saved": ("{token}", "Tokens the model did not re-send (estimated)."),
-    "ptc_retry.tool_calls": ("{call}", "Tool calls of programs, reused or made live."),
-}
-
-
-class _Metrics:
-    """The backend's instruments: ``COUNTERS`` and the GenAI conventions' duration."""
-
-    def __init__(self, meters: Any) -> None:
-        meter = meters.get_meter(SCOPE)
-        self.duration = meter.create_histogram(
-            "gen_ai.execute_tool.duration", unit="s", description="Duration of tool executions."
-        )
-        self.counters = {
-            name: meter.create_counter(name, unit=unit, description=description)
-            for name, (unit, description) in COUNTERS.items()
-        }
-
-    def record(self, result: RunResult, facts: dict[str, Any], tool: str | None) -> None:
-        """One program's points; ``tool``: the model's tool it was a call of (None: none)."""
-        add = {name: counter.add for name, counter in self.counters.items()}
-        operation = facts["ptc_retry.operation"]
-        labels = {"ptc_retry.status": facts["ptc_retry.status"], "ptc_retry.operation": operation}
-        add["ptc_retry.calls"](1, labels)
-        if tool is not None:  # a tool execution of the model's (an approval's is not)
-            timing = {"gen_ai.operation.name": EXECUTE_TOOL, "gen_ai.tool.name": tool}
-            if _failed(result):
-                timing["error.type"] = result.ename or result.status.value
-            self.duration.record(result.duration, timing)
-        if operation in ("replay", "resume", "extend"):
-            add["ptc_retry.replays"](1, {"ptc_retry.operation": operation})
-        if "ptc_retry.bytes_saved" in facts:
-            add["ptc_retry.bytes_saved"](facts["ptc_retry.bytes_saved"])
-            add["ptc_retry.tokens_saved"](facts["ptc_retry.tokens_saved"])
-        for how in ("reused", "live"):
-            count = facts.get(f"ptc_retry.tool_calls.{how}")
-            if count:
-                add["ptc_retry.tool_calls"](count, {"ptc_retry.tool_call.reused": how == "reused"})
 
 
 class HostSpan:
