@@ -5,6 +5,7 @@ and its continuation, a native-mode edit, calls the backend refuses, and an SDK 
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ pytest.importorskip(
 )
 
 from ptc_retry.backend import KernelBackend, RunResult, Telemetry  # noqa: E402
+from ptc_retry.core.sentences import EDIT_TOOL  # noqa: E402
 from ptc_retry.core.status import ResultStatus  # noqa: E402
 
 from .helpers import OnLoop, StartBackend, raw  # noqa: E402
@@ -204,6 +206,56 @@ def test_a_denials_continuation_counts_the_denied_calls(
     ]
     assert approval["attributes"]["ptc_retry.approval.denied"] == 1
     assert approval["attributes"]["ptc_retry.approval.approved"] == 0
+
+
+# -- a native-mode edit -----------------------------------------------------------------------
+
+#: A native-mode program with a typo, long enough for the native notice, and its edit.
+TYPO = "rows = [3, 4, 5]\nprint('total', sum(rows[:9]) + totl)\n" + "# padding\n" * 60
+EDIT = json.dumps(
+    {"call_id": "native-fail", "patch": [{"path": "code", "old_string": "totl", "new_string": "0"}]}
+)
+
+
+def test_a_native_edit_is_an_edit_span_linked_to_the_call_it_fixes(
+    start_backend: StartBackend,
+    roots: dict[str, Path],
+    traced_ipython: Path,
+    on_loop: OnLoop[Any],
+) -> None:
+    found = telemetered()
+    kb = start_backend(
+        root=roots["local"],
+        mode="native",
+        env={"IPYTHONDIR": str(traced_ipython)},
+        telemetry=found.telemetry(),
+    )
+
+    async def fail_then_edit() -> str:
+        await kb.handle_tool_call("run_code", raw(TYPO), "native-fail")
+        return await kb.handle_tool_call(EDIT_TOOL, EDIT, "native-edit")
+
+    assert "total 12" in on_loop(asyncio.wait_for(fail_then_edit(), BOUND))
+    spans = spans_of(found, traced_ipython)
+    failed = called(spans, "native-fail")
+    edit = called(spans, "native-edit")
+    assert edit["name"] == f"execute_tool {EDIT_TOOL}"
+    attributes = edit["attributes"]
+    assert attributes["gen_ai.tool.name"] == EDIT_TOOL
+    assert attributes["ptc_retry.operation"] == "edit"
+    assert attributes["ptc_retry.replay_of"] == "native-fail"
+    assert attributes["ptc_retry.status"] == "ok" and edit["status"]["status_code"] == "UNSET"
+    assert attributes["ptc_retry.bytes_sent"] == len(EDIT.encode())
+    patched = raw(TYPO.replace("totl", "0"))
+    assert attributes["ptc_retry.bytes_saved"] == len(patched.encode()) - len(EDIT.encode())
+    (link,) = edit["links"]
+    assert link["context"]["span_id"] == failed["context"]["span_id"]
+    assert link["attributes"] == {"ptc_retry.link": "replay_of"}
+    beneath(spans, edit, "ptc_retry.run")  # the kernel ran the patched program beneath it
+    replays = {
+        p.attributes["ptc_retry.operation"]: p.value for p in points(found, "ptc_retry.replays")
+    }
+    assert replays == {"edit": 1}
 
 
 # -- an SDK that raises -----------------------------------------------------------------------

@@ -3,13 +3,24 @@ backend opens in its session directory, and the backend's ``run_code`` as a nati
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..core import sentences as said
+from ..core.call import Call
 from ..core.errors import BackendError
-from ..native import NativeTools, Position, ToolFailure, ToolResult, current_call, tool_definitions
+from ..native import (
+    EDIT_TOOL,
+    NativeTools,
+    Position,
+    ToolFailure,
+    ToolResult,
+    current_call,
+    tool_definitions,
+)
+from ..native.journal import arguments_text
 from .results import (
     NATIVE_RUN_CODE_DESCRIPTION,
     RUN_CODE,
@@ -18,6 +29,7 @@ from .results import (
     RunCode,
     run_code_problem,
 )
+from .tracing import Operation, described
 
 __all__ = ["KERNEL_OPTIONS", "NativeRunCode", "NativeSession", "native_definitions"]
 
@@ -39,12 +51,17 @@ class NativeRunCode:
 
     A failed program raises ToolFailure with the text the model reads. A BackendError
     (the kernel is gone and cannot restart: nothing the model can fix) also fails the
-    call, and is kept in ``error`` for the backend to raise to its caller.
+    call, and is kept in ``error`` for the backend to raise to its caller. ``edit_bytes``:
+    the size of the edit call this one runs for, when it does (its program is then traced
+    as that edit's).
     """
 
-    def __init__(self, run_code: RunCode, options: CallOptions | None = None) -> None:
+    def __init__(
+        self, run_code: RunCode, options: CallOptions | None = None, edit_bytes: int | None = None
+    ) -> None:
         self.run_code = run_code
         self.options = options if options is not None else CallOptions()
+        self.edit_bytes = edit_bytes
         self.error: BackendError | None = None
 
     async def __call__(self, **arguments: Any) -> str:
@@ -54,13 +71,14 @@ class NativeRunCode:
         call = current_call()  # for a replay: the edit call, whose checkpoint is the patch
         options = self.options
         try:
-            result = await self.run_code(
-                arguments["code"],
-                call_id=call.id if call is not None else None,
-                turn=options.turn,
-                step=options.step,
-                timeout=options.timeout,
-            )
+            with self._traced_as(call):
+                result = await self.run_code(
+                    arguments["code"],
+                    call_id=call.id if call is not None else None,
+                    turn=options.turn,
+                    step=options.step,
+                    timeout=options.timeout,
+                )
         except BackendError as exc:
             self.error = exc
             text = said.NOT_RUN.render(problem=f"{exc}.")
@@ -68,6 +86,24 @@ class NativeRunCode:
         if not result.ok:
             raise ToolFailure(result.text, ename=result.ename or result.status)
         return result.text
+
+    def _traced_as(self, call: Call | None) -> contextlib.AbstractContextManager[None]:
+        """An edit's program is traced as the edit (as a replay's is in code mode): an
+        ``execute_tool editPreviousToolCalling`` span linked to the call it fixes."""
+        fixed = None if call is None else call.replay_of or call.extend_of
+        if self.edit_bytes is None or call is None or fixed is None:
+            return contextlib.nullcontext()
+        link = "replay_of" if call.replay_of is not None else "extend_of"
+        edit = Operation(
+            "edit",
+            f"execute_tool {EDIT_TOOL}",
+            link=link,
+            of=fixed,
+            tool=EDIT_TOOL,
+            sent_bytes=self.edit_bytes,
+            whole_bytes=call.bytes,  # the patched arguments: what a re-sent call would be
+        )
+        return described(edit)
 
 
 class NativeSession:
@@ -111,7 +147,7 @@ class NativeSession:
         """Journal and run one call; its result, and the BackendError that stopped its
         program (the kernel is gone and cannot restart), if one did."""
         position = Position(turn, self._journal_step(options.step))
-        run_code = NativeRunCode(self.run, options)
+        run_code = NativeRunCode(self.run, options, _edit_bytes(name, raw_arguments))
         result = await self.tools.invoke(
             name, raw_arguments, call_id, position=position, functions={RUN_CODE: run_code}
         )
@@ -139,3 +175,11 @@ class NativeSession:
         if self._message is None or self._message[0] != step:
             self._message = (step, self.tools.journal.next_step())
         return self._message[1]
+
+
+def _edit_bytes(name: str, raw_arguments: str | Mapping[str, Any]) -> int | None:
+    """The size of an edit call's arguments as the journal saves them; None for another."""
+    if name != EDIT_TOOL:
+        return None
+    text = raw_arguments if isinstance(raw_arguments, str) else arguments_text(raw_arguments)
+    return len(text.encode("utf-8", "surrogatepass"))

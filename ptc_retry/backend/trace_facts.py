@@ -169,7 +169,7 @@ class Metrics:
             if failed(result):
                 timing["error.type"] = result.ename or result.status.value
             self.duration.record(result.duration, timing)
-        if operation in ("replay", "resume", "extend"):
+        if operation in ("replay", "resume", "extend", "edit"):
             add["ptc_retry.replays"](1, {"ptc_retry.operation": operation})
         if "ptc_retry.bytes_saved" in facts:
             add["ptc_retry.bytes_saved"](facts["ptc_retry.bytes_saved"])
