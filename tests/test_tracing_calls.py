@@ -17,7 +17,7 @@ pytest.importorskip(
 
 from ptc_retry.backend import KernelBackend, RunResult, Telemetry  # noqa: E402
 from ptc_retry.core.sentences import EDIT_TOOL  # noqa: E402
-from ptc_retry.core.status import ResultStatus  # noqa: E402
+from ptc_retry.core.status import Refusal, ResultStatus  # noqa: E402
 
 from .helpers import OnLoop, StartBackend, raw  # noqa: E402
 from .test_tracing import (  # noqa: E402
@@ -217,12 +217,11 @@ EDIT = json.dumps(
 )
 
 
-def test_a_native_edit_is_an_edit_span_linked_to_the_call_it_fixes(
-    start_backend: StartBackend,
-    roots: dict[str, Path],
-    traced_ipython: Path,
-    on_loop: OnLoop[Any],
-) -> None:
+@pytest.fixture(scope="module")
+def native(
+    start_backend: StartBackend, roots: dict[str, Path], traced_ipython: Path
+) -> tuple[KernelBackend, Telemetered]:
+    """A native-mode backend on a traced kernel, and its telemetry."""
     found = telemetered()
     kb = start_backend(
         root=roots["local"],
@@ -230,6 +229,13 @@ def test_a_native_edit_is_an_edit_span_linked_to_the_call_it_fixes(
         env={"IPYTHONDIR": str(traced_ipython)},
         telemetry=found.telemetry(),
     )
+    return kb, found
+
+
+def test_a_native_edit_is_an_edit_span_linked_to_the_call_it_fixes(
+    native: tuple[KernelBackend, Telemetered], traced_ipython: Path, on_loop: OnLoop[Any]
+) -> None:
+    kb, found = native
 
     async def fail_then_edit() -> str:
         await kb.handle_tool_call("run_code", raw(TYPO), "native-fail")
@@ -256,6 +262,106 @@ def test_a_native_edit_is_an_edit_span_linked_to_the_call_it_fixes(
         p.attributes["ptc_retry.operation"]: p.value for p in points(found, "ptc_retry.replays")
     }
     assert replays == {"edit": 1}
+
+
+# -- calls the backend refuses ----------------------------------------------------------------
+
+
+def refusals(telemetry: Telemetered) -> dict[str, str]:
+    """The refusal of each refused call's span, by its call id."""
+    return {
+        span["attributes"]["gen_ai.tool.call.id"]: span["attributes"]["ptc_retry.refusal"]
+        for span in as_dicts(telemetry.spans.get_finished_spans())
+        if "ptc_retry.refusal" in span["attributes"] and "gen_ai.tool.call.id" in span["attributes"]
+    }
+
+
+def test_each_call_the_backend_refuses_has_a_span_naming_the_refusal(
+    backend: KernelBackend, telemetry: Telemetered, on_loop: OnLoop[Any]
+) -> None:
+    calls = {
+        "refused-tool": ("write_file", "{}"),
+        "refused-json": ("run_code", '{"code": "print(1)"'),
+        "refused-no-code": ("run_code", '{"program": "print(1)"}'),
+        "refused-bytes": ("run_code", b'{"code": "\xff"}'),
+    }
+
+    async def send() -> None:
+        for call_id, (name, arguments) in calls.items():
+            await backend.handle_tool_call(name, arguments, call_id)  # type: ignore[arg-type]
+        await backend.handle_partial_tool_call("run_code", '{"pro', "refused-cut")
+
+    on_loop(asyncio.wait_for(send(), BOUND))
+    found = refusals(telemetry)
+    assert {call_id: found.get(call_id) for call_id in [*calls, "refused-cut"]} == {
+        "refused-tool": Refusal.UNKNOWN_TOOL,
+        "refused-json": Refusal.BAD_ARGUMENTS,
+        "refused-no-code": Refusal.BAD_ARGUMENTS,
+        "refused-bytes": Refusal.BAD_ARGUMENTS,
+        "refused-cut": Refusal.CUT_OFF,
+    }
+    span = called(as_dicts(telemetry.spans.get_finished_spans()), "refused-tool")
+    assert span["name"] == "execute_tool write_file"
+    assert span["attributes"]["ptc_retry.status"] == "refused"
+    assert span["status"] == {"status_code": "ERROR", "description": "unknown_tool"}
+    counted = {
+        point.attributes.get("ptc_retry.refusal"): point.value
+        for point in points(telemetry, "ptc_retry.calls")
+        if point.attributes["ptc_retry.status"] == "refused"
+    }
+    assert counted == {"unknown_tool": 1, "bad_arguments": 3, "cut_off": 1}
+
+
+def test_a_native_edit_the_journal_refuses_has_a_span_naming_the_refusal(
+    native: tuple[KernelBackend, Telemetered], on_loop: OnLoop[Any]
+) -> None:
+    kb, found = native
+    entry = {"path": "code", "old_string": "print", "new_string": "len"}
+    unknown = json.dumps({"call_id": "never-made", "patch": [entry]})
+    unmatched = json.dumps(
+        {"call_id": "native-ok", "patch": [{"path": "code", "old_string": "x", "new_string": "y"}]}
+    )
+
+    async def send() -> None:
+        await kb.handle_tool_call("run_code", raw("print(2 + 2)"), "native-ok")
+        await kb.handle_tool_call(EDIT_TOOL, unknown, "native-unknown")
+        await kb.handle_tool_call(EDIT_TOOL, unmatched, "native-unmatched")
+        await kb.handle_tool_call("run_code", "[1]", "native-array")
+        await kb.handle_tool_call("read_file", "{}", "native-tool")
+
+    on_loop(asyncio.wait_for(send(), BOUND))
+    assert refusals(found) == {
+        "native-unknown": Refusal.UNKNOWN_REFERENCE,
+        "native-unmatched": Refusal.BAD_PATCH,
+        "native-array": Refusal.BAD_ARGUMENTS,
+        "native-tool": Refusal.UNKNOWN_TOOL,
+    }
+
+
+def test_a_program_the_guard_refuses_carries_the_guard_refusal(
+    start_backend: StartBackend,
+    roots: dict[str, Path],
+    traced_ipython: Path,
+    on_loop: OnLoop[Any],
+) -> None:
+    found = telemetered()
+    kb = start_backend(
+        root=roots["local"], env={"IPYTHONDIR": str(traced_ipython)}, telemetry=found.telemetry()
+    )
+
+    async def trip() -> RunResult:
+        await kb.run_code(
+            '%config PtcRetry.guard_mode = "pause"\n%config PtcRetry.failure_limit = 2'
+        )
+        for n in range(2):
+            await kb.run_code("1 / 0", call_id=f"guard-fail-{n}")
+        return await kb.run_code("print('after')", call_id="guard-refused")
+
+    refused = on_loop(asyncio.wait_for(trip(), BOUND))
+    assert refused.status == ResultStatus.REFUSED, refused
+    span = called(as_dicts(found.spans.get_finished_spans()), "guard-refused")
+    assert span["attributes"]["ptc_retry.refusal"] == Refusal.GUARD
+    assert span["attributes"]["ptc_retry.status"] == "refused"
 
 
 # -- an SDK that raises -----------------------------------------------------------------------

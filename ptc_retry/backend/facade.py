@@ -253,7 +253,7 @@ class KernelBackend(ModelSide, ApprovalSide):
             # goes in, which would otherwise come out of makedirs with the umask's mode.
             assert self.root is not None and self.session_dir is not None
             self._native = NativeSession(
-                self.root, self.session_id, self.session_dir, self.run_code
+                self.root, self.session_id, self.session_dir, self.run_code, self._tracing
             )
         if kernel_dir is not None:
             check_checkpoints(kernel_dir, self.session_id)

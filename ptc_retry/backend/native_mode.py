@@ -11,6 +11,7 @@ from typing import Any
 from ..core import sentences as said
 from ..core.call import Call
 from ..core.errors import BackendError
+from ..core.status import HistoryStatus, Refusal
 from ..native import (
     EDIT_TOOL,
     NativeTools,
@@ -29,7 +30,7 @@ from .results import (
     RunCode,
     run_code_problem,
 )
-from .tracing import Operation, described
+from .tracing import Operation, Tracing, described
 
 __all__ = ["KERNEL_OPTIONS", "NativeRunCode", "NativeSession", "native_definitions"]
 
@@ -63,6 +64,7 @@ class NativeRunCode:
         self.options = options if options is not None else CallOptions()
         self.edit_bytes = edit_bytes
         self.error: BackendError | None = None
+        self.ran = False  # whether a program was sent
 
     async def __call__(self, **arguments: Any) -> str:
         problem = run_code_problem(arguments)
@@ -70,6 +72,7 @@ class NativeRunCode:
             raise ToolFailure(said.NOT_RUN.render(problem=problem), ename="ValueError")
         call = current_call()  # for a replay: the edit call, whose checkpoint is the patch
         options = self.options
+        self.ran = True
         try:
             with self._traced_as(call):
                 result = await self.run_code(
@@ -116,7 +119,14 @@ class NativeSession:
     another directory, apart from the kernel's).
     """
 
-    def __init__(self, root: Path, session_id: str, session_dir: Path, run: RunCode) -> None:
+    def __init__(
+        self,
+        root: Path,
+        session_id: str,
+        session_dir: Path,
+        run: RunCode,
+        tracing: Tracing | None = None,
+    ) -> None:
         tools = NativeTools(root=root, session=session_id)
         if tools.journal.session_dir != session_dir:
             held = tools.journal.session_dir
@@ -133,6 +143,7 @@ class NativeSession:
         )
         self.tools = tools
         self.run = run
+        self.tracing = tracing
         self._message: tuple[int, int] | None = None  # (caller's step, journal's step)
 
     async def invoke(
@@ -151,6 +162,9 @@ class NativeSession:
         result = await self.tools.invoke(
             name, raw_arguments, call_id, position=position, functions={RUN_CODE: run_code}
         )
+        refusal = None if run_code.ran else _refusal(name, result)
+        if refusal is not None and self.tracing is not None:
+            self.tracing.refused(name, call_id, refusal)
         return result, run_code.error
 
     async def invoke_partial(
@@ -183,3 +197,25 @@ def _edit_bytes(name: str, raw_arguments: str | Mapping[str, Any]) -> int | None
         return None
     text = raw_arguments if isinstance(raw_arguments, str) else arguments_text(raw_arguments)
     return len(text.encode("utf-8", "surrogatepass"))
+
+
+#: The refusals of an edit, by the type of the error that refused it (``native/edit.py``).
+_EDIT_REFUSALS = {
+    "CheckpointError": Refusal.UNKNOWN_REFERENCE,
+    "AmbiguousReferenceError": Refusal.UNKNOWN_REFERENCE,
+    "ValueError": Refusal.BAD_ARGUMENTS,
+}
+
+
+def _refusal(name: str, result: ToolResult) -> Refusal | None:
+    """Why the journal refused a call that ran no program, or None when it was not refused
+    (it ran, or was another tool's, which may fail as it likes)."""
+    if result.status != HistoryStatus.ERROR:
+        return None
+    if result.ename == "UnknownTool":
+        return Refusal.UNKNOWN_TOOL
+    if name == RUN_CODE:  # arguments that are not JSON, or not run_code's
+        return Refusal.BAD_ARGUMENTS
+    if name == EDIT_TOOL and result.tool == EDIT_TOOL:  # it never reached the tool it edits
+        return _EDIT_REFUSALS.get(result.ename or "", Refusal.BAD_PATCH)
+    return None

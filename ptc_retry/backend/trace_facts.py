@@ -11,7 +11,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..core.status import ResultStatus
+from ..core.status import Refusal, ResultStatus
 
 if TYPE_CHECKING:
     from .results import RunResult
@@ -88,6 +88,8 @@ def facts_of(
         "ptc_retry.operation": _operation(result, metadata, operation),
         "ptc_retry.restarted": result.restarted,
     }
+    if result.status == ResultStatus.REFUSED:  # the kernel's repeated-failure guard
+        facts["ptc_retry.refusal"] = Refusal.GUARD.value
     if sent_bytes is not None:
         facts["ptc_retry.bytes_sent"] = sent_bytes
     for key, value in (("call_id", result.call_id), ("reference", result.reference)):
@@ -163,6 +165,8 @@ class Metrics:
         add = {name: counter.add for name, counter in self.counters.items()}
         operation = facts["ptc_retry.operation"]
         labels = {"ptc_retry.status": facts["ptc_retry.status"], "ptc_retry.operation": operation}
+        if "ptc_retry.refusal" in facts:
+            labels["ptc_retry.refusal"] = facts["ptc_retry.refusal"]
         add["ptc_retry.calls"](1, labels)
         if tool is not None:  # a tool execution of the model's (an approval's is not)
             timing = {"gen_ai.operation.name": EXECUTE_TOOL, "gen_ai.tool.name": tool}
@@ -178,3 +182,8 @@ class Metrics:
             count = facts.get(f"ptc_retry.tool_calls.{how}")
             if count:
                 add["ptc_retry.tool_calls"](count, {"ptc_retry.tool_call.reused": how == "reused"})
+
+    def refused(self, refusal: Refusal) -> None:
+        """A call of the model's the backend refused: nothing ran."""
+        labels = {"ptc_retry.status": "refused", "ptc_retry.refusal": refusal.value}
+        self.counters["ptc_retry.calls"].add(1, labels)

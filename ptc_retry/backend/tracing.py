@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.contained import Contained
 from ..core.protocol import TRACE_FIELDS
+from ..core.status import Refusal
 from .trace_facts import (
     BYTES_PER_TOKEN,
     DESCRIBED,
@@ -129,6 +130,14 @@ class Tracing:
         if self._tracer is None:
             return NO_HOST_SPAN
         return _HostSpan(self._tracer, call)
+
+    def refused(self, tool: str, call_id: str | None, refusal: Refusal) -> None:
+        """The backend refused a call of the model's (``refusal`` says why): nothing ran. Its
+        span, of no length, fails with the refusal as its type; ``ptc_retry.calls`` counts it."""
+        if self._tracer is not None:
+            _otel.call(_refused_span, self._tracer, tool, call_id, refusal)
+        if self._metrics is not None:
+            _otel.call(self._metrics.refused, refusal)
 
     @_otel.method()
     def _remember(self, call_id: str | None, span: Any) -> None:
@@ -266,6 +275,21 @@ class _CallTrace(CallTrace):
 
     def _message(self, text: str | None) -> str | None:
         return text if self._tracing.record_program else None
+
+
+def _refused_span(tracer: Any, tool: str, call_id: str | None, refusal: Refusal) -> None:
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": EXECUTE_TOOL,
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.type": "function",
+        "ptc_retry.status": "refused",
+        "ptc_retry.refusal": refusal.value,
+    }
+    if call_id is not None:
+        attributes["gen_ai.tool.call.id"] = call_id
+    span = tracer.start_span(f"{EXECUTE_TOOL} {tool}", attributes=attributes)
+    _set_error(span, refusal.value, None)
+    span.end()
 
 
 def _set_error(span: Any, ename: str, message: str | None) -> None:
