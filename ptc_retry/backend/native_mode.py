@@ -4,6 +4,7 @@ backend opens in its session directory, and the backend's ``run_code`` as a nati
 from __future__ import annotations
 
 import contextlib
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,6 @@ from ..native import (
     current_call,
     tool_definitions,
 )
-from ..native.journal import arguments_text
 from .results import (
     NATIVE_RUN_CODE_DESCRIPTION,
     RUN_CODE,
@@ -195,8 +195,9 @@ def _edit_bytes(name: str, raw_arguments: str | Mapping[str, Any]) -> int | None
     """The size of an edit call's arguments as the journal saves them; None for another."""
     if name != EDIT_TOOL:
         return None
-    text = raw_arguments if isinstance(raw_arguments, str) else arguments_text(raw_arguments)
-    return len(text.encode("utf-8", "surrogatepass"))
+    if not isinstance(raw_arguments, str):  # decoded (Anthropic's input): saved as its JSON
+        raw_arguments = json.dumps(dict(raw_arguments), ensure_ascii=False)
+    return len(raw_arguments.encode("utf-8", "surrogatepass"))
 
 
 #: The refusals of an edit, by the type of the error that refused it (``native/edit.py``).
