@@ -139,8 +139,8 @@ def _operation(
 
 #: The backend's counters (docs/operators.md, Metrics): name -> (unit, description).
 COUNTERS = {
-    "ptc_retry.calls": ("{call}", "Programs run, by status and operation."),
-    "ptc_retry.replays": ("{call}", "Replays, resumes and extends: programs not re-sent."),
+    "ptc_retry.calls": ("{call}", "Calls run or refused, by status and operation or refusal."),
+    "ptc_retry.replays": ("{call}", "Replays, resumes, extends and edits: programs not re-sent."),
     "ptc_retry.bytes_saved": ("By", "Bytes the model did not re-send."),
     "ptc_retry.tokens_saved": ("{token}", "Tokens the model did not re-send (estimated)."),
     "ptc_retry.tool_calls": ("{call}", "Tool calls of programs, reused or made live."),
@@ -185,5 +185,8 @@ class Metrics:
 
     def refused(self, refusal: Refusal) -> None:
         """A call of the model's the backend refused: nothing ran."""
-        labels = {"ptc_retry.status": "refused", "ptc_retry.refusal": refusal.value}
+        labels = {
+            "ptc_retry.status": ResultStatus.REFUSED.value,
+            "ptc_retry.refusal": refusal.value,
+        }
         self.counters["ptc_retry.calls"].add(1, labels)

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core.contained import Contained
 from ..core.protocol import TRACE_FIELDS
-from ..core.status import Refusal
+from ..core.status import Refusal, ResultStatus
 from .trace_facts import (
     BYTES_PER_TOKEN,
     DESCRIBED,
@@ -282,7 +282,7 @@ def _refused_span(tracer: Any, tool: str, call_id: str | None, refusal: Refusal)
         "gen_ai.operation.name": EXECUTE_TOOL,
         "gen_ai.tool.name": tool,
         "gen_ai.tool.type": "function",
-        "ptc_retry.status": "refused",
+        "ptc_retry.status": ResultStatus.REFUSED.value,
         "ptc_retry.refusal": refusal.value,
     }
     if call_id is not None:
