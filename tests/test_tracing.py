@@ -95,14 +95,18 @@ def telemetered() -> Telemetered:
     return Telemetered(spans, InMemoryMetricReader(), provider)
 
 
-@pytest.fixture(scope="module")
-def traced_ipython(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def traced_directory(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An IPython directory whose startup file makes a kernel trace into ``spans.jsonl``."""
     directory = tmp_path_factory.mktemp("traced-ipython")
     startup = directory / "profile_default" / "startup"
     startup.mkdir(parents=True)
     shutil.copy(STARTUP, startup / "00-otel.py")
     return directory
+
+
+@pytest.fixture(scope="module")
+def traced_ipython(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return traced_directory(tmp_path_factory)
 
 
 @pytest.fixture(scope="module")

@@ -23,6 +23,7 @@ from ..core.session_files import read_history
 from ..core.status import ResultStatus
 from .code_mode import CodeSession
 from .results import RunResult
+from .tracing import Operation, described
 from .transport import Transport
 
 __all__ = ["ApprovalSide", "Waiting"]
@@ -209,9 +210,10 @@ class ApprovalSide:
             host.add(continuation, call.key(), decisions[call.ref])
         target = json.dumps(calls[0].reference, ensure_ascii=False)
         try:
-            return await self._code.run(
-                f"await ptc_retry.resume({target})", call_id=continuation, timeout=timeout
-            )
+            with described(_approval(call_id, decisions)):
+                return await self._code.run(
+                    f"await ptc_retry.resume({target})", call_id=continuation, timeout=timeout
+                )
         except BaseException:
             # Given up on (cancelled) or failed: once the continuation reached the kernel it
             # is the program (a resume of it goes on, reusing what it recorded), and the
@@ -240,6 +242,22 @@ class ApprovalSide:
             self._waiting.load(json.loads(text))
         except Exception as exc:
             log.warning("could not read what waits for approval in the kernel: %s", exc)
+
+
+def _approval(call_id: str, decisions: dict[str, str | None]) -> Operation:
+    """The continuation's trace: a ``ptc_retry.approval`` span linked to the paused program's,
+    not a call of the model's (which sent nothing for it, and saved nothing by it)."""
+    denied = sum(denial is not None for denial in decisions.values())
+    return Operation(
+        "approval",
+        "ptc_retry.approval",
+        link="approval_of",
+        of=call_id,
+        attributes={
+            "ptc_retry.approval.approved": len(decisions) - denied,
+            "ptc_retry.approval.denied": denied,
+        },
+    )
 
 
 #: The user expression a kernel behind a gateway evaluates (``kernel/remote.py``'s API).

@@ -13,7 +13,7 @@ from ..core import sentences as said
 from ..core.approvals import Approval
 from ..core.notice import cut_after_arguments
 from ..core.partial import CutArguments, CutPlace, cut_arguments
-from ..core.status import ResultStatus
+from ..core.status import Refusal, ResultStatus
 from .host_tools import HostTool, HostTools
 from .late_results import LateResults
 from .results import (
@@ -45,6 +45,7 @@ class CodeSession:
 
     def __init__(self, run: RunCode, tracing: Tracing | None = None) -> None:
         self.run = run
+        self.tracing = tracing
         self.host_tools = HostTools(tracing)
         self.late_results = LateResults()
         self.tools = {
@@ -85,12 +86,18 @@ class CodeSession:
         that are not a JSON object get an error text and run nothing."""
         tool = self.tools.get(name)
         if tool is None:
-            return self._no_such_tool(name)
+            return self._no_such_tool(name, call_id)
         try:
             arguments, raw = decode_arguments(name, raw_arguments)
         except ValueError as exc:
-            return str(exc)
+            return self.refuse(name, call_id, Refusal.BAD_ARGUMENTS, str(exc))
         return await tool.handler(arguments, raw, call_id, options)
+
+    def refuse(self, name: str, call_id: str | None, refusal: Refusal, text: str) -> str:
+        """``text``, the answer to a call refused for ``refusal``, once its trace has it."""
+        if self.tracing is not None:
+            self.tracing.refused(name, call_id, refusal)
+        return text
 
     async def invoke_partial(
         self, name: str, raw: str, call_id: str | None, options: CallOptions
@@ -100,18 +107,21 @@ class CodeSession:
         after the program ended (inside a later key, or before the final ``}``): the program
         runs as the whole call would, and the text says first, in one line, what was cut."""
         if name not in self.tools:
-            return self._no_such_tool(name)
+            return self._no_such_tool(name, call_id)
         try:
             cut = cut_arguments(raw)
         except ValueError as exc:
-            return said.CUT_NOT_JSON.render(problem=exc)
+            return self.refuse(
+                name, call_id, Refusal.CUT_OFF, said.CUT_NOT_JSON.render(problem=exc)
+            )
         code = cut.string("code")
         if code is None:
-            return said.CUT_BEFORE_CODE.render()
+            return self.refuse(name, call_id, Refusal.CUT_OFF, said.CUT_BEFORE_CODE.render())
         try:
             require_utf8(code[0], '"code"')
         except ValueError as exc:
-            return said.CUT_LONE_SURROGATE.render(problem=exc)
+            text = said.CUT_LONE_SURROGATE.render(problem=exc)
+            return self.refuse(name, call_id, Refusal.CUT_OFF, text)
         if code[1]:
             return await self._run_whole_program(cut, raw, call_id, options)
         result = await self.run(
@@ -126,8 +136,9 @@ class CodeSession:
             return said.CUT_NOT_KEPT.render()
         return result.notice or result.text
 
-    def _no_such_tool(self, name: str) -> str:
-        return said.NO_SUCH_TOOL.render(name=name, offered=", ".join(self.tools))
+    def _no_such_tool(self, name: str, call_id: str | None) -> str:
+        text = said.NO_SUCH_TOOL.render(name=name, offered=", ".join(self.tools))
+        return self.refuse(name, call_id, Refusal.UNKNOWN_TOOL, text)
 
     async def _run_whole_program(
         self, cut: CutArguments, raw: str, call_id: str | None, options: CallOptions
@@ -150,7 +161,9 @@ class CodeSession:
     ) -> str:
         problem = run_code_problem(arguments)
         if problem is not None:
-            return said.NOT_RUN.render(problem=problem)
+            return self.refuse(
+                RUN_CODE, call_id, Refusal.BAD_ARGUMENTS, said.NOT_RUN.render(problem=problem)
+            )
         result = await self.run(
             arguments["code"],
             call_id=call_id,

@@ -12,7 +12,7 @@ from ..core import sentences as said
 from ..core.approvals import Approval
 from ..core.errors import BackendError
 from ..core.notice import prompt_section
-from ..core.status import Mode
+from ..core.status import Mode, Refusal
 from ..native import NativeTools, ToolResult
 from .code_mode import CodeSession
 from .host_tools import HostTool
@@ -144,11 +144,13 @@ class ModelSide:
             try:
                 raw_arguments = bytes(raw_arguments).decode("utf-8")
             except UnicodeDecodeError as exc:
-                return said.ARGUMENTS_NOT_UTF8.render(tool=name, problem=exc)
+                text = said.ARGUMENTS_NOT_UTF8.render(tool=name, problem=exc)
+                return self._code.refuse(name, call_id, Refusal.BAD_ARGUMENTS, text)
         if self.mode == Mode.NATIVE:
             if not isinstance(raw_arguments, (str, Mapping)):
                 kind = type(raw_arguments).__name__
-                return said.NATIVE_ARGUMENTS_NOT_OBJECT.render(tool=name, kind=kind)
+                text = said.NATIVE_ARGUMENTS_NOT_OBJECT.render(tool=name, kind=kind)
+                return self._code.refuse(name, call_id, Refusal.BAD_ARGUMENTS, text)
             if self._native is None or not self._running:
                 raise BackendError(NOT_RUNNING)
             check_timeout(timeout)
@@ -197,7 +199,8 @@ class ModelSide:
                 decoder = codecs.getincrementaldecoder("utf-8")()
                 partial_raw_arguments = decoder.decode(bytes(partial_raw_arguments), final=False)
             except UnicodeDecodeError as exc:
-                return said.CUT_NOT_UTF8.render(tool=name, problem=exc)
+                text = said.CUT_NOT_UTF8.render(tool=name, problem=exc)
+                return self._code.refuse(name, call_id, Refusal.CUT_OFF, text)
         if not isinstance(partial_raw_arguments, str):
             raise TypeError(
                 "partial_raw_arguments must be the str that arrived, not "
@@ -206,7 +209,8 @@ class ModelSide:
         try:
             require_utf8(partial_raw_arguments, f"the arguments of {name}")
         except ValueError as exc:
-            return said.CUT_NOT_SENT.render(problem=exc)
+            text = said.CUT_NOT_SENT.render(problem=exc)
+            return self._code.refuse(name, call_id, Refusal.CUT_OFF, text)
         options = CallOptions(self.turn if turn is None else turn, step, None)
         if self.mode == Mode.NATIVE:
             if self._native is None or not self._running:

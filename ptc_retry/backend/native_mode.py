@@ -3,14 +3,19 @@ backend opens in its session directory, and the backend's ``run_code`` as a nati
 
 from __future__ import annotations
 
+import contextlib
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from ..core import sentences as said
+from ..core.call import Call
 from ..core.errors import BackendError, SessionInUseError
+from ..core.status import HistoryStatus, Refusal
 from ..core.store import CheckpointStore
 from ..native import (
+    EDIT_TOOL,
     NativeTools,
     Position,
     ToolFailure,
@@ -27,6 +32,7 @@ from .results import (
     RunCode,
     run_code_problem,
 )
+from .tracing import Operation, Tracing, described
 
 __all__ = ["KERNEL_OPTIONS", "NativeRunCode", "NativeSession", "native_definitions"]
 
@@ -48,13 +54,19 @@ class NativeRunCode:
 
     A failed program raises ToolFailure with the text the model reads. A BackendError
     (the kernel is gone and cannot restart: nothing the model can fix) also fails the
-    call, and is kept in ``error`` for the backend to raise to its caller.
+    call, and is kept in ``error`` for the backend to raise to its caller. ``edit_bytes``:
+    the size of the edit call this one runs for, when it does (its program is then traced
+    as that edit's).
     """
 
-    def __init__(self, run_code: RunCode, options: CallOptions | None = None) -> None:
+    def __init__(
+        self, run_code: RunCode, options: CallOptions | None = None, edit_bytes: int | None = None
+    ) -> None:
         self.run_code = run_code
         self.options = options if options is not None else CallOptions()
+        self.edit_bytes = edit_bytes
         self.error: BackendError | None = None
+        self.ran = False  # whether a program was sent
 
     async def __call__(self, **arguments: Any) -> str:
         problem = run_code_problem(arguments)
@@ -62,14 +74,16 @@ class NativeRunCode:
             raise ToolFailure(said.NOT_RUN.render(problem=problem), ename="ValueError")
         call = current_call()  # for a replay: the edit call, whose checkpoint is the patch
         options = self.options
+        self.ran = True
         try:
-            result = await self.run_code(
-                arguments["code"],
-                call_id=call.id if call is not None else None,
-                turn=options.turn,
-                step=options.step,
-                timeout=options.timeout,
-            )
+            with self._traced_as(call):
+                result = await self.run_code(
+                    arguments["code"],
+                    call_id=call.id if call is not None else None,
+                    turn=options.turn,
+                    step=options.step,
+                    timeout=options.timeout,
+                )
         except BackendError as exc:
             self.error = exc
             text = said.NOT_RUN.render(problem=f"{exc}.")
@@ -77,6 +91,24 @@ class NativeRunCode:
         if not result.ok:
             raise ToolFailure(result.text, ename=result.ename or result.status)
         return result.text
+
+    def _traced_as(self, call: Call | None) -> contextlib.AbstractContextManager[None]:
+        """An edit's program is traced as the edit (as a replay's is in code mode): an
+        ``execute_tool editPreviousToolCalling`` span linked to the call it fixes."""
+        fixed = None if call is None else call.replay_of or call.extend_of
+        if self.edit_bytes is None or call is None or fixed is None:
+            return contextlib.nullcontext()
+        link = "replay_of" if call.replay_of is not None else "extend_of"
+        edit = Operation(
+            "edit",
+            f"execute_tool {EDIT_TOOL}",
+            link=link,
+            of=fixed,
+            tool=EDIT_TOOL,
+            sent_bytes=self.edit_bytes,
+            whole_bytes=call.bytes,  # the patched arguments: what a re-sent call would be
+        )
+        return described(edit)
 
 
 class NativeSession:
@@ -89,7 +121,9 @@ class NativeSession:
     never moved on to another directory, apart from the kernel's).
     """
 
-    def __init__(self, root: Path, session_id: str, run: RunCode) -> None:
+    def __init__(
+        self, root: Path, session_id: str, run: RunCode, tracing: Tracing | None = None
+    ) -> None:
         try:  # never moved to <session>.2: nothing is made for a session that is held
             store = CheckpointStore(root, session_id, moves=False)
         except SessionInUseError:
@@ -106,6 +140,7 @@ class NativeSession:
         )
         self.tools = tools
         self.run = run
+        self.tracing = tracing
         self._message: tuple[int, int] | None = None  # (caller's step, journal's step)
 
     async def invoke(
@@ -120,10 +155,13 @@ class NativeSession:
         """Journal and run one call; its result, and the BackendError that stopped its
         program (the kernel is gone and cannot restart), if one did."""
         position = Position(turn, self._journal_step(options.step))
-        run_code = NativeRunCode(self.run, options)
+        run_code = NativeRunCode(self.run, options, _edit_bytes(name, raw_arguments))
         result = await self.tools.invoke(
             name, raw_arguments, call_id, position=position, functions={RUN_CODE: run_code}
         )
+        refusal = None if run_code.ran else _refusal(name, result)
+        if refusal is not None and self.tracing is not None:
+            self.tracing.refused(name, call_id, refusal)
         return result, run_code.error
 
     async def invoke_partial(
@@ -148,3 +186,34 @@ class NativeSession:
         if self._message is None or self._message[0] != step:
             self._message = (step, self.tools.journal.next_step())
         return self._message[1]
+
+
+def _edit_bytes(name: str, raw_arguments: str | Mapping[str, Any]) -> int | None:
+    """The size of an edit call's arguments as the journal saves them; None for another."""
+    if name != EDIT_TOOL:
+        return None
+    if not isinstance(raw_arguments, str):  # decoded (Anthropic's input): saved as its JSON
+        raw_arguments = json.dumps(dict(raw_arguments), ensure_ascii=False)
+    return len(raw_arguments.encode("utf-8", "surrogatepass"))
+
+
+#: The refusals of an edit, by the type of the error that refused it (``native/edit.py``).
+_EDIT_REFUSALS = {
+    "CheckpointError": Refusal.UNKNOWN_REFERENCE,
+    "AmbiguousReferenceError": Refusal.UNKNOWN_REFERENCE,
+    "ValueError": Refusal.BAD_ARGUMENTS,
+}
+
+
+def _refusal(name: str, result: ToolResult) -> Refusal | None:
+    """Why the journal refused a call that ran no program, or None when it was not refused
+    (it ran, or was another tool's, which may fail as it likes)."""
+    if result.status != HistoryStatus.ERROR:
+        return None
+    if result.ename == "UnknownTool":
+        return Refusal.UNKNOWN_TOOL
+    if name == RUN_CODE:  # arguments that are not JSON, or not run_code's
+        return Refusal.BAD_ARGUMENTS
+    if name == EDIT_TOOL and result.tool == EDIT_TOOL:  # it never reached the tool it edits
+        return _EDIT_REFUSALS.get(result.ename or "", Refusal.BAD_PATCH)
+    return None

@@ -11,6 +11,7 @@ and no request carries a ``traceparent``.
 
 from __future__ import annotations
 
+import logging
 import sys
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -18,8 +19,21 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ..core.contained import Contained
 from ..core.protocol import TRACE_FIELDS
-from ..core.status import ResultStatus
+from ..core.status import Refusal, ResultStatus
+from .trace_facts import (
+    BYTES_PER_TOKEN,
+    DESCRIBED,
+    EXECUTE_TOOL,
+    SCOPE,
+    Metrics,
+    Operation,
+    described,
+    facts_of,
+    failed,
+)
+from .trace_facts import linked as linked_span
 
 if TYPE_CHECKING:
     from .results import RunResult
@@ -30,20 +44,17 @@ __all__ = [
     "NO_TRACE",
     "CallTrace",
     "HostSpan",
+    "Operation",
     "Telemetry",
     "Tracing",
+    "described",
 ]
 
-#: The instrumentation scope of every span and metric the backend makes.
-SCOPE = "ptc_retry"
-#: The GenAI conventions' operation name of a tool execution.
-EXECUTE_TOOL = "execute_tool"
-#: UTF-8 bytes per cl100k_base token of a ``run_code`` call's arguments, measured on the 26
-#: programs of the evaluation's scenarios (154,844 bytes, 54,489 tokens): the estimate behind
-#: ``ptc_retry.tokens_saved``, made without a tokenizer.
-BYTES_PER_TOKEN = 2.84
 #: How many recent programs' spans a later replay can link to.
 _LINKABLE = 256
+#: Every call into OpenTelemetry goes through it: an SDK or exporter that raises is logged
+#: and fails no call of the backend.
+_otel = Contained(logging.getLogger(__name__))
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,7 @@ class Telemetry:
     record_program: bool = False
 
 
+@_otel.method(default=None)
 def _configured(module_name: str, provider: Any, getter: str, no_ops: tuple[str, ...]) -> Any:
     """``provider``, else the global one of ``module_name`` when the application set one;
     None when it set none. Nothing is imported: an application that configured an SDK has
@@ -94,8 +106,8 @@ class Tracing:
             "get_meter_provider",
             ("_ProxyMeterProvider", "NoOpMeterProvider"),
         )
-        self._tracer = tracers.get_tracer(SCOPE) if tracers is not None else None
-        self._metrics = _Metrics(meters.get_meter(SCOPE)) if meters is not None else None
+        self._tracer = _otel.call(tracers.get_tracer, SCOPE) if tracers is not None else None
+        self._metrics = _otel.call(Metrics, meters) if meters is not None else None
         #: The span context of each recent program, by checkpoint id, for a replay's link.
         self._spans: OrderedDict[str, Any] = OrderedDict()
 
@@ -119,6 +131,15 @@ class Tracing:
             return NO_HOST_SPAN
         return _HostSpan(self._tracer, call)
 
+    def refused(self, tool: str, call_id: str | None, refusal: Refusal) -> None:
+        """The backend refused a call of the model's (``refusal`` says why): nothing ran. Its
+        span, of no length, fails with the refusal as its type; ``ptc_retry.calls`` counts it."""
+        if self._tracer is not None:
+            _otel.call(_refused_span, self._tracer, tool, call_id, refusal)
+        if self._metrics is not None:
+            _otel.call(self._metrics.refused, refusal)
+
+    @_otel.method()
     def _remember(self, call_id: str | None, span: Any) -> None:
         if call_id is None:
             return
@@ -159,25 +180,34 @@ class _CallTrace(CallTrace):
         self._request = request
         self._span: Any = None
         self._used: Any = None
+        self._operation = operation = DESCRIBED.get()
         # What the model sent for this call: the measure of what a replay saved against it.
-        sent = request.get("arguments") or _as_call(code)
-        self._sent_bytes = len(sent.encode("utf-8"))
+        self._sent_bytes: int | None
+        if operation is not None:
+            self._sent_bytes = operation.sent_bytes
+        else:
+            self._sent_bytes = len((request.get("arguments") or _as_call(code)).encode("utf-8"))
+        self._tool = tool = request.get("tool", "run_code") if operation is None else operation.tool
         tracer = tracing._tracer
         if tracer is not None:
-            self._span = tracer.start_span(
-                f"{EXECUTE_TOOL} {request.get('tool', 'run_code')}",
-                attributes=self._start_attributes(code),
+            self._span = _otel.call(
+                tracer.start_span,
+                f"{EXECUTE_TOOL} {tool}" if operation is None else operation.span_name,
+                attributes=self._start_attributes(code, tool),
             )
 
-    def _start_attributes(self, code: str) -> dict[str, Any]:
+    def _start_attributes(self, code: str, tool: str | None) -> dict[str, Any]:
         request = self._request
-        attributes: dict[str, Any] = {
-            "gen_ai.operation.name": EXECUTE_TOOL,
-            "gen_ai.tool.name": request.get("tool", "run_code"),
-            "gen_ai.tool.type": "function",
-            "gen_ai.tool.call.id": request["call_id"],
-            "ptc_retry.turn": request.get("turn", 0),
-        }
+        attributes: dict[str, Any] = {"ptc_retry.turn": request.get("turn", 0)}
+        if tool is not None:  # a call of the model's tool
+            attributes |= {
+                "gen_ai.operation.name": EXECUTE_TOOL,
+                "gen_ai.tool.name": tool,
+                "gen_ai.tool.type": "function",
+                "gen_ai.tool.call.id": request["call_id"],
+            }
+        if self._operation is not None:
+            attributes |= self._operation.attributes
         if isinstance(request.get("step"), int):
             attributes["ptc_retry.step"] = request["step"]
         if self._tracing.record_program:
@@ -185,16 +215,23 @@ class _CallTrace(CallTrace):
         return attributes
 
     def __enter__(self) -> CallTrace:
+        self._make_current()
+        return self
+
+    @_otel.method()
+    def _make_current(self) -> None:
         if self._span is not None:
             from opentelemetry import trace
 
-            self._used = trace.use_span(self._span, end_on_exit=False)
-            self._used.__enter__()
-        return self
+            used = trace.use_span(self._span, end_on_exit=False)
+            used.__enter__()
+            self._used = used
 
+    @_otel.method()
     def __exit__(self, etype: Any, error: Any, tb: Any) -> None:
         if self._used is not None:
-            self._used.__exit__(None, None, None)
+            used, self._used = self._used, None
+            used.__exit__(None, None, None)
         span = self._span
         if span is None:
             return
@@ -202,6 +239,7 @@ class _CallTrace(CallTrace):
             _set_error(span, type(error).__name__, self._message(str(error)))
         span.end()
 
+    @_otel.method(default={})
     def context(self) -> dict[str, str]:
         if self._span is None:
             return {}
@@ -214,20 +252,23 @@ class _CallTrace(CallTrace):
         return {key: value for key, value in carrier.items() if key in TRACE_FIELDS}
 
     def ended(self, result: RunResult) -> None:
-        facts = _facts(result, self._sent_bytes)
+        facts = facts_of(result, self._sent_bytes, self._operation)
         metrics = self._tracing._metrics
         if metrics is not None:
-            metrics.record(result, facts)
+            _otel.call(metrics.record, result, facts, self._tool)
+        self._annotate(result, facts)
+
+    @_otel.method()
+    def _annotate(self, result: RunResult, facts: dict[str, Any]) -> None:
         span = self._span
         if span is None:
             return
         span.set_attributes(facts)
-        linked = facts.get("ptc_retry.replay_of") or facts.get("ptc_retry.extend_of")
+        kind, linked = linked_span(facts, self._operation)
         earlier = self._tracing._spans.get(linked) if isinstance(linked, str) else None
         if earlier is not None:
-            kind = "replay_of" if "ptc_retry.replay_of" in facts else "extend_of"
             span.add_link(earlier, {"ptc_retry.link": kind})
-        if _failed(result):
+        if failed(result):
             ename = result.ename or result.status.value
             _set_error(span, ename, self._message(result.evalue))
         self._tracing._remember(result.call_id, span)
@@ -236,9 +277,19 @@ class _CallTrace(CallTrace):
         return text if self._tracing.record_program else None
 
 
-def _failed(result: RunResult) -> bool:
-    """Whether the program failed: a call cut off mid-stream ran nothing, and failed not."""
-    return result.status not in (ResultStatus.OK, ResultStatus.PARTIAL)
+def _refused_span(tracer: Any, tool: str, call_id: str | None, refusal: Refusal) -> None:
+    attributes: dict[str, Any] = {
+        "gen_ai.operation.name": EXECUTE_TOOL,
+        "gen_ai.tool.name": tool,
+        "gen_ai.tool.type": "function",
+        "ptc_retry.status": ResultStatus.REFUSED.value,
+        "ptc_retry.refusal": refusal.value,
+    }
+    if call_id is not None:
+        attributes["gen_ai.tool.call.id"] = call_id
+    span = tracer.start_span(f"{EXECUTE_TOOL} {tool}", attributes=attributes)
+    _set_error(span, refusal.value, None)
+    span.end()
 
 
 def _set_error(span: Any, ename: str, message: str | None) -> None:
@@ -258,92 +309,6 @@ def _as_call(code: str) -> str:
     import json
 
     return json.dumps({"code": code}, ensure_ascii=False)
-
-
-def _facts(result: RunResult, sent_bytes: int) -> dict[str, Any]:
-    """The ``ptc_retry.*`` attributes of a program's result (docs/operators.md)."""
-    metadata = result.metadata or {}
-    facts: dict[str, Any] = {
-        "ptc_retry.status": result.status.value,
-        "ptc_retry.operation": _operation(result, metadata),
-        "ptc_retry.bytes_sent": sent_bytes,
-        "ptc_retry.restarted": result.restarted,
-    }
-    for key, value in (("call_id", result.call_id), ("reference", result.reference)):
-        if value is not None:
-            facts[f"ptc_retry.{key}"] = value
-    for key in ("replay_of", "extend_of", "resumed_from"):
-        if isinstance(metadata.get(key), (str, int)):
-            facts[f"ptc_retry.{key}"] = metadata[key]
-    saved_bytes = metadata.get("bytes")
-    if isinstance(saved_bytes, int) and ("replay_of" in metadata or "extend_of" in metadata):
-        saved = max(0, saved_bytes - sent_bytes)  # what a re-send of the whole call would cost
-        facts["ptc_retry.bytes_saved"] = saved
-        facts["ptc_retry.tokens_saved"] = round(saved / BYTES_PER_TOKEN)
-    tool_calls = metadata.get("tool_calls")
-    if isinstance(tool_calls, dict):
-        for key in ("reused", "live"):
-            if isinstance(tool_calls.get(key), int):
-                facts[f"ptc_retry.tool_calls.{key}"] = tool_calls[key]
-    guard = metadata.get("guard")
-    if isinstance(guard, dict):
-        facts["ptc_retry.guard.paused"] = bool(guard.get("paused"))
-        if isinstance(guard.get("count"), int):
-            facts["ptc_retry.guard.count"] = guard["count"]
-    return facts
-
-
-def _operation(result: RunResult, metadata: dict[str, Any]) -> str:
-    """What the call was: ``run_code``, ``replay``, ``resume``, ``extend`` or ``partial``."""
-    if result.status == ResultStatus.PARTIAL:
-        return "partial"
-    if "extend_of" in metadata:
-        return "extend"
-    if "replay_of" in metadata:
-        return "resume" if metadata.get("resumed_from") else "replay"
-    return "run_code"
-
-
-#: The backend's counters (docs/operators.md, Metrics): name -> (unit, description).
-COUNTERS = {
-    "ptc_retry.calls": ("{call}", "Programs run, by status and operation."),
-    "ptc_retry.replays": ("{call}", "Replays, resumes and extends: programs not re-sent."),
-    "ptc_retry.bytes_saved": ("By", "Bytes the model did not re-send."),
-    "ptc_retry.tokens_saved": ("{token}", "Tokens the model did not re-send (estimated)."),
-    "ptc_retry.tool_calls": ("{call}", "Tool calls of programs, reused or made live."),
-}
-
-
-class _Metrics:
-    """The backend's instruments: ``COUNTERS`` and the GenAI conventions' duration."""
-
-    def __init__(self, meter: Any) -> None:
-        self.duration = meter.create_histogram(
-            "gen_ai.execute_tool.duration", unit="s", description="Duration of tool executions."
-        )
-        self.counters = {
-            name: meter.create_counter(name, unit=unit, description=description)
-            for name, (unit, description) in COUNTERS.items()
-        }
-
-    def record(self, result: RunResult, facts: dict[str, Any]) -> None:
-        add = {name: counter.add for name, counter in self.counters.items()}
-        operation = facts["ptc_retry.operation"]
-        labels = {"ptc_retry.status": facts["ptc_retry.status"], "ptc_retry.operation": operation}
-        add["ptc_retry.calls"](1, labels)
-        timing = {"gen_ai.operation.name": EXECUTE_TOOL, "gen_ai.tool.name": "run_code"}
-        if _failed(result):
-            timing["error.type"] = result.ename or result.status.value
-        self.duration.record(result.duration, timing)
-        if operation in ("replay", "resume", "extend"):
-            add["ptc_retry.replays"](1, {"ptc_retry.operation": operation})
-        if "ptc_retry.bytes_saved" in facts:
-            add["ptc_retry.bytes_saved"](facts["ptc_retry.bytes_saved"])
-            add["ptc_retry.tokens_saved"](facts["ptc_retry.tokens_saved"])
-        for how in ("reused", "live"):
-            count = facts.get(f"ptc_retry.tool_calls.{how}")
-            if count:
-                add["ptc_retry.tool_calls"](count, {"ptc_retry.tool_call.reused": how == "reused"})
 
 
 class HostSpan:
@@ -370,6 +335,16 @@ class _HostSpan(HostSpan):
 
     @contextmanager
     def running(self) -> Iterator[None]:
+        # The tool's own exceptions go through as they came; the span's, nowhere.
+        used = _otel.call(self._start)
+        try:
+            yield
+        finally:
+            if used is not None:
+                _otel.call(used.__exit__, None, None, None)
+
+    def _start(self) -> Any:
+        """The span, started and made current: the context manager that ends it."""
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         call = self._call
@@ -385,16 +360,17 @@ class _HostSpan(HostSpan):
             attributes["gen_ai.tool.call.id"] = f"{call['program']}:{call['k']}"
             attributes["ptc_retry.program"] = call["program"]
             attributes["ptc_retry.tool_call.k"] = call["k"]
-        with self._tracer.start_as_current_span(
+        used = self._tracer.start_as_current_span(
             f"{EXECUTE_TOOL} {tool}",
             context=parent,
             attributes=attributes,
             record_exception=False,
             set_status_on_exception=False,
-        ) as span:
-            self._span = span
-            yield
+        )
+        self._span = used.__enter__()
+        return used
 
+    @_otel.method()
     def failed(self, ename: str) -> None:
         if self._span is not None:
             _set_error(self._span, ename, None)  # never the tool's arguments or message

@@ -19,6 +19,7 @@ __all__ = [
     "STOPPED",
     "HistoryStatus",
     "Mode",
+    "Refusal",
     "ResultStatus",
     "history_status",
     "status_table",
@@ -88,6 +89,21 @@ class ResultStatus(_Status):
         "paused",
         "stopped before a tool call that needs a person's approval (kb.approve, kb.deny)",
     )
+
+
+class Refusal(_Status):
+    """Why the backend refused a call of the model's: nothing of it ran (a refused call's
+    span carries it as ``ptc_retry.refusal``, docs/operators.md)."""
+
+    UNKNOWN_TOOL = "unknown_tool", "the call names a tool the backend does not offer"
+    BAD_ARGUMENTS = (
+        "bad_arguments",
+        "its arguments are not what the tool takes: not UTF-8, not a JSON object, no code",
+    )
+    CUT_OFF = "cut_off", "cut off mid-stream where nothing could be saved or sent"
+    GUARD = "guard", "the repeated-failure guard pauses programs"
+    UNKNOWN_REFERENCE = "unknown_reference", "an edit that names no call it can fix"
+    BAD_PATCH = "bad_patch", "an edit whose patch does not apply to the call it names"
 
 
 class Mode(_Status):

@@ -13,10 +13,12 @@ without a configured provider, nothing is imported and a program has no ``Progra
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from typing import TYPE_CHECKING, Any
 
+from ..core.contained import Contained
 from ..core.protocol import TRACE_FIELDS, TRACEPARENT
 from ..core.status import HistoryStatus
 
@@ -31,8 +33,13 @@ __all__ = ["ProgramTrace", "program_trace"]
 SCOPE = "ptc_retry.kernel"
 #: The kernel's tracer once decided: [] before the first traced request, [None] without one.
 _TRACER: list[Any] = []
+#: Every call into OpenTelemetry goes through it: what a tracer provider, span processor or
+#: exporter raises is logged (at INFO: never into a cell's output, which the model reads)
+#: and fails no program or tool call.
+_otel = Contained(logging.getLogger(__name__), logging.INFO)
 
 
+@_otel.method(default=None)
 def program_trace(request: Request) -> ProgramTrace | None:
     """The trace of the program ``request`` runs; None when it brought no trace context or
     this kernel has no tracer provider configured."""
@@ -105,6 +112,7 @@ class ProgramTrace:
 
         return bool(trace.get_current_span(self._parent).get_span_context().is_valid)
 
+    @_otel.method()
     def saved(self, started_ns: int, call: Call | None) -> None:
         """The program was saved (``call``; None: it could not be) since ``started_ns``."""
         span = self._tracer.start_span(
@@ -116,12 +124,14 @@ class ProgramTrace:
             span.set_attribute("ptc_retry.bytes", call.bytes)
         span.end()
 
+    @_otel.method()
     def run_started(self, call: Call | None) -> None:
         """The program starts to run: the span its tool calls come beneath."""
         self._run = self._tracer.start_span("ptc_retry.run", context=self._parent)
         if call is not None:
             self._run.set_attributes(_call_attributes(call))
 
+    @_otel.method()
     def run_ended(
         self,
         call: Call | None,
@@ -142,20 +152,24 @@ class ProgramTrace:
         span.set_attribute("ptc_retry.status", status.value)
         for key, count in (tool_calls or {}).items():
             span.set_attribute(f"ptc_retry.tool_calls.{key}", count)
-        if error is not None and status != HistoryStatus.OK:
+        # A pause for a person's approval stops the program with an exception, and fails not.
+        if error is not None and status not in (HistoryStatus.OK, HistoryStatus.PAUSED):
             _failed(span, type(error).__name__)
         span.end()
 
+    @_otel.method()
     def tool_call_started(self, record: CallRecord) -> None:
         """A live call starts (its span ends with ``tool_call_ended``)."""
         self._calls[record.k] = self._tool_span(record, reused=False)
 
+    @_otel.method()
     def tool_call_reused(self, record: CallRecord) -> None:
         """A call given its recorded result: a span of no length, marked reused."""
         span = self._tool_span(record, reused=True)
         span.set_attribute("ptc_retry.tool_call.reused_from", str(record.reused_from))
         span.end()
 
+    @_otel.method()
     def tool_call_ended(self, record: CallRecord, ename: str | None) -> None:
         """A live call ended: ok, or failed with ``ename``."""
         span = self._calls.pop(record.k, None)
@@ -168,6 +182,7 @@ class ProgramTrace:
             _failed(span, ename or "ToolError")
         span.end()
 
+    @_otel.method(default={})
     def tool_call_context(self, record: CallRecord) -> dict[str, str]:
         """The trace context of a live call's span, for its entry in the tool request: the
         host's span of the call comes beneath it."""
