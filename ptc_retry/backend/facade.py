@@ -252,9 +252,7 @@ class KernelBackend(ModelSide, ApprovalSide):
             # The journal first: it makes the session directory (0700) the kernel's store
             # goes in, which would otherwise come out of makedirs with the umask's mode.
             assert self.root is not None and self.session_dir is not None
-            self._native = NativeSession(
-                self.root, self.session_id, self.run_code, self._tracing
-            )
+            self._native = NativeSession(self.root, self.session_id, self.run_code, self._tracing)
         if kernel_dir is not None:
             check_checkpoints(kernel_dir, self.session_id)
         root = kernel_dir.parent if kernel_dir is not None else self.root
