@@ -79,6 +79,12 @@ def test_the_call_a_notice_offers_is_a_line_of_its_own(name: str) -> None:
     assert call.startswith("await ptc_retry.") and call.endswith(")") and len(call) <= 70
 
 
+@pytest.mark.parametrize("name", SENTENCES)
+def test_a_sentence_s_opening_is_what_each_rendering_starts_with(name: str) -> None:
+    sentence = SENTENCES[name]
+    assert rendered(sentence, ID_SHAPES["openai"]).startswith(sentence.opening)
+
+
 def test_the_json_conversion_quotes_a_reference_as_a_string_literal() -> None:
     sentence = Sentence("await ptc_retry.resume({reference!j})", 15)
     assert sentence.render(reference='a"b') == 'await ptc_retry.resume("a\\"b")'

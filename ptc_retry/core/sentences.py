@@ -61,6 +61,13 @@ class Sentence:
         """The names of the fields the template holds."""
         return frozenset(name for _, name, _, _ in _FORMATTER.parse(self.text) if name)
 
+    @property
+    def opening(self) -> str:
+        """The template's words before its first field: what every rendering starts with, by
+        which code that reads a rendered text (a reply's notice) tells this sentence."""
+        literal = next(iter(_FORMATTER.parse(self.text)), ("", None, None, None))[0]
+        return literal.replace("{{", "{").replace("}}", "}")
+
 
 _RESUME = "await ptc_retry.resume({reference!j})"
 _LOST = "all variables, imports and definitions are lost."
