@@ -174,6 +174,25 @@ async def until_printed(backend: KernelBackend, text: str, seconds: float = KERN
         await asyncio.sleep(0.05)
 
 
+async def cancel_when(
+    running: Coroutine[Any, Any, Any], ready: Callable[[], object], seconds: float = KERNEL_TIMEOUT
+) -> None:
+    """Run ``running`` (a call of the backend's) until ``ready()`` holds, then cancel it as a
+    caller that gives up does, and wait until the cancel has gone through."""
+    task = asyncio.ensure_future(running)
+    deadline = time.monotonic() + seconds
+    while not ready():
+        assert not task.done(), "the call ended before what it waited for happened"
+        assert time.monotonic() < deadline, f"what the call waited for took over {seconds} s"
+        await asyncio.sleep(0.05)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        return
+    raise AssertionError("the call ended instead of being cancelled")
+
+
 def latest_line_of(directory: Path | None, call_id: str) -> dict[str, Any]:
     """The last history line of ``call_id`` (a call under a reused id adds one each time)."""
     return [h for h in history(directory) if h["id"] == call_id][-1]

@@ -89,7 +89,7 @@ CHASE = long_program(
 )
 
 
-async def run(kb: KernelBackend, code: str) -> RunResult:
+async def model_call(kb: KernelBackend, code: str) -> RunResult:
     """One ``run_code`` call of the model, bounded; the result as the loop sees it."""
     await asyncio.wait_for(kb.handle_tool_call("run_code", json.dumps({"code": code})), BOUND)
     assert kb.last_result is not None
@@ -167,7 +167,7 @@ def fresh_desk(desk: Office) -> Iterator[None]:
 def test_a_program_pauses_before_the_email_and_goes_on_once_approved(
     backend: KernelBackend, office: Office, on_loop: OnLoop[Any]
 ) -> None:
-    paused = on_loop(run(backend, CHASE))
+    paused = on_loop(model_call(backend, CHASE))
 
     assert paused.status == ResultStatus.PAUSED
     assert office.calls == {"search": 1, "lookup": 1}  # everything before the pause ran
@@ -208,7 +208,7 @@ def test_a_denial_the_program_catches_goes_on_without_the_call(
         '    print("not sent:", denied.reason)',
         'print("after", owner)',
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
     assert paused.status == ResultStatus.PAUSED, paused.text
 
     went_on = continued(on_loop(bounded(kb.deny(paused.reference or "", "not to customers"))))
@@ -222,7 +222,7 @@ def test_a_denial_the_program_does_not_catch_fails_it_with_the_ordinary_notice(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     code = long_program('await tools.search(q="x")', 'await tools.send_email(to="a@b", body="x")')
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
 
     failed = continued(on_loop(bounded(kb.deny(paused.reference or "", "no"))), ResultStatus.ERROR)
 
@@ -235,7 +235,7 @@ def test_a_denial_the_program_does_not_catch_fails_it_with_the_ordinary_notice(
 def test_approval_after_a_kernel_restart_reruns_the_program_reusing_every_result(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    paused = on_loop(run(kb, CHASE))
+    paused = on_loop(model_call(kb, CHASE))
     on_loop(bounded(kb.restart()))
 
     went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
@@ -251,7 +251,7 @@ def test_a_new_backend_on_the_same_session_lists_and_decides_what_waits(
     host = Office()
     first = start_backend(session_id="left-waiting", **options)
     host.register(first)
-    paused = on_loop(run(first, CHASE))
+    paused = on_loop(model_call(first, CHASE))
     on_loop(first.shutdown(keep=True))
 
     second = start_backend(session_id="left-waiting", **options)
@@ -277,7 +277,7 @@ def test_a_gather_of_three_calls_waits_for_all_and_each_is_decided_on_its_own(
         ")",
         "print([type(s).__name__ if isinstance(s, Exception) else s for s in sent])",
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
     waiting = kb.pending_approvals()
     assert sorted(call.arguments["to"] for call in waiting) == ["ann", "bob", "cy"]
     assert {call.reference for call in waiting} == {paused.reference}
@@ -299,7 +299,7 @@ def test_an_approval_covers_that_exact_call_and_a_different_one_pauses_again(
         "for amount in (50, 500, 900):",
         "    print(await tools.pay(amount=amount))",
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
     assert paused.status == ResultStatus.PAUSED
     assert [call.arguments for call in kb.pending_approvals()] == [{"amount": 500}]
     assert desk.calls == {"pay": 1}  # 50 needs nobody
@@ -316,7 +316,7 @@ def test_a_policy_that_raises_pauses_the_call_with_its_error(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     desk.answer = True  # the approver would approve: a raising policy never reaches it
-    paused = on_loop(run(kb, long_program("await tools.pay(amount=-5)")))
+    paused = on_loop(model_call(kb, long_program("await tools.pay(amount=-5)")))
 
     assert paused.status == ResultStatus.PAUSED
     (waiting,) = kb.pending_approvals()
@@ -336,7 +336,7 @@ def test_the_inline_approver_decides_while_the_program_waits(
         "except ptc_retry.ToolDenied as denied:",
         '    print("denied:", denied.reason)',
     )
-    ran = on_loop(run(kb, code))
+    ran = on_loop(model_call(kb, code))
 
     assert ran.status == ResultStatus.OK, ran.text
     assert "sent to ann" in ran.text and "denied: only ann" in ran.text
@@ -348,7 +348,7 @@ def test_the_inline_approver_decides_while_the_program_waits(
 def test_a_program_cannot_approve_its_own_paused_call(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    paused = on_loop(run(kb, long_program('await tools.send_email(to="eve", body="x")')))
+    paused = on_loop(model_call(kb, long_program('await tools.send_email(to="eve", body="x")')))
     (waiting,) = kb.pending_approvals()
     forged = {"k": waiting.k, "tool": "send_email", "arguments": waiting.arguments}
     tries = long_program(
@@ -372,7 +372,7 @@ def test_a_program_cannot_approve_its_own_paused_call(
         # A resume of the paused program, from inside a program.
         f"await ptc_retry.resume({paused.reference!r})",
     )
-    tried = on_loop(run(kb, tries))
+    tried = on_loop(model_call(kb, tries))
 
     assert "own request: True" in tried.text, tried.text  # the host paused it again
     assert tried.status == ResultStatus.PAUSED  # and so it did the resume's call
@@ -388,7 +388,7 @@ def test_deciding_what_does_not_wait_says_what_does(
 ) -> None:
     with pytest.raises(ApprovalError, match="nothing waits for approval under '#999'"):
         on_loop(kb.approve("#999"))
-    paused = on_loop(run(kb, long_program('await tools.send_email(to="zed", body="x")')))
+    paused = on_loop(model_call(kb, long_program('await tools.send_email(to="zed", body="x")')))
     other = KernelBackend(session_id="another-session", **local_options)
     with pytest.raises(ApprovalError, match="another session"):
         on_loop(other.approve(paused.reference or ""))
@@ -432,12 +432,12 @@ def test_an_approval_is_used_by_its_continuation_never_by_another_program_runnin
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     email = 'print("sent:", await tools.send_email(to="ann", body="due"))'
-    paused = on_loop(run(kb, long_program(email)))
+    paused = on_loop(model_call(kb, long_program(email)))
     # Another program with the same call is running while the person approves the first.
     meanwhile = long_program("import asyncio", "await asyncio.sleep(1)", email)
 
     async def approve_while_another_runs() -> tuple[RunResult, RunResult | None]:
-        other = asyncio.ensure_future(run(kb, meanwhile))
+        other = asyncio.ensure_future(model_call(kb, meanwhile))
         await asyncio.sleep(0.3)
         approved = await bounded(kb.approve(paused.reference or ""))
         return await other, approved
@@ -456,8 +456,8 @@ def test_two_programs_paused_at_the_same_call_each_go_on_when_approved_together(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     email = 'print("sent:", await tools.send_email(to="bo", body="due"))'
-    first = on_loop(run(kb, long_program("# the first", email)))
-    second = on_loop(run(kb, long_program("# the second", email)))
+    first = on_loop(model_call(kb, long_program("# the first", email)))
+    second = on_loop(model_call(kb, long_program("# the second", email)))
 
     async def approve_both() -> list[RunResult | None]:
         both = (kb.approve(first.reference or ""), kb.approve(second.reference or ""))
@@ -478,7 +478,7 @@ def test_an_approval_given_up_on_after_its_call_ran_never_runs_it_again(
         "time.sleep(3)",
         "print(sent)",
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
 
     async def give_up() -> None:
         with pytest.raises(asyncio.TimeoutError):
@@ -496,11 +496,13 @@ def test_an_approval_given_up_on_after_its_call_ran_never_runs_it_again(
 def test_an_approval_given_up_on_before_its_continuation_reached_the_kernel_still_waits(
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
-    paused = on_loop(run(kb, long_program('print(await tools.send_email(to="di", body="due"))')))
+    paused = on_loop(
+        model_call(kb, long_program('print(await tools.send_email(to="di", body="due"))'))
+    )
     busy = long_program("import time", "time.sleep(2)")
 
     async def give_up_while_another_runs() -> None:
-        other = asyncio.ensure_future(run(kb, busy))
+        other = asyncio.ensure_future(model_call(kb, busy))
         await asyncio.sleep(0.3)
         with pytest.raises(asyncio.TimeoutError):  # it waited for the kernel all along
             await asyncio.wait_for(kb.approve(paused.reference or ""), 0.5)
@@ -523,8 +525,8 @@ def test_approval_after_another_program_rebound_its_names_reruns_it_with_its_own
         'await tools.send_email(to=hits[0], body="receipt")',
         'print("looked up:", await tools.lookup(name=who))',
     )
-    paused = on_loop(run(kb, code))
-    on_loop(run(kb, long_program('who = "bob-2"')))  # the model works on meanwhile
+    paused = on_loop(model_call(kb, code))
+    on_loop(model_call(kb, long_program('who = "bob-2"')))  # the model works on meanwhile
 
     went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
 
@@ -544,7 +546,7 @@ def test_approvals_in_one_turn_beyond_the_resume_budget_each_go_on_from_their_ca
         *(f'await tools.send_email(to="{p}", body=f"ref {{token}}")' for p in people),
         'print("all sent")',
     )
-    result = on_loop(run(kb, code))
+    result = on_loop(model_call(kb, code))
     for _ in people:
         assert result.status == ResultStatus.PAUSED, result.text
         went_on = on_loop(bounded(kb.approve(result.reference or "")))
@@ -572,14 +574,14 @@ def test_a_policy_or_approver_raising_systemexit_or_keyboardinterrupt_leaves_the
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
 ) -> None:
     kb.register_tool(desk.pay, name="refund", approval=exiting)
-    paused = on_loop(run(kb, long_program("await tools.refund(amount=5)")))
+    paused = on_loop(model_call(kb, long_program("await tools.refund(amount=5)")))
 
     assert paused.status == ResultStatus.PAUSED, paused.text
     (waiting,) = kb.pending_approvals()
     assert waiting.policy_error == "the approval policy raised SystemExit: 2"
 
     desk.answer = interrupted
-    asked = on_loop(run(kb, long_program('await tools.send_email(to="ed", body="x")')))
+    asked = on_loop(model_call(kb, long_program('await tools.send_email(to="ed", body="x")')))
 
     assert asked.status == ResultStatus.PAUSED, asked.text
     assert [call.arguments["to"] for call in desk.asked] == ["ed"]
@@ -594,10 +596,10 @@ def test_the_live_count_leaves_out_calls_that_were_paused_or_denied(
     code = long_program(
         'owner = await tools.lookup(name="fay")', 'await tools.send_email(to=owner, body="hi")'
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
     edited = f"await ptc_retry.replay({paused.reference!r}, 'body=\"hi\"', 'body=\"hello\"')"
 
-    again = on_loop(run(kb, edited))
+    again = on_loop(model_call(kb, edited))
 
     assert again.status == ResultStatus.PAUSED, again.text
     assert f"1 tool result reused from {paused.reference}; 0 calls made live" in again.text
@@ -611,7 +613,7 @@ def test_the_live_count_leaves_out_calls_that_were_paused_or_denied(
         "    return_exceptions=True,",
         "))",
     )
-    ran = on_loop(run(kb, gathered))
+    ran = on_loop(model_call(kb, gathered))
 
     assert ran.status == ResultStatus.OK and "ToolDenied" in ran.text, ran.text
     assert (ran.metadata or {})["tool_calls"] == {"reused": 0, "live": 1}
@@ -638,7 +640,7 @@ def test_a_pause_waits_for_the_calls_other_tasks_have_in_flight_and_approval_reu
         'sent = await tools.send_email(to="hal", body="receipt")',
         "print(await charging, sent)",
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
 
     assert paused.status == ResultStatus.PAUSED, paused.text
     assert desk.calls == {"charge": 1}  # it ended before the pause ended the program
@@ -656,9 +658,9 @@ def test_a_paused_program_sent_again_runs_nothing_and_says_it_still_waits(
         'owner = await tools.lookup(name="ivy")',
         'print(await tools.send_email(to=owner, body="again?"))',
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
 
-    again = on_loop(run(kb, code))
+    again = on_loop(model_call(kb, code))
 
     assert again.status == ResultStatus.PAUSED and again.reference == paused.reference
     assert again.text.startswith(f"[ptc-retry] Not run: this is {paused.reference}, which")
@@ -677,13 +679,17 @@ def test_a_replay_that_fails_before_the_paused_call_leaves_it_waiting_until_one_
         'note = "due"',
         "print(await tools.send_email(to=owner, body=note))",
     )
-    paused = on_loop(run(kb, code))
-    broken = on_loop(run(kb, f"await ptc_retry.replay({paused.reference!r}, '\"due\"', 'nope')"))
+    paused = on_loop(model_call(kb, code))
+    broken = on_loop(
+        model_call(kb, f"await ptc_retry.replay({paused.reference!r}, '\"due\"', 'nope')")
+    )
 
     assert broken.status == ResultStatus.ERROR and "NameError" in broken.text, broken.text
     assert [call.reference for call in kb.pending_approvals()] == [paused.reference]
 
-    fixed = on_loop(run(kb, f"await ptc_retry.replay({broken.reference!r}, 'nope', '\"late\"')"))
+    fixed = on_loop(
+        model_call(kb, f"await ptc_retry.replay({broken.reference!r}, 'nope', '\"late\"')")
+    )
 
     assert fixed.status == ResultStatus.PAUSED, fixed.text
     (waiting,) = kb.pending_approvals()  # the fix replaces both: one email waits, not two

@@ -27,7 +27,10 @@ from ptc_retry.backend import (
     LocalKernel,
 )
 from ptc_retry.backend.capture import MAX_RAW_OUTPUT_CHARS
+from ptc_retry.core import sentences as said
 from ptc_retry.core.notice import parse_notice
+from ptc_retry.core.sentences import Sentence
+from ptc_retry.core.status import ResultStatus
 
 from .helpers import ORDERS, OnLoop, history, line_of, raw, until_printed
 
@@ -251,6 +254,25 @@ def test_a_timeout_that_is_not_a_positive_number_of_seconds_is_refused(
     with pytest.raises(ValueError, match="^timeout must be a number of seconds > 0, or None"):
         on_loop(backend.run_code("1", call_id="call_bad_timeout", timeout=timeout))
     assert "call_bad_timeout" not in {h["id"] for h in history(backend.session_dir)}
+
+
+SLEEPER = "import time\nprint('waiting', flush=True)\ntime.sleep(60)"
+
+
+@pytest.mark.parametrize(
+    ("program", "notice"),
+    [(SLEEPER, said.SHORT_TIME_LIMIT), ("# " + "x" * 250 + "\n" + SLEEPER, said.NOTICE_TIME_LIMIT)],
+    ids=["too short to replay", "replayable"],
+)
+def test_a_program_the_kernels_time_limit_stopped_is_told_so_once(
+    backend: KernelBackend, on_loop: OnLoop[Any], program: str, notice: Sentence
+) -> None:
+    result = on_loop(backend.run_code(program, timeout=1))
+
+    assert result.status == ResultStatus.TIMEOUT and not result.restarted
+    assert result.notice is not None and notice.opening in result.notice
+    # The kernel's notice said it: the backend adds no note of its own time limit.
+    assert said.TIMEOUT_KEPT.opening not in result.text, result.text
 
 
 @pytest.mark.parametrize("timeout", [float("inf"), 10**400, 1e12])

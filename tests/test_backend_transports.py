@@ -9,7 +9,6 @@ and use distinct call ids; tests that kill or restart a kernel share another (``
 from __future__ import annotations
 
 import ast
-import asyncio
 import logging
 import os
 import signal
@@ -24,7 +23,7 @@ from ptc_retry.backend import KernelBackend
 from ptc_retry.core.notice import parse_notice
 
 from .gateway_server import ENTERPRISE_GATEWAY, KERNEL_GATEWAY, TOKEN, Gateway, gateway_of
-from .helpers import DYING, ORDERS, ORDERS_FIX, OnLoop, line_of, raw
+from .helpers import DYING, ORDERS, ORDERS_FIX, OnLoop, cancel_when, line_of, raw
 
 #: Each test runs on a local kernel and behind each gateway (conftest's ``transport``).
 TRANSPORTS = ["local", KERNEL_GATEWAY, ENTERPRISE_GATEWAY]
@@ -115,8 +114,9 @@ def test_timeout_keeps_printed_lines_and_the_kernels_state(
 def test_cancelling_a_call_interrupts_the_program(
     backend: KernelBackend, on_loop: OnLoop[Any]
 ) -> None:
-    with pytest.raises(asyncio.TimeoutError):
-        on_loop(asyncio.wait_for(backend.run_code("import time\ntime.sleep(60)"), 1))
+    sleeping = "import time\nprint('waiting', flush=True)\ntime.sleep(60)"
+    waiting = lambda: "waiting" in (backend.running_output() or "")  # noqa: E731
+    on_loop(cancel_when(backend.run_code(sleeping), waiting))
     started = time.monotonic()
     after = on_loop(backend.run_code("'free'", call_id="call_c1", timeout=30))
     assert after.value == "'free'" and time.monotonic() - started < 10

@@ -30,7 +30,16 @@ from ptc_retry.core.notice import prompt_section
 from ptc_retry.core.sentences import CODE_PROMPT, TOOLS_PROMPT
 
 from .gateway_server import KERNEL_GATEWAY
-from .helpers import OnLoop, StartBackend, follow, history, line_of, raw, tool_call_lines
+from .helpers import (
+    OnLoop,
+    StartBackend,
+    cancel_when,
+    follow,
+    history,
+    line_of,
+    raw,
+    tool_call_lines,
+)
 
 #: Each test that uses a backend runs on a local kernel and behind a real Kernel Gateway.
 TRANSPORTS = ["local", KERNEL_GATEWAY]
@@ -484,15 +493,18 @@ def test_a_program_stopped_while_awaiting_a_tool_says_the_time_limit(
 
 
 def test_an_interrupted_replay_awaiting_tools_is_offered_going_on(
-    backend: KernelBackend, on_loop: OnLoop[Any]
+    backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
     on_loop(backend.run_code("import asyncio\nnaps = 0.1", call_id="call_i1"))
     replay = (
         "await ptc_retry.replay('call_i1', 'naps = 0.1', "
         "'await asyncio.gather(tools.nap(seconds=30))')"
     )
-    with pytest.raises(asyncio.TimeoutError):  # the caller gives up: the backend interrupts
-        on_loop(asyncio.wait_for(backend.run_code(replay, call_id="call_i2"), 1.5))
+    naps = host.calls["nap"]
+    # The caller gives up once the replay awaits its tool: the backend interrupts.
+    on_loop(
+        cancel_when(backend.run_code(replay, call_id="call_i2"), lambda: host.calls["nap"] > naps)
+    )
 
     deadline = time.monotonic() + 20  # the kernel records it once the interrupt reached it
     while not any(h["id"] == "call_i2" for h in history(backend.session_dir)):
@@ -505,9 +517,9 @@ def test_an_interrupted_replay_awaiting_tools_is_offered_going_on(
 def test_a_call_cancelled_by_its_caller_cancels_its_tools(
     backend: KernelBackend, host: Host, on_loop: OnLoop[Any]
 ) -> None:
-    before = host.cancelled["hang"]
-    with pytest.raises(asyncio.TimeoutError):
-        on_loop(asyncio.wait_for(backend.run_code(ask(("hang", {})), call_id="call_w7"), 1))
+    before, hangs = host.cancelled["hang"], host.calls["hang"]
+    running = backend.run_code(ask(("hang", {})), call_id="call_w7")
+    on_loop(cancel_when(running, lambda: host.calls["hang"] > hangs))
 
     assert host.cancelled["hang"] == before + 1
     after = on_loop(backend.run_code(ask(("add", {"a": 2})), call_id="call_w8", timeout=20))

@@ -79,6 +79,12 @@ def test_the_call_a_notice_offers_is_a_line_of_its_own(name: str) -> None:
     assert call.startswith("await ptc_retry.") and call.endswith(")") and len(call) <= 70
 
 
+@pytest.mark.parametrize("name", SENTENCES)
+def test_a_sentence_s_opening_is_what_each_rendering_starts_with(name: str) -> None:
+    sentence = SENTENCES[name]
+    assert rendered(sentence, ID_SHAPES["openai"]).startswith(sentence.opening)
+
+
 def test_the_json_conversion_quotes_a_reference_as_a_string_literal() -> None:
     sentence = Sentence("await ptc_retry.resume({reference!j})", 15)
     assert sentence.render(reference='a"b') == 'await ptc_retry.resume("a\\"b")'
@@ -86,24 +92,24 @@ def test_the_json_conversion_quotes_a_reference_as_a_string_literal() -> None:
 
 
 #: The words of a sentence the model reads: the notice prefix, and those of a tool result
-#: that ran nothing, which starts with ``Error: ``.
+#: that ran nothing, which starts with ``Error: ``; on the rooms a program's output comes
+#: from, also what the kernel says on stderr, which starts with ``ptc-retry: ``.
 HAND_WRITTEN = (PREFIX.strip(), "Nothing ran", "Nothing was saved or run")
 REFUSAL_START = "Error: "
+STDERR_START, STDERR_ROOMS = "ptc-retry: ", ("kernel", "backend", "native")
 
 
 def _hand_written(path: Path) -> list[int]:
     """The lines of ``path`` with a string constant (an f-string's literal parts too) that
-    writes one of ``HAND_WRITTEN`` itself."""
+    writes one of ``HAND_WRITTEN`` itself (or, in ``STDERR_ROOMS``, starts a stderr line)."""
     tree = ast.parse(path.read_text("utf-8"))
+    starts = (REFUSAL_START, STDERR_START) if path.parent.name in STDERR_ROOMS else REFUSAL_START
     return [
         node.lineno
         for node in ast.walk(tree)
         if isinstance(node, ast.Constant)
         and isinstance(node.value, str)
-        and (
-            node.value.startswith(REFUSAL_START)
-            or any(marker in node.value for marker in HAND_WRITTEN)
-        )
+        and (node.value.startswith(starts) or any(marker in node.value for marker in HAND_WRITTEN))
     ]
 
 

@@ -327,8 +327,10 @@ class Execution:
             error = reply_content
         notice, call_id, checkpoint, reference = self._facts(metadata, error)
         status = self.status or self._status(reply_content, metadata, error, duration)
-        # The kernel's time limit stopped it, and its notice said so.
-        stopped = notice is not None and "time limit" in notice
+        # The kernel's time limit stopped it, and its notice (the full one, or the short one
+        # of a program too small to replay) said so.
+        said_so = (said.NOTICE_TIME_LIMIT.opening, said.SHORT_TIME_LIMIT.opening)
+        stopped = notice is not None and any(opening in notice for opening in said_so)
         if status == ResultStatus.TIMEOUT and not self.restarted and not stopped:
             self.notes.append(said.TIMEOUT_KEPT.render(seconds=self.timeout))
         if reply_content.get("status") == "aborted":

@@ -61,6 +61,13 @@ class Sentence:
         """The names of the fields the template holds."""
         return frozenset(name for _, name, _, _ in _FORMATTER.parse(self.text) if name)
 
+    @property
+    def opening(self) -> str:
+        """The template's words before its first field: what every rendering starts with, by
+        which code that reads a rendered text (a reply's notice) tells this sentence."""
+        literal = next(iter(_FORMATTER.parse(self.text)), ("", None, None, None))[0]
+        return literal.replace("{{", "{").replace("}}", "}")
+
 
 _RESUME = "await ptc_retry.resume({reference!j})"
 _LOST = "all variables, imports and definitions are lost."
@@ -171,6 +178,35 @@ RUN_WHOLE = Sentence(
     },
 )
 
+#: ``RUN_WHOLE``'s reasons: the kernel that ran ``call_id`` is gone (it died or restarted).
+RUN_WHOLE_RESTARTED = Sentence(
+    "the kernel restarted after {call_id} ran, so what it computed is gone", 35
+)
+#: ``RUN_WHOLE``'s reason for a resume of a program that did not fail.
+RUN_WHOLE_DID_NOT_FAIL = Sentence("{call_id} did not fail, so there is nothing to skip", 30)
+#: ``RUN_WHOLE``'s reason for going on with a paused program after another one ran.
+RUN_WHOLE_RAN_SINCE_PAUSE = Sentence(
+    "another program ran after {call_id} paused, so the names it bound may have changed", 35
+)
+#: ``RUN_WHOLE``'s reason once the turn's resumes are used (``budget``: how many it has).
+RUN_WHOLE_RESUMES_USED = Sentence(
+    "this turn has used its {budget} resumes (PtcRetry.max_resumes_per_turn)", 25, {"budget": 3}
+)
+#: Said on stderr when a program calls a helper without ``await`` (``call``: the call as
+#: written, the arguments after the target elided).
+NOT_AWAITED = Sentence(
+    "ptc_retry.{call} did not run: it must be awaited. Write: await ptc_retry.{call}",
+    70,
+    {"call": "replay('toolu_01A09q90qw90lq917835lq9x', ...)"},
+)
+#: Said on stderr when ``%ptc_guard reset`` runs anywhere but a person's cell of its own.
+GUARD_NOT_RESET = Sentence(
+    "ptc-retry: nothing was reset. %ptc_guard reset works only as a cell of its own, run by a "
+    "person at the notebook.",
+    35,
+)
+#: Said when a person's ``%ptc_guard reset`` lifts the guard's pause.
+GUARD_RESET = Sentence("ptc-retry: the guard starts fresh; programs run again.", 15)
 #: Said on stderr when a resume skips statements: the one it starts at (``statement``: its
 #: first line, quoted) and, for a loop, ``LOOP_FROM_START``.
 RESUMED_AT = Sentence(

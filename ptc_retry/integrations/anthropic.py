@@ -27,6 +27,7 @@ import anthropic
 
 from ..core.partial import cut_arguments
 from ..core.status import ResultStatus
+from .continuation import continue_text, transport_errors
 from .replies import (
     CallResult,
     Message,
@@ -36,8 +37,6 @@ from .replies import (
     Stop,
     ToolCall,
     Usage,
-    continue_text,
-    transport_errors,
     whole_json,
 )
 

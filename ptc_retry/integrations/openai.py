@@ -23,6 +23,7 @@ from typing import Any
 
 import openai
 
+from .continuation import continue_text, transport_errors
 from .replies import (
     CallResult,
     Message,
@@ -32,8 +33,6 @@ from .replies import (
     Stop,
     ToolCall,
     Usage,
-    continue_text,
-    transport_errors,
     whole_json,
 )
 

@@ -1,7 +1,9 @@
 """What the provider adapters share (``ptc_retry.integrations.openai``, ``.anthropic``): a
 model's reply as the adapters read it (``Reply``, ``ToolCall``, ``Usage``), the step that
 runs its tool calls on a ``KernelBackend`` (``Step``, ``CallResult``), and the continuation
-of a stream cut off by the network (``Continuation``, ``Resume``). It imports no SDK.
+of a stream cut off by the network (``Continuation``, ``Resume``). It imports no SDK. The
+reply's types live in ``model_reply`` and the continuation's in ``continuation``; this module
+holds ``ProviderAdapter`` and is where the adapters and their users import all of them from.
 
 An adapter (``ProviderAdapter``'s subclass per API) reads the SDK's objects or stream
 events into a ``Reply``; ``step(reply)`` runs every whole tool call through
@@ -15,18 +17,35 @@ stream the network cuts is continued instead of sent again (docs/integrations.md
 from __future__ import annotations
 
 import asyncio
-import enum
-import importlib
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterable, Mapping
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable
+from dataclasses import replace
 from typing import Any, Generic, TypeVar
 
 from ..backend import KernelBackend
 from ..core import sentences as said
 from ..core.partial import cut_json
 from ..core.status import ResultStatus
+from .continuation import (
+    Continuation,
+    dropped,
+    join_parts,
+    resume_of,
+)
+from .model_reply import (
+    CallResult,
+    Message,
+    Reply,
+    ReplyCollector,
+    Resume,
+    Step,
+    Stop,
+    ToolCall,
+    UnfinishedStream,
+    Usage,
+    whole_json,
+)
 
 __all__ = [
     "CallResult",
@@ -40,221 +59,12 @@ __all__ = [
     "ToolCall",
     "UnfinishedStream",
     "Usage",
-    "transport_errors",
     "whole_json",
 ]
-
-Message = dict[str, Any]
-
-
-class Stop(str, enum.Enum):
-    """Why a reply ended, in the same words for every API."""
-
-    #: The model finished (``stop``, ``end_turn``, ``completed``).
-    END = "end"
-    #: The model asks for its tool calls' results.
-    TOOL_CALLS = "tool_calls"
-    #: The output-token limit (``length``, ``max_tokens``, ``max_output_tokens``).
-    LENGTH = "length"
-    #: The model refused (``refusal``).
-    REFUSAL = "refusal"
-    #: The stream was cut by the network after a tool call began: the calls that arrived
-    #: whole run, and one cut part-way is saved to be extended.
-    DROPPED = "dropped"
-
-    def __str__(self) -> str:
-        return self.value
-
-
-@dataclass
-class ToolCall:
-    """One tool call as it arrived: ``arguments`` is the raw JSON string the model wrote
-    (Anthropic's non-streamed ``input``: the decoded mapping); ``cut``: it stopped part-way
-    (the output limit, or a dropped stream), and goes to ``handle_partial_tool_call``."""
-
-    id: str
-    name: str
-    arguments: str | Mapping[str, Any]
-    cut: bool = False
-
-
-class UnfinishedStream(ConnectionError):
-    """A stream that ended without the event that ends a reply (Chat's ``finish_reason``,
-    Messages' ``message_delta``, Responses' ``response.completed`` or ``.incomplete``), as a
-    proxy that closes the body at its read timeout leaves it, or that ended in Responses'
-    ``response.failed``: a network cut, never a whole reply. ``stream()`` always continues
-    it (within the budget); a loop that reads a stream itself gets a reply cut there."""
-
-
-@dataclass(frozen=True)
-class Usage:
-    """The tokens one request cost, as the API reported them (None: it reported none, as
-    for a stream cut before its end)."""
-
-    input_tokens: int | None
-    output_tokens: int | None
-
-    @classmethod
-    def sum(cls, usages: Iterable[Usage]) -> Usage:
-        """The tokens of several requests (None only when none of them reported any)."""
-        usages = list(usages)
-
-        def total(values: list[int | None]) -> int | None:
-            known = [value for value in values if value is not None]
-            return sum(known) if known else None
-
-        return cls(
-            total([u.input_tokens for u in usages]), total([u.output_tokens for u in usages])
-        )
-
-
-@dataclass(frozen=True)
-class Resume:
-    """One request more that a network error cost a reply. ``continued``: it carried the
-    partial output and asked for the rest; False: nothing had arrived, so it was the same
-    request again (an ordinary retry). ``text_chars``/``reasoning_chars``: what had arrived
-    of the reply by then; ``quoted_chars``: how much of it the request quoted back;
-    ``delay``: the seconds waited before it."""
-
-    error: str
-    continued: bool
-    text_chars: int
-    reasoning_chars: int
-    quoted_chars: int
-    delay: float
-
-
-@dataclass
-class Reply:
-    """A model's whole reply, joined across the requests a network cut cost.
-
-    ``items``: the API's own output, as the next request must carry it back (Chat: the
-    assistant message; Responses: the output items; Anthropic: the content blocks; of a
-    ``continued`` reply, the last part's reasoning only).
-    ``dropped``: the error that cut the stream after a tool call began (``stop`` is
-    ``DROPPED``).
-    """
-
-    text: str = ""
-    reasoning: str = ""
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    stop: Stop = Stop.END
-    usage: list[Usage] = field(default_factory=list)
-    resumes: list[Resume] = field(default_factory=list)
-    items: list[Message] = field(default_factory=list)
-    model: str | None = None
-    dropped: str | None = None
-
-    @property
-    def tokens(self) -> Usage:
-        """The tokens of every request that made this reply."""
-        return Usage.sum(self.usage)
-
-    @property
-    def continued(self) -> bool:
-        """Joined from a continuation: ``items`` holds only the last part's reasoning, and
-        the adapter rebuilds the rest from ``text`` and ``tool_calls``."""
-        return any(resume.continued for resume in self.resumes)
-
-    @property
-    def partial(self) -> bool:
-        """Something arrived that a continuation can build on: text or reasoning."""
-        return bool(self.text or self.reasoning)
-
-
-@dataclass(frozen=True)
-class CallResult:
-    """One tool call of a step, and what the model reads for it. ``status``: the program's
-    ``RunResult.status`` (None when nothing ran: a refused call, a cut-off one saved)."""
-
-    call: ToolCall
-    text: str
-    status: str | None
-
-
-@dataclass
-class Step:
-    """A reply and its tool calls' results: ``messages`` is what the conversation takes next
-    (the reply's own message or items, then the results in the API's shape)."""
-
-    reply: Reply
-    results: list[CallResult]
-    messages: list[Message]
-
-
-@dataclass(frozen=True)
-class Continuation:
-    """How a stream cut off by the network is continued.
-
-    ``budget``: requests more per turn (``new_turn()`` or ``adapter.user()`` starts one),
-    continuations and ordinary retries together; past it the error is raised as the SDK
-    raised it. ``backoff``: seconds before the first, doubled each time up to
-    ``max_backoff``; the wait is ``sleep`` (``asyncio.sleep``: a cancel ends it).
-    ``quote_limit``: at most this many characters (at least 1) of each of the text and the
-    reasoning go back, their ends. ``errors``: the exception types that count as a network
-    cut (None: the adapter's default, the SDK's connection, rate-limit and server errors
-    and the HTTP client's transport errors). The user's cancel (``CancelledError``,
-    ``KeyboardInterrupt``) is never continued, whatever ``errors`` holds.
-    """
-
-    budget: int = 3
-    backoff: float = 2.0
-    max_backoff: float = 30.0
-    quote_limit: int = 12_000
-    errors: tuple[type[BaseException], ...] | None = None
-    sleep: Callable[[float], Awaitable[Any]] = asyncio.sleep
-
-    def __post_init__(self) -> None:
-        for name, least in (("budget", 0), ("quote_limit", 1)):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < least:
-                # A quote of nothing would ask the model to continue text it cannot see.
-                raise ValueError(
-                    f"Continuation({name}=...) must be an int >= {least}, not {value!r}"
-                )
-        for name in ("backoff", "max_backoff"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not 0 <= value < float("inf"):
-                raise ValueError(
-                    f"Continuation({name}=...) must be a finite number of seconds >= 0, "
-                    f"not {value!r}"
-                )
-
-    def delay(self, resumed: int) -> float:
-        """The wait before the request after ``resumed`` earlier ones in this turn."""
-        return float(min(self.backoff * 2**resumed, self.max_backoff))
-
 
 #: What ``stream()`` calls: the SDK's create method (``client.chat.completions.create``).
 Create = Callable[..., Any]
 R = TypeVar("R", bound="ReplyCollector")
-
-
-class ReplyCollector:
-    """Reads one API's stream events (or chunks) as they come, into a ``Reply``.
-    ``add(event)`` each; ``reply()`` at the end, or after a cut (``cut``: the error; a tool
-    call whose arguments were arriving is marked cut off, and with any tool call the stop
-    is ``DROPPED``). A stream that ended without its final event (``unfinished()`` says
-    why) is read as cut by ``UnfinishedStream``."""
-
-    def add(self, event: Any) -> None:
-        raise NotImplementedError
-
-    def reply(self, *, cut: BaseException | None = None) -> Reply:
-        raise NotImplementedError
-
-    def in_tool_call(self) -> bool:
-        """A tool call's arguments were arriving when the last event came."""
-        raise NotImplementedError
-
-    def unfinished(self) -> str | None:
-        """Why the reply is not whole yet (its final event has not come), or None."""
-        raise NotImplementedError
-
-    def _cut_by(self, cut: BaseException | None) -> BaseException | None:
-        """``cut``, or the ``UnfinishedStream`` of a stream that ended without its end."""
-        why = self.unfinished()
-        return cut if cut is not None or why is None else UnfinishedStream(why)
 
 
 class ProviderAdapter(Generic[R]):
@@ -384,9 +194,9 @@ class ProviderAdapter(Generic[R]):
                     raise
                 part = collector.reply(cut=exc)
                 self._count(part)
-                joined = _join([*parts, part], resumes)
+                joined = join_parts([*parts, part], resumes)
                 if part.tool_calls:  # a call began: run what arrived, extend a cut one
-                    return _dropped(joined, exc)
+                    return dropped(joined, exc)
                 if self._budget_left() <= 0:
                     raise
                 delay = await self._back_off()
@@ -396,11 +206,11 @@ class ProviderAdapter(Generic[R]):
                     quoted = len(self.quote(joined.text)) + len(self.quote(joined.reasoning))
                 else:  # nothing arrived in this request: the same request again
                     quoted = 0
-                resumes.append(_resume(exc, joined, quoted, delay, continued=part.partial))
+                resumes.append(resume_of(exc, joined, quoted, delay, continued=part.partial))
                 continue
             part = collector.reply()
             self._count(part)
-            return _join([*parts, part], resumes)
+            return join_parts([*parts, part], resumes)
 
     async def _back_off(self) -> float:
         """Wait before the turn's next request more (a cancel ends the wait); its seconds."""
@@ -431,49 +241,6 @@ class ProviderAdapter(Generic[R]):
         return text[-self.continuation.quote_limit :]
 
 
-def continue_text(partial: Reply, quote: Callable[[str], str], *, text_quoted: bool) -> str:
-    """The continuation request's words: the reasoning quoted (when any arrived), and the
-    text quoted too unless ``text_quoted`` is False (it went back as the model's own
-    message)."""
-    where = " while you were reasoning" if partial.reasoning and not partial.text else ""
-    words = said.CONTINUE_CUT_REPLY.render(where=where)
-    if partial.reasoning:
-        words += said.CUT_REPLY_QUOTE.render(what="reasoning", quote=quote(partial.reasoning))
-    if partial.text and text_quoted:
-        words += said.CUT_REPLY_QUOTE.render(what="text", quote=quote(partial.text))
-    return words
-
-
-def whole_json(arguments: str) -> bool:
-    """A tool call's arguments arrived whole: they decode as JSON. A cut after them left
-    nothing of the call unsaid, so it runs as it is instead of being saved to extend."""
-    try:
-        json.loads(arguments)
-    except ValueError:
-        return False
-    return True
-
-
-def transport_errors() -> tuple[type[BaseException], ...]:
-    """The HTTP client's transport errors (a read cut part-way, a reset connection, a read
-    timeout): the SDKs wrap them only while a request starts, so while a stream is read they
-    reach the loop as they are. Newer SDK releases use ``httpx2``, older ones ``httpx``."""
-    kinds: list[type[BaseException]] = []
-    for name in ("httpx2", "httpx"):
-        try:
-            kinds.append(importlib.import_module(name).TransportError)
-        except ImportError:
-            continue
-    return tuple(kinds)
-
-
-def _resume(
-    exc: BaseException, joined: Reply, quoted: int, delay: float, *, continued: bool
-) -> Resume:
-    error = f"{type(exc).__name__}: {exc}"
-    return Resume(error, continued, len(joined.text), len(joined.reasoning), quoted, delay)
-
-
 def _call_key(call: ToolCall) -> tuple[str, str, str]:
     """What makes a call the same call in a second ``step()``: its id, name and arguments."""
     arguments = call.arguments
@@ -484,39 +251,3 @@ def _call_key(call: ToolCall) -> tuple[str, str, str]:
 def _told_cut_after(result: CallResult) -> CallResult:
     """``result`` of the last call that arrived whole, telling that the reply was cut after it."""
     return replace(result, text=result.text + said.CUT_AFTER_CALL.render())
-
-
-def _dropped(reply: Reply, exc: BaseException) -> Reply:
-    """``reply`` ended by ``exc`` after a tool call began."""
-    reply.stop = Stop.DROPPED
-    reply.dropped = reply.dropped or f"{type(exc).__name__}: {exc}"
-    return reply
-
-
-def _join(parts: list[Reply], resumes: list[Resume]) -> Reply:
-    """One reply from the parts a network cut split it into: texts and reasoning joined,
-    tool calls and items in order, the last part's stop, every part's usage."""
-    last = parts[-1]
-    return replace(
-        last,
-        text="".join(part.text for part in parts),
-        reasoning="".join(part.reasoning for part in parts),
-        tool_calls=[call for part in parts for call in part.tool_calls],
-        usage=[usage for part in parts for usage in part.usage],
-        resumes=list(resumes),
-        items=_joined_items(parts),
-    )
-
-
-#: The item types that are a reply's reasoning (Anthropic's thinking blocks, Responses'
-#: reasoning items): signed or encrypted, they go back exactly as the API gave them.
-_REASONING = frozenset({"thinking", "redacted_thinking", "reasoning"})
-
-
-def _joined_items(parts: list[Reply]) -> list[Message]:
-    # Only the last part's items are the API's own. Of a joined reply only its reasoning
-    # goes back as it came (an API that thinks wants it before the tool calls); the text is
-    # the joined text, which each adapter puts back in its own shape (see ``_messages``).
-    if len(parts) == 1:
-        return list(parts[-1].items)
-    return [item for item in parts[-1].items if item.get("type") in _REASONING]

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
 
+from ..core import sentences as said
 from ..core.errors import PtcRetryError
 from ..core.history_table import format_history, format_tool_calls, history_html
 from .host import Host
@@ -125,14 +126,10 @@ class PtcRetryMagics(Magics):
         elif word == "reset":
             running = extension.programs.outermost()
             if running is None or not running.person_reset:
-                print(
-                    "ptc-retry: nothing was reset. %ptc_guard reset works only as a cell of "
-                    "its own, run by a person at the notebook.",
-                    file=sys.stderr,
-                )
+                print(said.GUARD_NOT_RESET.render(), file=sys.stderr)
                 return
             extension.guard.reset()
-            print("ptc-retry: the guard starts fresh; programs run again.")
+            print(said.GUARD_RESET.render())
         else:
             print("usage: %ptc_guard [reset]", file=sys.stderr)
 

@@ -159,7 +159,7 @@ class Replay:
 
     def not_awaited_message(self) -> str:
         call = self.call_text()
-        return f"ptc_retry.{call} did not run: it must be awaited. Write: await ptc_retry.{call}"
+        return said.NOT_AWAITED.render(call=call)
 
     def call_text(self) -> str:
         """The helper call as the model would write it, the arguments after the target elided."""

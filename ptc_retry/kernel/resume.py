@@ -56,11 +56,11 @@ class ResumePolicy:
         """
         line = history_line(store, call_id) or {}
         status = line.get("status")
-        restarted = f"the kernel restarted after {call_id} ran, so what it computed is gone"
+        restarted = said.RUN_WHOLE_RESTARTED.render(call_id=call_id)
         if status == HistoryStatus.UNFINISHED:  # the kernel died while it ran
             return _run_whole(restarted)
         if status not in STOPPED:
-            return _run_whole(f"{call_id} did not fail, so there is nothing to skip")
+            return _run_whole(said.RUN_WHOLE_DID_NOT_FAIL.render(call_id=call_id))
         failed = line.get("failed_statement")
         index = failed.get("index") if isinstance(failed, dict) else None
         if not isinstance(index, int):
@@ -69,10 +69,7 @@ class ResumePolicy:
             return _run_whole(restarted)
         paused = status == HistoryStatus.PAUSED
         if paused and ran_since(store, call_id):
-            return _run_whole(
-                f"another program ran after {call_id} paused, so the names it bound may have "
-                "changed"
-            )
+            return _run_whole(said.RUN_WHOLE_RAN_SINCE_PAUSE.render(call_id=call_id))
         if index == 0:
             return 0
         touched = edited_statement(code, corrected, transformed)
@@ -83,9 +80,7 @@ class ResumePolicy:
             return start
         budget = self._config.max_resumes_per_turn
         if self._used >= budget:
-            return _run_whole(
-                f"this turn has used its {budget} resumes (PtcRetry.max_resumes_per_turn)"
-            )
+            return _run_whole(said.RUN_WHOLE_RESUMES_USED.render(budget=budget))
         self._used += 1
         return start
 
