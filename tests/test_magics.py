@@ -123,3 +123,30 @@ def test_a_resume_at_a_statement_that_is_no_loop_says_only_where(kernel: Kernel)
 
     assert resumed.stdout == "2\n"
     assert resumed.stderr == f"ptc-retry: resuming {ref} at line 2 (second = first + 1).\n"
+
+
+@pytest.mark.parametrize(
+    ("magic", "said", "usage"),
+    [
+        ("%ptc_show abc", "no checkpoint for call id 'abc'", "usage: %ptc_show #N"),
+        ("%ptc_show 99", "no previous/99.json for the next cell", "usage: %ptc_show #N"),
+        ("%ptc_show", "needs the program to show", "%ptc_show <call id>"),
+        ("%ptc_history --bogus", "not '--bogus'", "usage: %ptc_history [N]"),
+        ("%ptc_guard nonsense", "not 'nonsense'", "usage: %ptc_guard (its state)"),
+    ],
+)
+def test_a_magic_given_bad_arguments_is_a_usage_error_saying_what_to_type(
+    kernel: Kernel, magic: str, said: str, usage: str
+) -> None:
+    kernel.execute("print('a program to show')")
+
+    refused = kernel.execute(magic)
+
+    assert refused.status == "error"
+    # IPython prints a UsageError as one message, without a traceback of our code.
+    assert refused.error is None and "Traceback" not in refused.stderr
+    first, second = refused.stderr.splitlines()
+    assert first.startswith("UsageError: ") and said in first
+    assert usage in second
+    assert refused.ptc is not None and refused.ptc["call_id"] is None  # not a program
+
