@@ -150,3 +150,21 @@ def test_a_magic_given_bad_arguments_is_a_usage_error_saying_what_to_type(
     assert usage in second
     assert refused.ptc is not None and refused.ptc["call_id"] is None  # not a program
 
+
+def test_a_position_0_or_a_reference_0_is_refused_with_the_nearest_that_exists(
+    kernel: Kernel,
+) -> None:
+    last = kernel.execute("print('the only program of its step')")
+    ref = reference(kernel, last)
+
+    shown = kernel.execute("%ptc_show 0")
+    assert f"numbered from 1; the nearest is 1 ({ref})." in shown.stderr
+    assert '"#0"' not in shown.stderr  # no program #0 to point at
+    replayed = kernel.execute("await ptc_retry.replay(0, 'only', 'one')")
+    assert replayed.error is not None
+    assert replayed.error["ename"] == "ReplayError"
+    assert f"numbered from 1; the nearest is 1 ({ref})." in replayed.error["evalue"]
+    by_reference = kernel.execute("await ptc_retry.replay('#0', 'only', 'one')")
+    assert by_reference.error is not None
+    assert "its programs are #1 to #" in by_reference.error["evalue"]
+    assert "; the nearest is #1." in by_reference.error["evalue"]
