@@ -31,7 +31,15 @@ from ptc_retry.core.protocol import TOOL_RESULTS
 from ptc_retry.kernel.recording import CallRecord, Reuse, in_order
 
 from .gateway_server import KERNEL_GATEWAY
-from .helpers import Kernel, OnLoop, StartBackend, long_program, raw, tool_call_lines
+from .helpers import (
+    Kernel,
+    OnLoop,
+    StartBackend,
+    latest_line_of,
+    long_program,
+    raw,
+    tool_call_lines,
+)
 from .test_tools_kernel import Host as Answering
 
 #: Each backend test runs on a local kernel. Those whose kernel dies or whose program is
@@ -457,7 +465,10 @@ def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
     shop.kernel_pid = None  # the kernel is another one now: pay must not run again
     resumed = on_loop(call(backend, raw(offered(died)), "call_k2", timeout=20))
 
-    assert "the kernel restarted after call_k1 ran" in resumed  # the whole program runs
+    # The whole program runs, and the line says so by the program's #n.
+    assert backend.session_dir is not None
+    ref = f"#{latest_line_of(backend.session_dir, 'call_k1')['n']}"
+    assert f"the kernel restarted after {ref} ran" in resumed
     assert "noted order 10 paid 10" in resumed
     assert "2 tool results reused" in resumed
     assert shop.calls == {"note": 1, "pay": 1}

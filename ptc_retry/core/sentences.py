@@ -122,10 +122,11 @@ GUARD_PAUSED = Sentence(
     25,
     {"count": 3},
 )
-#: What a program the guard refuses shows instead of running (RetryGuardPaused's evalue).
+#: What a program the guard refuses shows instead of running (RetryGuardPaused's evalue);
+#: ``first`` and ``last`` name the streak's programs by ``#n`` (a call id where none is known).
 GUARD_REFUSAL = Sentence(
-    "{tool} failed {count} times in a row with the same {ename} (checkpoints {first_id} at "
-    "{first_time} to {last_id} at {last_time}), so this program was not run. Do not retry: "
+    "{tool} failed {count} times in a row with the same {ename} ({first} at "
+    "{first_time} to {last} at {last_time}), so this program was not run. Do not retry: "
     "tell the user what fails. Programs run again after the user's next instruction, or after "
     "a person runs %ptc_guard reset alone in a notebook cell.",
     130,
@@ -133,6 +134,8 @@ GUARD_REFUSAL = Sentence(
         "tool": "run_code",
         "count": 3,
         "ename": "ModuleNotFoundError",
+        "first": "#1234",
+        "last": "#1236",
         "first_time": "12:00:01",
         "last_time": "12:00:09",
     },

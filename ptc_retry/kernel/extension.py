@@ -230,7 +230,8 @@ class PtcRetryExtension:
         )
         if self.guard.refusing and not running.person_reset and not running.own_magics:
             running.refused = self.guard.refuse()
-            running.refusal = RetryGuardPaused(refusal_message(running.refused), running.refused)
+            message = refusal_message(running.refused, self.checkpoints.person_name)
+            running.refusal = RetryGuardPaused(message, running.refused)
             # It is in place only while this cell runs: IPython shows the error, runs nothing.
             self._refuser.refuse(running.refusal)
             return

@@ -18,7 +18,6 @@ from .host import Host
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from ..core.store import CheckpointStore
 
 MAGIC_NAMES = {"line": ["ptc_history", "ptc_show", "ptc_guard"]}
 
@@ -132,8 +131,7 @@ class PtcRetryMagics(Magics):
         extension = self.extension
         word = line.strip()
         if word in ("", "status"):
-            store = extension.checkpoints.store
-            print(extension.guard.status(lambda cid: _person_name(store, cid)))
+            print(extension.guard.status(extension.checkpoints.person_name))
         elif word == "reset":
             running = extension.programs.outermost()
             if running is None or not running.person_reset:
@@ -147,8 +145,3 @@ class PtcRetryMagics(Magics):
             print("ptc-retry: the guard starts fresh; programs run again.")
         else:
             raise UsageError(f"%ptc_guard takes no argument or reset, not {word!r}\n{GUARD_USAGE}")
-
-
-def _person_name(store: CheckpointStore | None, call_id: str) -> str:
-    """The name a person was given for the program saved as ``call_id``: its ``#n``."""
-    return (store.reference_of(call_id) if store is not None else None) or call_id

@@ -56,11 +56,12 @@ class ResumePolicy:
         """
         line = history_line(store, call_id) or {}
         status = line.get("status")
-        restarted = f"the kernel restarted after {call_id} ran, so what it computed is gone"
+        name = store.reference_of(call_id) or call_id  # what a person and the model were given
+        restarted = f"the kernel restarted after {name} ran, so what it computed is gone"
         if status == HistoryStatus.UNFINISHED:  # the kernel died while it ran
             return _run_whole(restarted)
         if status not in STOPPED:
-            return _run_whole(f"{call_id} did not fail, so there is nothing to skip")
+            return _run_whole(f"{name} did not fail, so there is nothing to skip")
         failed = line.get("failed_statement")
         index = failed.get("index") if isinstance(failed, dict) else None
         if not isinstance(index, int):
@@ -70,8 +71,7 @@ class ResumePolicy:
         paused = status == HistoryStatus.PAUSED
         if paused and ran_since(store, call_id):
             return _run_whole(
-                f"another program ran after {call_id} paused, so the names it bound may have "
-                "changed"
+                f"another program ran after {name} paused, so the names it bound may have changed"
             )
         if index == 0:
             return 0
