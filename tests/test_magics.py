@@ -168,3 +168,28 @@ def test_a_position_0_or_a_reference_0_is_refused_with_the_nearest_that_exists(
     assert by_reference.error is not None
     assert "its programs are #1 to #" in by_reference.error["evalue"]
     assert "; the nearest is #1." in by_reference.error["evalue"]
+
+
+def test_after_reset_the_next_program_has_ptc_retry_and_tools_again(kernel: Kernel) -> None:
+    kernel.execute("%reset -f")
+
+    after = kernel.execute("print(ptc_retry.__name__, type(tools).__name__)")
+
+    assert after.status == "ok", after.error
+    assert after.stdout == "ptc_retry Tools\n"
+    assert kernel.execute("print('also in the cell after')").stdout == "also in the cell after\n"
+
+
+def test_a_resume_after_reset_runs_the_whole_program_and_says_so(kernel: Kernel) -> None:
+    failed = kernel.execute("fixed = False\n" + LOOP)
+    ref = reference(kernel, failed)
+    kernel.execute("%reset -f")
+
+    resumed = kernel.execute(f"await ptc_retry.replay({ref!r}, 'not fixed', 'fixed', resume=True)")
+
+    assert resumed.status == "ok", resumed.error
+    assert resumed.stderr == (
+        f"ptc-retry: the namespace was reset after {ref} ran, so what it bound is gone: "
+        "running the whole program.\n"
+    )
+    assert resumed.stdout == "pages [0, 1, 2, 3]\n"  # `done = []` ran again

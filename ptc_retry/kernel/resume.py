@@ -23,6 +23,14 @@ if TYPE_CHECKING:
 KERNEL_TOKEN = f"{os.getpid()}-{secrets.token_hex(4)}"
 
 
+class Namespace:
+    """How many times ``%reset`` emptied this kernel's namespace (kept across reloads of the
+    extension, as the kernel's token is). A program's history line carries the count as
+    ``namespace`` once it is above 0, so a resume can tell that what it bound is gone."""
+
+    resets = 0
+
+
 class ResumePolicy:
     """Decides where each resume starts, and counts the resumes of the current turn
     (``PtcRetry.max_resumes_per_turn``) so a loop of resumes cannot go on forever."""
@@ -68,6 +76,8 @@ class ResumePolicy:
             return 0  # no statement ran (a syntax error): the whole program it is
         if line.get("kernel") != KERNEL_TOKEN:
             return _run_whole(restarted)
+        if line.get("namespace", 0) != Namespace.resets:
+            return _run_whole(f"the namespace was reset after {name} ran, so what it bound is gone")
         paused = status == HistoryStatus.PAUSED
         if paused and ran_since(store, call_id):
             return _run_whole(
