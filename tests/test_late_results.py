@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import signal
 import threading
 import time
@@ -27,6 +26,7 @@ import pytest
 
 from ptc_retry.backend import KernelBackend
 from ptc_retry.core.history_table import format_tool_calls
+from ptc_retry.core.notice import read_notice
 from ptc_retry.core.protocol import TOOL_RESULTS
 from ptc_retry.kernel.recording import CallRecord, Reuse, in_order
 
@@ -51,8 +51,6 @@ from .test_tools_kernel import Host as Answering
 TRANSPORTS = ["local"]
 THROUGH_A_GATEWAY_TOO = pytest.mark.transports("local", KERNEL_GATEWAY)
 
-#: What the text of a stopped program offers the model to send next.
-OFFERED = re.compile(r'await ptc_retry\.resume\("(?:[^"\\]|\\.)*"\)')
 #: Seconds within which each call of these tests must end (hang tests fail on this bound).
 BOUND = 40
 
@@ -151,9 +149,10 @@ async def call(kb: KernelBackend, code: str, call_id: str, **options: Any) -> st
 
 
 def offered(text: str) -> str:
-    """The one call the text of a stopped program tells the model to send."""
-    (line,) = OFFERED.findall(text.splitlines()[-1])
-    return line
+    """The one call the text of a stopped program tells the model to send: a resume."""
+    found = read_notice(text)
+    assert found is not None and found.helper == "resume", text
+    return found.call
 
 
 def late_lines(kb: KernelBackend, call_id: str) -> list[dict[str, Any]]:
