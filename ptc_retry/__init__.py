@@ -14,7 +14,8 @@ This module has three audiences, each with its own list (``__all__`` is their un
   and the errors a program may catch: ``ReplayError``, ``ToolError`` (and its ``ToolDenied``,
   a call a person denied) and their base ``PtcRetryError``.
 * ``LIBRARY_API``, for the host that runs programs: ``prompt_section`` (the system-prompt
-  text), ``parse_notice`` (the reference a notice names, from a traceback) and
+  text), ``read_notice`` (the call a notice offers, an ``OfferedCall``, and the reference
+  it names, from a traceback or a tool result), ``parse_notice`` (only the reference) and
   ``__version__``. The agent side has its own package, ``ptc_retry.backend``
   (``KernelBackend``), and so do ``ptc_retry.integrations`` and ``ptc_retry.mcp``.
 * ``EXTENSION_API``, IPython's entry points: ``load_ipython_extension`` and
@@ -31,7 +32,7 @@ import sys
 from typing import Any
 
 from .core.errors import PtcRetryError, ReplayError, ToolDenied, ToolError
-from .core.notice import parse_notice, prompt_section
+from .core.notice import OfferedCall, parse_notice, prompt_section, read_notice
 from .core.version import __version__
 from .kernel.recorded import recorded
 from .kernel.replay import extend, replay, resume
@@ -50,11 +51,12 @@ PROGRAM_API = (
     "tools",
 )
 #: What a host uses without a kernel.
-LIBRARY_API = ("__version__", "parse_notice", "prompt_section")
+LIBRARY_API = ("OfferedCall", "__version__", "parse_notice", "prompt_section", "read_notice")
 #: What IPython calls.
 EXTENSION_API = ("load_ipython_extension", "unload_ipython_extension")
 
 __all__ = [
+    "OfferedCall",
     "PtcRetryError",
     "ReplayError",
     "ToolDenied",
@@ -64,6 +66,7 @@ __all__ = [
     "load_ipython_extension",
     "parse_notice",
     "prompt_section",
+    "read_notice",
     "recorded",
     "replay",
     "resume",

@@ -291,7 +291,8 @@ def _write_notebook(
         ),
         code_cell(PROGRAM, first, ["raises-exception"]),
         v4.new_markdown_cell(
-            "## The notice\n\nThe last line of the traceback is ptc-retry's notice; the model "
+            "## The notice\n\nThe traceback ends with ptc-retry's notice, the call to send on a "
+            "line of its own; the model "
             f"reads it:\n\n{fence}text\n{first.notice}\n{fence}\n\n"
             f"Instead of sending the whole program again, it sends one line (`{RETRY_ID}`):"
         ),

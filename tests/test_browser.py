@@ -281,6 +281,28 @@ def _wait_for_kernel(server: Server) -> str:
         time.sleep(0.3)
 
 
+def _wait_for_idle(page: Any, server: Server) -> None:
+    """Until the kernel is idle, as the server reports its ``execution_state``, and the page
+    shows no cell waiting to run (``[*]``): every output of what ran has reached the front
+    end, so what the DOM holds is all there is. Then two animation frames, in which the
+    front end lays out what it was given."""
+    _wait_for_kernel(server)
+    page.wait_for_function(
+        """() => !Array.from(document.querySelectorAll('.jp-Notebook .jp-InputPrompt'))
+            .some((prompt) => prompt.innerText.includes('[*]'))""",
+        timeout=CELL_DONE * 1000,
+    )
+    _settle(page)
+
+
+def _settle(page: Any) -> None:
+    """Two animation frames: the front end has laid out the last change (a new width, a
+    sidebar shown or hidden) before the DOM is read."""
+    page.evaluate(
+        "() => new Promise((done) => requestAnimationFrame(() => requestAnimationFrame(done)))"
+    )
+
+
 def _wait_for_cell(page: Any, index: int) -> None:
     """Until cell ``index`` ran: its prompt shows its execution count."""
     page.wait_for_function(
@@ -315,12 +337,13 @@ def _run_notebook(page: Any, server: Server, front_end: str) -> Views:
             _wait_for_text(page, "page 1")  # only the fixed program gets there
             server.api(f"kernels/{_wait_for_running(server)}/interrupt", method="POST")
         _wait_for_cell(page, index)
+    _wait_for_idle(page, server)
     call_lines: dict[int, list[list[dict[str, int]]]] = {}
     table_lines: list[int] = []
     for width, file_browser in [(WIDTHS[0], False), (WIDTHS[0], True), (WIDTHS[1], True)]:
         page.set_viewport_size({"width": width, "height": HEIGHT})
         _set_file_browser(page, front_end, show=file_browser)
-        page.wait_for_timeout(500)  # the outputs wrap again
+        _wait_for_idle(page, server)  # and the outputs wrap again
         table_lines += page.evaluate(TABLE_CELL_LINES)
         if file_browser and width == WIDTHS[0]:
             continue  # the narrowest view: for the history table only
@@ -347,7 +370,7 @@ def _set_file_browser(page: Any, front_end: str, *, show: bool) -> None:
     shown = "lm-mod-current" in (tab.get_attribute("class") or "")
     if shown != show:
         tab.click()
-        page.wait_for_timeout(300)
+        _settle(page)
 
 
 def _screenshot(page: Any, front_end: str, width: int) -> None:
@@ -359,7 +382,7 @@ def _screenshot(page: Any, front_end: str, width: int) -> None:
         news.first.click()
     notice = page.locator(".jp-OutputArea-output pre", has_text=OFFERED[1]).first
     notice.evaluate("(pre) => pre.scrollIntoView({block: 'center'})")
-    page.wait_for_timeout(300)
+    _settle(page)
     page.screenshot(path=str(Path(folder) / f"{front_end}-{width}.png"))
 
 

@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import signal
 import threading
 import time
@@ -27,11 +26,20 @@ import pytest
 
 from ptc_retry.backend import KernelBackend
 from ptc_retry.core.history_table import format_tool_calls
+from ptc_retry.core.notice import read_notice
 from ptc_retry.core.protocol import TOOL_RESULTS
 from ptc_retry.kernel.recording import CallRecord, Reuse, in_order
 
 from .gateway_server import KERNEL_GATEWAY
-from .helpers import Kernel, OnLoop, StartBackend, long_program, raw, tool_call_lines
+from .helpers import (
+    Kernel,
+    OnLoop,
+    StartBackend,
+    latest_line_of,
+    long_program,
+    raw,
+    tool_call_lines,
+)
 from .test_tools_kernel import Host as Answering
 
 #: Each backend test runs on a local kernel. Those whose kernel dies or whose program is
@@ -43,8 +51,6 @@ from .test_tools_kernel import Host as Answering
 TRANSPORTS = ["local"]
 THROUGH_A_GATEWAY_TOO = pytest.mark.transports("local", KERNEL_GATEWAY)
 
-#: What the text of a stopped program offers the model to send next.
-OFFERED = re.compile(r'await ptc_retry\.resume\("(?:[^"\\]|\\.)*"\)')
 #: Seconds within which each call of these tests must end (hang tests fail on this bound).
 BOUND = 40
 
@@ -143,9 +149,10 @@ async def call(kb: KernelBackend, code: str, call_id: str, **options: Any) -> st
 
 
 def offered(text: str) -> str:
-    """The one call the text of a stopped program tells the model to send."""
-    (line,) = OFFERED.findall(text.splitlines()[-1])
-    return line
+    """The one call the text of a stopped program tells the model to send: a resume."""
+    found = read_notice(text)
+    assert found is not None and found.helper == "resume", text
+    return found.call
 
 
 def late_lines(kb: KernelBackend, call_id: str) -> list[dict[str, Any]]:
@@ -457,7 +464,10 @@ def test_a_result_in_flight_when_the_kernel_dies_is_reused_by_the_whole_program(
     shop.kernel_pid = None  # the kernel is another one now: pay must not run again
     resumed = on_loop(call(backend, raw(offered(died)), "call_k2", timeout=20))
 
-    assert "the kernel restarted after call_k1 ran" in resumed  # the whole program runs
+    # The whole program runs, and the line says so by the program's #n.
+    assert backend.session_dir is not None
+    ref = f"#{latest_line_of(backend.session_dir, 'call_k1')['n']}"
+    assert f"the kernel restarted after {ref} ran" in resumed
     assert "noted order 10 paid 10" in resumed
     assert "2 tool results reused" in resumed
     assert shop.calls == {"note": 1, "pay": 1}

@@ -123,3 +123,73 @@ def test_a_resume_at_a_statement_that_is_no_loop_says_only_where(kernel: Kernel)
 
     assert resumed.stdout == "2\n"
     assert resumed.stderr == f"ptc-retry: resuming {ref} at line 2 (second = first + 1).\n"
+
+
+@pytest.mark.parametrize(
+    ("magic", "said", "usage"),
+    [
+        ("%ptc_show abc", "no checkpoint for call id 'abc'", "usage: %ptc_show #N"),
+        ("%ptc_show 99", "no previous/99.json for the next cell", "usage: %ptc_show #N"),
+        ("%ptc_show", "needs the program to show", "%ptc_show <call id>"),
+        ("%ptc_history --bogus", "not '--bogus'", "usage: %ptc_history [N]"),
+        ("%ptc_guard nonsense", "not 'nonsense'", "usage: %ptc_guard (its state)"),
+    ],
+)
+def test_a_magic_given_bad_arguments_is_a_usage_error_saying_what_to_type(
+    kernel: Kernel, magic: str, said: str, usage: str
+) -> None:
+    kernel.execute("print('a program to show')")
+
+    refused = kernel.execute(magic)
+
+    assert refused.status == "error"
+    # IPython prints a UsageError as one message, without a traceback of our code.
+    assert refused.error is None and "Traceback" not in refused.stderr
+    first, second = refused.stderr.splitlines()
+    assert first.startswith("UsageError: ") and said in first
+    assert usage in second
+    assert refused.ptc is not None and refused.ptc["call_id"] is None  # not a program
+
+
+def test_a_position_0_or_a_reference_0_is_refused_with_the_nearest_that_exists(
+    kernel: Kernel,
+) -> None:
+    last = kernel.execute("print('the only program of its step')")
+    ref = reference(kernel, last)
+
+    shown = kernel.execute("%ptc_show 0")
+    assert f"numbered from 1; the nearest is 1 ({ref})." in shown.stderr
+    assert '"#0"' not in shown.stderr  # no program #0 to point at
+    replayed = kernel.execute("await ptc_retry.replay(0, 'only', 'one')")
+    assert replayed.error is not None
+    assert replayed.error["ename"] == "ReplayError"
+    assert f"numbered from 1; the nearest is 1 ({ref})." in replayed.error["evalue"]
+    by_reference = kernel.execute("await ptc_retry.replay('#0', 'only', 'one')")
+    assert by_reference.error is not None
+    assert "its programs are #1 to #" in by_reference.error["evalue"]
+    assert "; the nearest is #1." in by_reference.error["evalue"]
+
+
+def test_after_reset_the_next_program_has_ptc_retry_and_tools_again(kernel: Kernel) -> None:
+    kernel.execute("%reset -f")
+
+    after = kernel.execute("print(ptc_retry.__name__, type(tools).__name__)")
+
+    assert after.status == "ok", after.error
+    assert after.stdout == "ptc_retry Tools\n"
+    assert kernel.execute("print('also in the cell after')").stdout == "also in the cell after\n"
+
+
+def test_a_resume_after_reset_runs_the_whole_program_and_says_so(kernel: Kernel) -> None:
+    failed = kernel.execute("fixed = False\n" + LOOP)
+    ref = reference(kernel, failed)
+    kernel.execute("%reset -f")
+
+    resumed = kernel.execute(f"await ptc_retry.replay({ref!r}, 'not fixed', 'fixed', resume=True)")
+
+    assert resumed.status == "ok", resumed.error
+    assert resumed.stderr == (
+        f"ptc-retry: the namespace was reset after {ref} ran, so what it bound is gone: "
+        "running the whole program.\n"
+    )
+    assert resumed.stdout == "pages [0, 1, 2, 3]\n"  # `done = []` ran again

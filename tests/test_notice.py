@@ -12,7 +12,15 @@ import pytest
 
 from ptc_retry.backend import KernelBackend
 from ptc_retry.core.fs import default_root
-from ptc_retry.core.notice import failure_notice, parse_notice, prompt_section, resume_call
+from ptc_retry.core.notice import (
+    OfferedCall,
+    failure_notice,
+    parse_notice,
+    partial_notice,
+    prompt_section,
+    read_notice,
+    resume_call,
+)
 
 from .helpers import OnLoop, model_call_id, raw
 
@@ -167,6 +175,41 @@ def test_parse_notice_reads_back_the_reference(ref: str) -> None:
     ):
         assert parse_notice(f"KeyError: 'x'\n{notice}") == ref
     assert parse_notice("KeyError: 'x'") is None
+
+
+@pytest.mark.parametrize(
+    ("notice", "offered"),
+    [
+        (
+            failure_notice("#7", repeated=3),
+            OfferedCall("#7", 'await ptc_retry.replay("#7", "<old>", "<new>")', "replay"),
+        ),
+        (
+            failure_notice("#10", completed=2),
+            OfferedCall(
+                "#10", 'await ptc_retry.replay("#10", "<old>", "<new>", resume=True)', "replay"
+            ),
+        ),
+        (
+            failure_notice('a"b', interrupted=True),
+            OfferedCall('a"b', 'await ptc_retry.resume("a\\"b")', "resume"),
+        ),
+        (
+            partial_notice("#4", "total = 1\nprint(tot"),
+            OfferedCall("#4", 'await ptc_retry.extend("#4", "<rest>")', "extend"),
+        ),
+    ],
+    ids=["replay", "resume=True", "resume", "extend"],
+)
+def test_read_notice_gives_the_call_to_send_and_its_reference(
+    notice: str, offered: OfferedCall
+) -> None:
+    # As a traceback ends with it, and as a framework quotes it, indented.
+    indented = "\n".join("    " + line for line in notice.splitlines())
+    for text in (f"KeyError: 'x'\n{notice}", f"Error:\n{indented}\n"):
+        assert read_notice(text) == offered
+    assert offered.resumes is ("resume" in offered.call)
+    assert read_notice("KeyError: 'x'") is None
 
 
 # -- the prompt sections ------------------------------------------------------------------------

@@ -127,11 +127,11 @@ def test_a_resumed_program_that_fails_again_can_be_resumed_again(
 
 def test_a_target_that_did_not_fail_runs_whole_and_says_so(kernel: Kernel) -> None:
     kernel.execute_call("slow_runs = 0")
-    kernel.execute_call(PROGRAM.replace(*FIX), call_id="r6")
+    ran = kernel.execute_call(PROGRAM.replace(*FIX), call_id="r6")
     again = kernel.execute_call("await ptc_retry.resume('r6')")
-    assert (
-        again.stderr
-        == "ptc-retry: r6 did not fail, so there is nothing to skip: running the whole program.\n"
+    ref = ran.ptc["reference"]  # a person's and the model's name for it, not the call id
+    assert again.stderr == (
+        f"ptc-retry: {ref} did not fail, so there is nothing to skip: running the whole program.\n"
     )
     assert slow_runs(kernel) == "2"
 
@@ -155,7 +155,7 @@ def test_the_budget_ends_in_a_full_run(kernel: Kernel) -> None:
 
 
 def test_after_a_restart_everything_runs_and_it_says_so(kernel: Kernel) -> None:
-    failed_program(kernel, "r8", next(_turns))
+    ref = failed_program(kernel, "r8", next(_turns)).ptc["reference"]
     kernel.restart()
 
     fixed = kernel.execute_call(
@@ -164,7 +164,7 @@ def test_after_a_restart_everything_runs_and_it_says_so(kernel: Kernel) -> None:
 
     assert fixed.status == "ok", fixed.error
     assert fixed.stderr.startswith(
-        "ptc-retry: the kernel restarted after r8 ran, so what it computed is gone: "
+        f"ptc-retry: the kernel restarted after {ref} ran, so what it computed is gone: "
         "running the whole program.\n"
     )
     assert "total: 4.15" in fixed.stdout

@@ -369,7 +369,8 @@ class Execution:
                 metadata.get("checkpoint") or checkpoint,
                 reference if isinstance(reference, str) else None,
             )
-        # A kernel without ptc-retry's reply metadata: the notice is the traceback's last item.
+        # A kernel without ptc-retry's reply metadata: the notice is the traceback's last item
+        # (its lines: what happened, the call, the guard's sentence if any).
         lines = (error or {}).get("traceback") or []
         last = strip_ansi(lines[-1]) if lines else ""
         reference = parse_notice(last)

@@ -66,7 +66,7 @@ class RunResult:
     call_id: str | None = None  # the checkpoint id the kernel used
     checkpoint: str | None = None  # path of by-id/<call_id>.json, as the kernel sees it
     reference: str | None = None  # the short reference ("#7") the notice names the program by
-    notice: str | None = None  # the kernel's failure notice (also the traceback's last line)
+    notice: str | None = None  # the kernel's failure notice (also the traceback's last item)
     metadata: dict[str, Any] | None = None  # the reply's metadata["ptc_retry"]
     outputs: list[dict[str, Any]] = field(default_factory=list)  # nbformat v4 outputs, bounded
     ename: str | None = None

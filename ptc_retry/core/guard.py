@@ -225,15 +225,17 @@ def describe(streak: Streak, name: Callable[[str], str] = str) -> str:
     return f"{streak.count} identical failure(s){tool} ({streak.ename}), {span}"
 
 
-def refusal_message(report: dict[str, Any]) -> str:
-    """What a refused program shows instead of running (the ``evalue`` of RetryGuardPaused)."""
+def refusal_message(report: dict[str, Any], name: Callable[[str], str] = str) -> str:
+    """What a refused program shows instead of running (the ``evalue`` of RetryGuardPaused);
+    ``name`` gives the name a person and the model know a program by (its ``#n``) for a
+    call id."""
     return GUARD_REFUSAL.render(
         tool=report["tool"],
         count=report["count"],
         ename=report["ename"],
-        first_id=report["first_id"],
+        first=name(report["first_id"] or "?"),
         first_time=_clock(report["first_time"]),
-        last_id=report["last_id"],
+        last=name(report["last_id"] or "?"),
         last_time=_clock(report["last_time"]),
     )
 

@@ -20,7 +20,7 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -267,6 +267,26 @@ class SessionNumbers:
     def ids(self, ref: str) -> list[str]:
         """The ids carrying the number of ``ref``; CheckpointError when it is malformed."""
         return self.claims.get(reference_number(ref), [])
+
+    def nearest(self, n: int) -> str | None:
+        """The reference of the program whose number is nearest ``n`` (the lower of two as
+        near), for a refusal of a number there is none for; None before the first program."""
+        numbers = [k for k, ids in self.claims.items() if len(ids) == 1]
+        if not numbers:
+            return None
+        return reference(min(numbers, key=lambda k: (abs(k - n), k)))
+
+    def position_advice(self, n: int, count: int, ids: Sequence[str]) -> str:
+        """What a refusal of position ``n`` of a step of ``count`` calls (``ids``, as far as
+        known) adds: the nearest position there is, and the program ``#n`` when there is one."""
+        advice = ""
+        if count:
+            near = min(max(n, 1), count)
+            ref = self.reference_of(ids[near - 1]) if near <= len(ids) else None
+            advice = f"; the nearest is {near}" + (f" ({ref})" if ref else "")
+        if is_number(n) and len(self.claims.get(n, [])) == 1:
+            advice += f'; for program number {n} of the session write "{reference(n)}"'
+        return advice
 
     def is_ambiguous(self, ref: str) -> bool:
         return len(self.ids(ref)) > 1 or ref in self.sent_as_references

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,21 +75,56 @@ def resume_call(reference: str) -> str:
     return said.RESUME_CALL.render(reference=reference)
 
 
-# The call to send ends the notice's first line or is the line after it.
+# The call to send is the line after the notice's first, or ends that line: the whole rest
+# of the line, from "await" to its last parenthesis.
 _NOTICE = re.compile(
     re.escape(PREFIX)
-    + r"[^\n]*?\n?await ptc_retry\.(?:replay|resume|extend)\((?P<ref>\"(?:[^\"\\]|\\.)*\")"
+    + r"[^\n]*?(?:\n[ \t]*)?(?P<call>await ptc_retry\.(?P<helper>replay|resume|extend)\("
+    + r"(?P<ref>\"(?:[^\"\\]|\\.)*\")[^\n]*\))"
 )
 
 
+@dataclass(frozen=True)
+class OfferedCall:
+    """The call a notice tells the model to send, read back from its text."""
+
+    #: The program it names: ``"#7"``, or a call id where no number was known.
+    reference: str
+    #: The call exactly as the notice offers it, placeholders and all:
+    #: ``await ptc_retry.replay("#7", "<old>", "<new>", resume=True)``.
+    call: str
+    #: Which helper it calls: ``"replay"``, ``"resume"`` or ``"extend"``.
+    helper: str
+
+    @property
+    def resumes(self) -> bool:
+        """Whether it goes on from where the program stopped instead of running it whole:
+        ``resume(...)``, or ``replay(..., resume=True)``."""
+        return self.helper == "resume" or self.call.endswith(said.RESUME_FLAG + ")")
+
+
+def read_notice(text: str) -> OfferedCall | None:
+    """The call the first notice in ``text`` offers, with the reference it names.
+
+    ``text`` is a traceback, a tool result or any text that holds a notice as the kernel
+    wrote it (its lines may be indented, as a framework quotes them). None when ``text``
+    holds no notice that offers a call (a guard's sentence alone, a native-mode notice).
+    """
+    match = _NOTICE.search(text)
+    if match is None:
+        return None
+    return OfferedCall(json.loads(match.group("ref")), match.group("call"), match.group("helper"))
+
+
 def parse_notice(text: str) -> str | None:
-    """The reference (``"#7"``, or a call id) of the program a notice in ``text`` names.
+    """The reference (``"#7"``, or a call id) of the program a notice in ``text`` names:
+    ``read_notice(text).reference``.
 
     For clients that see only the traceback (a kernel that sends no reply metadata).
     None when ``text`` holds no notice that names a program.
     """
-    match = _NOTICE.search(text)
-    return json.loads(match.group("ref")) if match else None
+    offered = read_notice(text)
+    return offered.reference if offered is not None else None
 
 
 def short_failure_notice(

@@ -61,17 +61,15 @@ class PreviousStep:
         source = f"{call_id}.json"
         self._linker.link(self.directory, name, self._by_id, source, link_text(call_id), hard=True)
 
-    def path_for(self, n: int, recent: Callable[[], str]) -> Path:
-        """``previous/<n>.json``; CheckpointError when there is none (``recent``: the most
-        recent calls, for the message)."""
+    def path_for(self, n: int, advice: Callable[[int, int], str]) -> Path:
+        """``previous/<n>.json``; CheckpointError when there is none (``advice(n, count)``:
+        what to give instead, for the message)."""
         path = self.directory.path / f"{n}.json"
         # exists() looks at the entry itself: a link to a deleted checkpoint is reported
         # as deleted by load.
         if n < 1 or not self.directory.exists(f"{n}.json"):
             raise CheckpointError(
                 f"no previous/{n}.json: previous/ holds the {self.count} call(s) "
-                f"of the step before this one, numbered from 1. For program number "
-                f'{n} of the session write "#{n}"; the most recent are: '
-                f"{recent()}."
+                f"of the step before this one, numbered from 1{advice(n, self.count)}"
             )
         return path

@@ -129,10 +129,11 @@ GUARD_PAUSED = Sentence(
     25,
     {"count": 3},
 )
-#: What a program the guard refuses shows instead of running (RetryGuardPaused's evalue).
+#: What a program the guard refuses shows instead of running (RetryGuardPaused's evalue);
+#: ``first`` and ``last`` name the streak's programs by ``#n`` (a call id where none is known).
 GUARD_REFUSAL = Sentence(
-    "{tool} failed {count} times in a row with the same {ename} (checkpoints {first_id} at "
-    "{first_time} to {last_id} at {last_time}), so this program was not run. Do not retry: "
+    "{tool} failed {count} times in a row with the same {ename} ({first} at "
+    "{first_time} to {last} at {last_time}), so this program was not run. Do not retry: "
     "tell the user what fails. Programs run again after the user's next instruction, or after "
     "a person runs %ptc_guard reset alone in a notebook cell.",
     130,
@@ -140,6 +141,8 @@ GUARD_REFUSAL = Sentence(
         "tool": "run_code",
         "count": 3,
         "ename": "ModuleNotFoundError",
+        "first": "#1234",
+        "last": "#1236",
         "first_time": "12:00:01",
         "last_time": "12:00:09",
     },
@@ -178,7 +181,8 @@ RUN_WHOLE = Sentence(
     },
 )
 
-#: ``RUN_WHOLE``'s reasons: the kernel that ran ``call_id`` is gone (it died or restarted).
+#: ``RUN_WHOLE``'s reasons (``call_id``: the program's ``#n`` where it has one, else its
+#: id): the kernel that ran it is gone (it died or restarted).
 RUN_WHOLE_RESTARTED = Sentence(
     "the kernel restarted after {call_id} ran, so what it computed is gone", 35
 )
@@ -187,6 +191,10 @@ RUN_WHOLE_DID_NOT_FAIL = Sentence("{call_id} did not fail, so there is nothing t
 #: ``RUN_WHOLE``'s reason for going on with a paused program after another one ran.
 RUN_WHOLE_RAN_SINCE_PAUSE = Sentence(
     "another program ran after {call_id} paused, so the names it bound may have changed", 35
+)
+#: ``RUN_WHOLE``'s reason for a resume after ``%reset``: the names the program bound are gone.
+RUN_WHOLE_NAMESPACE_RESET = Sentence(
+    "the namespace was reset after {call_id} ran, so what it bound is gone", 35
 )
 #: ``RUN_WHOLE``'s reason once the turn's resumes are used (``budget``: how many it has).
 RUN_WHOLE_RESUMES_USED = Sentence(

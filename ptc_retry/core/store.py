@@ -11,7 +11,7 @@ import os
 import secrets
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +32,7 @@ from .layout import (
     is_reference,
     line_text,
     link_text,
+    reference_number,
     sanitize,
 )
 from .previous_step import PreviousStep
@@ -322,7 +323,7 @@ class CheckpointStore:
                 )
             return path
         if isinstance(target, int) and not isinstance(target, bool):
-            return self._previous.path_for(target, self._recent_text)
+            return self._previous.path_for(target, self._position_advice)
         raise CheckpointError(
             f'a checkpoint target is a reference like "#7", a call id (str) or a position in '
             f"the previous step (int >= 1), not {type(target).__name__} {target!r}."
@@ -338,8 +339,7 @@ class CheckpointStore:
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(ids):
             raise CheckpointError(
                 f"no previous/{n}.json for the next cell: the current step has {len(ids)} "
-                f'call(s), numbered from 1. For program number {n} of the session write "#{n}"; '
-                f"the most recent are: {self._recent_text()}."
+                f"call(s), numbered from 1{self._position_advice(n, len(ids), ids)}"
             )
         return ids[n - 1]
 
@@ -356,9 +356,11 @@ class CheckpointStore:
             ambiguous = self._index.numbers.is_ambiguous(ref)
         if not ids:
             known = f"#1 to #{last}" if last else "none yet"
+            nearest = self._index.numbers.nearest(reference_number(ref))
+            near = f"; the nearest is {nearest}" if nearest else ""
             raise CheckpointError(
                 f"no program {ref} in this session ({self.session_dir}); its programs are "
-                f"{known}. A reference belongs to the session whose notice gave it: give the "
+                f"{known}{near}. A reference belongs to the session whose notice gave it: give the "
                 "call id, or send the program again."
             )
         if ambiguous:
@@ -386,6 +388,13 @@ class CheckpointStore:
             if not self._calls.exists(name):
                 self._link(self._calls, name, call.id, hard=False)
         return self._calls.path / name
+
+    def _position_advice(self, n: int, count: int, ids: Sequence[str] | None = None) -> str:
+        """The end of a refusal of position ``n`` of a step of ``count`` calls (``ids``)."""
+        with self._lock:
+            known = list(ids if ids is not None else self._previous.ids)
+            advice = self._index.numbers.position_advice(n, count, known)
+        return f"{advice}. The most recent are: {self._recent_text()}."
 
     def _recent_text(self) -> str:
         with self._lock:

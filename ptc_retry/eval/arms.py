@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ..backend import KernelBackend, RunResult
-from ..core.notice import parse_notice
+from ..core.notice import parse_notice, read_notice
 from ..core.partial import cut_arguments
 from ..core.status import ResultStatus
 from ..tokens import Tokenizer
@@ -70,11 +70,6 @@ def _programs(scenario: Scenario) -> list[_Program]:
 def _arguments(code: str, extra_keys: dict[str, str] | None = None) -> str:
     """The raw JSON arguments of a ``run_code`` call, as a model writes them."""
     return json.dumps({"code": code, **(extra_keys or {})}, ensure_ascii=False)
-
-
-def _offers_resume(notice: str) -> bool:
-    """A failure's notice offers ``resume=True``; a stopped program's, ``ptc_retry.resume``."""
-    return "resume=True" in notice or "ptc_retry.resume(" in notice
 
 
 class Arm:
@@ -288,13 +283,14 @@ class Arm:
         notice = failed.notice
         if self.resends or notice is None or program.rewrite:
             return [("re-send", program.corrected)]
-        target = parse_notice(notice)
-        if target is None:
+        offered = read_notice(notice)
+        if offered is None:
             outcome.problem = f"the notice names no program: {notice!r}"
             return []
+        target = offered.reference
         if target != failed.reference:
             outcome.problem = f"the notice names {target!r}, the reply {failed.reference!r}"
-        resume = program.resume and _offers_resume(notice)
+        resume = program.resume and offered.resumes
         if program.resume and not resume:
             outcome.problem = "the notice did not offer resume=True"
         lines = []

@@ -258,7 +258,7 @@ def _error(result: RunResult) -> dict[str, Any] | None:
 
 
 def _error_text(result: RunResult, error: dict[str, Any] | None) -> str:
-    """The traceback without ANSI codes (its last line the notice); for a timeout, a dead
+    """The traceback without ANSI codes (its last lines the notice); for a timeout, a dead
     kernel or a refusal, the text the backend wrote for the model."""
     if result.status == "error" and error is not None:
         return strip_ansi("\n".join(str(line) for line in error.get("traceback") or ()))

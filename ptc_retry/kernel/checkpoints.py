@@ -83,6 +83,12 @@ class Checkpoints:
                     self.warn(self.store.warning)
         return self.store
 
+    def person_name(self, call_id: str) -> str:
+        """The name a person and the model were given for the program saved as ``call_id``:
+        its ``#n``, or the call id where it has none."""
+        store = self.store
+        return (store.reference_of(call_id) if store is not None else None) or call_id
+
     def session_name(self) -> str | None:
         if self._config.session_id:
             return self._config.session_id

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..core.status import HistoryStatus, history_status
-from .resume import KERNEL_TOKEN
+from .resume import KERNEL_TOKEN, Namespace
 from .running import Failure, Running
 
 __all__ = [
@@ -69,9 +69,11 @@ def history_extra(
     running: Running, error: BaseException | None, failure: Failure | None
 ) -> dict[str, Any]:
     """The keys of the program's history line beyond the store's own: the kernel that ran
-    it, how it failed and where, the time limit that stopped it, the resume it was, and
-    the counts of its tool calls."""
+    it (and how many times its namespace was reset before), how it failed and where, the
+    time limit that stopped it, the resume it was, and the counts of its tool calls."""
     extra: dict[str, Any] = {"kernel": KERNEL_TOKEN}
+    if Namespace.resets:
+        extra["namespace"] = Namespace.resets
     if error is not None:
         extra["ename"] = type(error).__name__
     if failure is not None and failure.statement is not None:

@@ -26,7 +26,7 @@ from .endings import history_extra, outcome, reply_metadata, was_interrupted
 from .guarding import KernelGuard
 from .host_results import record_host_results
 from .magics import PtcRetryMagics, is_person_reset, only_own_magics
-from .names import add_names, offer_tools, remove_magics, remove_names
+from .names import add_names, offer_tools, remove_magics, remove_names, restore_names
 from .refusal import (
     CallCutOff,
     InterruptedBeforeRun,
@@ -34,7 +34,7 @@ from .refusal import (
     RetryGuardPaused,
 )
 from .requests import Request, checkpoint_arguments, read_request
-from .resume import KERNEL_TOKEN, ResumePolicy
+from .resume import KERNEL_TOKEN, Namespace, ResumePolicy
 from .running import STARTED_BY, Programs, Running
 from .statements import current_task
 from .stdin import StdinChannel
@@ -117,6 +117,8 @@ class PtcRetryExtension:
         self.warn_once(f"its {hook} hook failed ({type(exc).__name__}: {exc})")
 
     def _begin_cell(self, info: Any) -> None:
+        if restore_names(self.shell, self.api):  # %reset took them, and all a program bound
+            Namespace.resets += 1
         request = read_request(self.shell)
         # What an earlier request left, when an exception escaped IPython's machinery or a
         # hook before its post_run_cell: ended here, so that this cell is a call of its own.
@@ -230,7 +232,8 @@ class PtcRetryExtension:
         )
         if self.guard.refusing and not running.person_reset and not running.own_magics:
             running.refused = self.guard.refuse()
-            running.refusal = RetryGuardPaused(refusal_message(running.refused), running.refused)
+            message = refusal_message(running.refused, self.checkpoints.person_name)
+            running.refusal = RetryGuardPaused(message, running.refused)
             # It is in place only while this cell runs: IPython shows the error, runs nothing.
             self._refuser.refuse(running.refusal)
             return

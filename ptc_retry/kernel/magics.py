@@ -7,6 +7,7 @@ import re
 import sys
 from typing import TYPE_CHECKING
 
+from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_magic, magics_class
 from IPython.display import display
 
@@ -18,7 +19,6 @@ from .host import Host
 if TYPE_CHECKING:
     from IPython.core.interactiveshell import InteractiveShell
 
-    from ..core.store import CheckpointStore
 
 MAGIC_NAMES = {"line": ["ptc_history", "ptc_show", "ptc_guard"]}
 
@@ -33,6 +33,14 @@ _OWN_MAGICS_ONLY = re.compile(rf"(?:[ \t]*(?:{_OWN_MAGIC}|{_LOAD}|#[^\n]*)?\n)*"
 # and refused while the guard pauses (a fresh extension would otherwise lift the pause).
 _OWN_MAGICS_ONLY_FROM_BACKEND = re.compile(rf"(?:[ \t]*(?:{_OWN_MAGIC}|#[^\n]*)?\n)*")
 _PERSON_RESET = re.compile(r"\s*%ptc_guard[ \t]+reset\s*")
+
+#: What to type, said after a magic's refusal of what it was given.
+HISTORY_USAGE = "usage: %ptc_history [N], the last N programs (default 20)"
+SHOW_USAGE = (
+    "usage: %ptc_show #N (program N of the session), %ptc_show N (what replay(N, ...) runs "
+    "in the next cell) or %ptc_show <call id>"
+)
+GUARD_USAGE = "usage: %ptc_guard (its state) or %ptc_guard reset (start it fresh)"
 
 
 def only_own_magics(source: str, *, from_backend: bool = False) -> bool:
@@ -67,10 +75,15 @@ class PtcRetryMagics(Magics):
     def ptc_history(self, line: str) -> None:
         """%ptc_history [N]: the last N calls of this session (default 20), displayed as
         text (``format_history``) and as an HTML table."""
+        text = line.strip()
+        if text and not (text.isascii() and text.isdigit()):
+            raise UsageError(
+                f"%ptc_history takes a number of programs, not {text!r}\n{HISTORY_USAGE}"
+            )
         store = self.extension.checkpoints.open()
         if store is None:
             return
-        count = int(line) if line.strip().isdigit() else 20
+        count = int(text) if text else 20
         lines, where = store.history(), store.session_dir
         # Plain text for a terminal and for a model; a table for a notebook, which a
         # narrow output scrolls rather than breaking it inside its cells.
@@ -85,12 +98,11 @@ class PtcRetryMagics(Magics):
         """%ptc_show #N|ID|N: the program saved as #N, or for a call id; for a number N, the
         program that ``replay(N, ...)`` runs when typed in the next cell. The first line
         names it (``#n`` and its id) and where it is saved."""
-        store = self.extension.checkpoints.open()
-        if store is None:
-            return
         text = line.strip()
         if not text:
-            print("usage: %ptc_show #N (program N), <call id>, or a number N for previous/N.json")
+            raise UsageError(f"%ptc_show needs the program to show\n{SHOW_USAGE}")
+        store = self.extension.checkpoints.open()
+        if store is None:
             return
         position = int(text) if text.isascii() and text.isdigit() else None
         try:
@@ -99,8 +111,7 @@ class PtcRetryMagics(Magics):
             call_id, code = store.load_code(target)
             path = store.path_for(call_id)
         except PtcRetryError as exc:
-            print(exc, file=sys.stderr)
-            return
+            raise UsageError(f"{exc}\n{SHOW_USAGE}") from None
         ref = store.reference_of(call_id)
         name = f"{ref} ({call_id})" if ref else call_id
         if position is not None:
@@ -121,8 +132,7 @@ class PtcRetryMagics(Magics):
         extension = self.extension
         word = line.strip()
         if word in ("", "status"):
-            store = extension.checkpoints.store
-            print(extension.guard.status(lambda cid: _person_name(store, cid)))
+            print(extension.guard.status(extension.checkpoints.person_name))
         elif word == "reset":
             running = extension.programs.outermost()
             if running is None or not running.person_reset:
@@ -131,9 +141,4 @@ class PtcRetryMagics(Magics):
             extension.guard.reset()
             print(said.GUARD_RESET.render())
         else:
-            print("usage: %ptc_guard [reset]", file=sys.stderr)
-
-
-def _person_name(store: CheckpointStore | None, call_id: str) -> str:
-    """The name a person was given for the program saved as ``call_id``: its ``#n``."""
-    return (store.reference_of(call_id) if store is not None else None) or call_id
+            raise UsageError(f"%ptc_guard takes no argument or reset, not {word!r}\n{GUARD_USAGE}")

@@ -12,7 +12,7 @@ from ..core import sentences
 from .magics import MAGIC_NAMES
 from .tools import TOOLS
 
-__all__ = ["add_names", "offer_tools", "remove_magics", "remove_names"]
+__all__ = ["add_names", "offer_tools", "remove_magics", "remove_names", "restore_names"]
 
 
 def add_names(shell: Any, api: types.ModuleType) -> None:
@@ -20,6 +20,16 @@ def add_names(shell: Any, api: types.ModuleType) -> None:
     shell.user_ns["ptc_retry"] = shell.user_ns_hidden["ptc_retry"] = api
     if "tools" not in shell.user_ns:
         shell.user_ns["tools"] = shell.user_ns_hidden["tools"] = TOOLS
+
+
+def restore_names(shell: Any, api: types.ModuleType) -> bool:
+    """Put the names back if ``%reset`` took them: whether it had. IPython's reset empties
+    ``user_ns_hidden`` as well as the namespace, which a person's ``del ptc_retry`` does not,
+    so that is what tells a reset."""
+    if "ptc_retry" in shell.user_ns_hidden:
+        return False
+    add_names(shell, api)
+    return True
 
 
 def offer_tools(shell: Any, *, said: bool) -> bool:

@@ -23,6 +23,14 @@ if TYPE_CHECKING:
 KERNEL_TOKEN = f"{os.getpid()}-{secrets.token_hex(4)}"
 
 
+class Namespace:
+    """How many times ``%reset`` emptied this kernel's namespace (kept across reloads of the
+    extension, as the kernel's token is). A program's history line carries the count as
+    ``namespace`` once it is above 0, so a resume can tell that what it bound is gone."""
+
+    resets = 0
+
+
 class ResumePolicy:
     """Decides where each resume starts, and counts the resumes of the current turn
     (``PtcRetry.max_resumes_per_turn``) so a loop of resumes cannot go on forever."""
@@ -56,20 +64,23 @@ class ResumePolicy:
         """
         line = history_line(store, call_id) or {}
         status = line.get("status")
-        restarted = said.RUN_WHOLE_RESTARTED.render(call_id=call_id)
+        name = store.reference_of(call_id) or call_id  # what a person and the model were given
+        restarted = said.RUN_WHOLE_RESTARTED.render(call_id=name)
         if status == HistoryStatus.UNFINISHED:  # the kernel died while it ran
             return _run_whole(restarted)
         if status not in STOPPED:
-            return _run_whole(said.RUN_WHOLE_DID_NOT_FAIL.render(call_id=call_id))
+            return _run_whole(said.RUN_WHOLE_DID_NOT_FAIL.render(call_id=name))
         failed = line.get("failed_statement")
         index = failed.get("index") if isinstance(failed, dict) else None
         if not isinstance(index, int):
             return 0  # no statement ran (a syntax error): the whole program it is
         if line.get("kernel") != KERNEL_TOKEN:
             return _run_whole(restarted)
+        if line.get("namespace", 0) != Namespace.resets:
+            return _run_whole(said.RUN_WHOLE_NAMESPACE_RESET.render(call_id=name))
         paused = status == HistoryStatus.PAUSED
         if paused and ran_since(store, call_id):
-            return _run_whole(said.RUN_WHOLE_RAN_SINCE_PAUSE.render(call_id=call_id))
+            return _run_whole(said.RUN_WHOLE_RAN_SINCE_PAUSE.render(call_id=name))
         if index == 0:
             return 0
         touched = edited_statement(code, corrected, transformed)
