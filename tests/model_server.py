@@ -77,8 +77,8 @@ class Reply:
     part-way). ``empty_deltas``: Chat sends an empty delta after each piece of a call's
     arguments (as some compatible servers do); ``indexless``: each call whole in one delta,
     without its ``index`` (as Gemini's compatible endpoint). ``status``: an HTTP
-    error (429, 500, 529...) in the API's error shape instead of a reply. ``usage``: the
-    input and output tokens it reports.
+    error (429, 500, 529...) in the API's error shape instead of a reply, with ``error`` as
+    its message when given. ``usage``: the input and output tokens it reports.
     """
 
     text: str = ""
@@ -92,6 +92,7 @@ class Reply:
     empty_deltas: bool = False
     indexless: bool = False
     status: int | None = None
+    error: str = ""
     usage: tuple[int, int] = (120, 30)
     token: str = field(default_factory=lambda: secrets.token_hex(10))
 
@@ -465,11 +466,16 @@ def _first_call_block(reply: Reply) -> int:
 # -- errors --------------------------------------------------------------------------------
 
 _OPENAI_ERRORS = {429: "rate_limit_exceeded", 500: "server_error", 503: "server_error"}
-_ANTHROPIC_ERRORS = {429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+_ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
 
 
-def error_body(path: str, status: int) -> dict[str, Any]:
-    message = f"scripted error {status}"
+def error_body(path: str, status: int, message: str = "") -> dict[str, Any]:
+    message = message or f"scripted error {status}"
     if path.endswith("/messages"):
         kind = _ANTHROPIC_ERRORS.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
@@ -495,7 +501,7 @@ class _Handler(BaseHTTPRequestHandler):
         if reply is None:
             self._send_json(500, error_body(self.path, 500) | {"detail": "nothing scripted"})
         elif reply.status is not None:
-            self._send_json(reply.status, error_body(self.path, reply.status))
+            self._send_json(reply.status, error_body(self.path, reply.status, reply.error))
         elif request.streamed:
             self._stream(self._events(request, reply), reply.drop_after, reply.stall_after)
         elif reply.drop_after is not None:

@@ -383,6 +383,44 @@ def test_a_stream_cut_after_text_is_continued_and_the_reply_is_whole(
     assert [u.output_tokens for u in reply.usage] == [None, 30]
 
 
+#: What Claude 4.6 and later answer a request that ends with the assistant's message.
+NO_PREFILL = (
+    "This model does not support assistant message prefill. The conversation must end with a "
+    "user message."
+)
+
+
+def _refusing_prefill(reply: Scripted) -> Callable[[Any], Scripted]:
+    """A model that refuses a prefill, as Claude 4.6 does, and else answers ``reply``."""
+
+    def answer(request: Any) -> Scripted:
+        if request.body["messages"][-1]["role"] == "assistant":
+            return Scripted(status=400, error=NO_PREFILL)
+        return reply
+
+    return answer
+
+
+def test_a_model_that_refuses_a_prefill_gets_the_partial_text_quoted_instead(
+    make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api("messages")
+    api.conversation.append(api.adapter.user("what do they cost?"))
+    rest = _refusing_prefill(Scripted(text=TEXT[48:]))
+    cut = Scripted(text=TEXT, drop_after=TEXT_AFTER["messages"] + 3)
+    server.script(cut, rest, rest, Scripted(text=TEXT, drop_after=TEXT_AFTER["messages"] + 3), rest)
+    reply = _bounded(on_loop, api.reply())
+    assert reply.text.startswith(TEXT[:48].rstrip()) and reply.text.endswith(TEXT[48:])
+    (resume,) = reply.resumes
+    assert resume.continued and SLEPT == [2.0]
+    asked = server.requests[2].body["messages"][-1]
+    assert asked["role"] == "user" and json.dumps(TEXT[:48].rstrip())[1:-1] in json.dumps(asked)
+    # The adapter remembers: the next cut's continuation quotes at once.
+    reply = _bounded(on_loop, api.reply())
+    assert reply.text.endswith(TEXT[48:]) and len(server.requests) == 5
+    assert server.requests[4].body["messages"][-1]["role"] == "user"
+
+
 @pytest.mark.parametrize("name", API_NAMES)
 def test_a_stream_cut_after_reasoning_is_continued_quoting_it(
     name: str, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
