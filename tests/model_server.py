@@ -5,7 +5,9 @@ so the tests see the SDKs' own types.
 
 ``ModelServer`` runs ``http.server`` in a thread; ``server.script(reply, ...)`` queues what
 the next requests get, one ``Reply`` each, or a function of the ``Request`` that returns one
-(a model that reads what it was sent); a request with nothing queued gets a 500 naming that.
+(a model that reads what it was sent); a request with nothing queued gets a 500 naming that,
+and a Messages conversation the API would refuse (an empty message, a ``tool_result``
+without its ``tool_use``) its 400, before any reply is taken.
 ``server.requests`` holds every request's path and JSON body, in order.
 """
 
@@ -483,6 +485,37 @@ def error_body(path: str, status: int, message: str = "") -> dict[str, Any]:
     return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
 
 
+def _anthropic_refusal(request: Request) -> str | None:
+    """What the Messages API answers a conversation it refuses before any model reads it: a
+    message with no content (but a final assistant one), or a ``tool_result`` whose
+    ``tool_use`` is not in the message before it."""
+    if not request.path.endswith("/messages"):
+        return None
+    messages = request.body.get("messages") or []
+    for number, message in enumerate(messages):
+        content = message.get("content")
+        final = number == len(messages) - 1 and message.get("role") == "assistant"
+        if not content and not final:
+            return (
+                f"messages.{number}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        before = messages[number - 1].get("content") if number else None
+        used = (
+            {b.get("id") for b in before if b.get("type") == "tool_use"}
+            if isinstance(before, list)
+            else set()
+        )
+        for block in content if isinstance(content, list) else []:
+            if block.get("type") == "tool_result" and block.get("tool_use_id") not in used:
+                return (
+                    f"messages.{number}: unexpected `tool_use_id` found in `tool_result` "
+                    f"blocks: {block.get('tool_use_id')}. Each `tool_result` block must have a "
+                    "corresponding `tool_use` block in the previous message."
+                )
+    return None
+
+
 # -- the server ----------------------------------------------------------------------------
 
 
@@ -497,7 +530,8 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         request = Request(self.path, body)
-        reply = self.server.owner.take(request)
+        refused = _anthropic_refusal(request)
+        reply = Reply(status=400, error=refused) if refused else self.server.owner.take(request)
         if reply is None:
             self._send_json(500, error_body(self.path, 500) | {"detail": "nothing scripted"})
         elif reply.status is not None:

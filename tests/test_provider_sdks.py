@@ -310,6 +310,20 @@ def test_of_two_calls_the_length_stop_cut_only_the_last_is_saved_and_the_first_r
     assert HOST_CALLS == []
 
 
+@pytest.mark.parametrize("name", API_NAMES)
+def test_a_reply_the_loop_builds_itself_goes_back_with_its_calls(
+    name: str, make_api: Callable[..., Api], on_loop: Any
+) -> None:
+    # As ``eval --live`` puts a program in the conversation as the model's own call.
+    api = make_api(name)
+    call = ToolCall("toolu_01" + "a" * 22, "run_code", raw('print("hi")'))
+    built = Reply(text="Running it.", tool_calls=[call], stop=Stop.TOOL_CALLS)
+    step = on_loop(api.adapter.step(built))
+    sent = json.dumps(step.messages[:-1] if name != "chat" else step.messages[0])
+    assert "Running it." in sent and call.id in sent and "print" in sent
+    assert step.results[0].text.strip() == "hi"
+
+
 @pytest.mark.parametrize(("name", "streamed"), SHAPES)
 def test_a_refusal_is_a_reply_with_no_tool_call(
     name: str, streamed: bool, make_api: Callable[..., Api], server: ModelServer, on_loop: Any

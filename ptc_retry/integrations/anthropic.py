@@ -211,7 +211,9 @@ class Messages(ProviderAdapter[MessagesCollector]):
 
     def _messages(self, reply: Reply, results: list[CallResult]) -> list[Message]:
         blocks = [sendable for block in reply.items if (sendable := _sendable(block))]
-        if reply.continued:  # after the last part's signed thinking, the content rebuilt
+        # After a continued reply's last signed thinking, or for a reply the loop built
+        # itself (no blocks of the API's), the content is rebuilt from the text and calls.
+        if reply.continued or not reply.items:
             blocks += [{"type": "text", "text": reply.text}] if reply.text.strip() else []
             blocks += [_tool_use(call) for call in reply.tool_calls]
         messages: list[Message] = [{"role": "assistant", "content": blocks}]
