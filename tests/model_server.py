@@ -5,7 +5,9 @@ so the tests see the SDKs' own types.
 
 ``ModelServer`` runs ``http.server`` in a thread; ``server.script(reply, ...)`` queues what
 the next requests get, one ``Reply`` each, or a function of the ``Request`` that returns one
-(a model that reads what it was sent); a request with nothing queued gets a 500 naming that.
+(a model that reads what it was sent); a request with nothing queued gets a 500 naming that,
+and a Messages conversation the API would refuse (an empty message, a ``tool_result``
+without its ``tool_use``) its 400, before any reply is taken.
 ``server.requests`` holds every request's path and JSON body, in order.
 """
 
@@ -77,8 +79,8 @@ class Reply:
     part-way). ``empty_deltas``: Chat sends an empty delta after each piece of a call's
     arguments (as some compatible servers do); ``indexless``: each call whole in one delta,
     without its ``index`` (as Gemini's compatible endpoint). ``status``: an HTTP
-    error (429, 500, 529...) in the API's error shape instead of a reply. ``usage``: the
-    input and output tokens it reports.
+    error (429, 500, 529...) in the API's error shape instead of a reply, with ``error`` as
+    its message when given. ``usage``: the input and output tokens it reports.
     """
 
     text: str = ""
@@ -92,6 +94,7 @@ class Reply:
     empty_deltas: bool = False
     indexless: bool = False
     status: int | None = None
+    error: str = ""
     usage: tuple[int, int] = (120, 30)
     token: str = field(default_factory=lambda: secrets.token_hex(10))
 
@@ -465,16 +468,52 @@ def _first_call_block(reply: Reply) -> int:
 # -- errors --------------------------------------------------------------------------------
 
 _OPENAI_ERRORS = {429: "rate_limit_exceeded", 500: "server_error", 503: "server_error"}
-_ANTHROPIC_ERRORS = {429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+_ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "api_error",
+    529: "overloaded_error",
+}
 
 
-def error_body(path: str, status: int) -> dict[str, Any]:
-    message = f"scripted error {status}"
+def error_body(path: str, status: int, message: str = "") -> dict[str, Any]:
+    message = message or f"scripted error {status}"
     if path.endswith("/messages"):
         kind = _ANTHROPIC_ERRORS.get(status, "api_error")
         return {"type": "error", "error": {"type": kind, "message": message}}
     kind = _OPENAI_ERRORS.get(status, "server_error")
     return {"error": {"message": message, "type": kind, "param": None, "code": kind}}
+
+
+def _anthropic_refusal(request: Request) -> str | None:
+    """What the Messages API answers a conversation it refuses before any model reads it: a
+    message with no content (but a final assistant one), or a ``tool_result`` whose
+    ``tool_use`` is not in the message before it."""
+    if not request.path.endswith("/messages"):
+        return None
+    messages = request.body.get("messages") or []
+    for number, message in enumerate(messages):
+        content = message.get("content")
+        final = number == len(messages) - 1 and message.get("role") == "assistant"
+        if not content and not final:
+            return (
+                f"messages.{number}: all messages must have non-empty content except for the "
+                "optional final assistant message"
+            )
+        before = messages[number - 1].get("content") if number else None
+        used = (
+            {b.get("id") for b in before if b.get("type") == "tool_use"}
+            if isinstance(before, list)
+            else set()
+        )
+        for block in content if isinstance(content, list) else []:
+            if block.get("type") == "tool_result" and block.get("tool_use_id") not in used:
+                return (
+                    f"messages.{number}: unexpected `tool_use_id` found in `tool_result` "
+                    f"blocks: {block.get('tool_use_id')}. Each `tool_result` block must have a "
+                    "corresponding `tool_use` block in the previous message."
+                )
+    return None
 
 
 # -- the server ----------------------------------------------------------------------------
@@ -491,11 +530,12 @@ class _Handler(BaseHTTPRequestHandler):
         length = int(self.headers.get("Content-Length") or 0)
         body = json.loads(self.rfile.read(length) or b"{}")
         request = Request(self.path, body)
-        reply = self.server.owner.take(request)
+        refused = _anthropic_refusal(request)
+        reply = Reply(status=400, error=refused) if refused else self.server.owner.take(request)
         if reply is None:
             self._send_json(500, error_body(self.path, 500) | {"detail": "nothing scripted"})
         elif reply.status is not None:
-            self._send_json(reply.status, error_body(self.path, reply.status))
+            self._send_json(reply.status, error_body(self.path, reply.status, reply.error))
         elif request.streamed:
             self._stream(self._events(request, reply), reply.drop_after, reply.stall_after)
         elif reply.drop_after is not None:

@@ -16,6 +16,7 @@ pytest.importorskip("anthropic", reason="anthropic is an optional extra (ptc-ret
 from ptc_retry.cli import main as cli  # noqa: E402
 from ptc_retry.eval import live  # noqa: E402
 from ptc_retry.eval.scenarios import by_name  # noqa: E402
+from ptc_retry.tokens import load_tokenizer  # noqa: E402
 
 from .helpers import follow, notices_in, raw  # noqa: E402
 from .model_server import Call, ModelServer, Reply, Request  # noqa: E402
@@ -122,3 +123,51 @@ def test_a_failed_run_names_the_endpoint_the_client_uses_and_how_the_request_fai
         assert "the API answered" in err and "scripted error 401" in err
     else:
         assert f"could not reach {url}/" in err and "answered" not in err
+
+
+def _model_with_an_output_limit(request: Request) -> Reply:
+    """The re-send arm's model that writes at most ``max_tokens`` (counted as cl100k_base,
+    fewer than Claude's tokenizer makes of the same program): a longer program is cut there,
+    as the API cuts it (``stop_reason: "max_tokens"``)."""
+    body = json.dumps(request.body)
+    (scenario,) = [s for s in live.live_scenarios() if json.dumps(s.program)[1:-1] in body]
+    arguments = raw(scenario.corrected)
+    needed = load_tokenizer().count(arguments)
+    assert needed is not None
+    limit = int(request.body["max_tokens"])
+    if needed <= limit:
+        return Reply(calls=[Call("run_code", arguments)], usage=(800, needed))
+    cut = arguments[: len(arguments) * limit // needed]
+    return Reply(calls=[Call("run_code", cut)], stop="length", usage=(800, limit))
+
+
+def test_the_longest_re_sent_program_fits_what_an_anthropic_fix_may_write(
+    jupyter_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Opus 4 is the Claude model whose SDK refuses the most requests not streamed.
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "scripted")
+    scenario = max(live.live_scenarios(), key=lambda s: len(s.corrected))
+    with ModelServer() as server:
+        server.script(_model_with_an_output_limit, _model_with_an_output_limit)
+        code = live.main("anthropic", "claude-opus-4-0", server.url, tmp_path, scenarios=[scenario])
+    assert code == 0
+    report: dict[str, Any] = json.loads((tmp_path / "report.json").read_text())
+    assert [(f["action"], f["right"], f["problem"]) for f in report["fixes"]] == [
+        ("resend", True, None)
+    ] * 2
+
+
+def test_a_fix_cut_by_the_output_limit_is_reported_as_cut(
+    jupyter_path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "scripted")
+    scenario = by_name(["1k-wrong-key"])[0]
+    cut = Reply(calls=[Call("run_code", raw(scenario.corrected)[:300])], stop="length")
+    with ModelServer() as server:
+        server.script(cut, cut)
+        code = live.main("openai", "m", server.openai_url, tmp_path, scenarios=[scenario])
+    assert code == 0
+    report: dict[str, Any] = json.loads((tmp_path / "report.json").read_text())
+    for fix in report["fixes"]:
+        assert not fix["right"] and fix["problem"] == live.CUT_PROBLEM
+    assert live.CUT_PROBLEM in (tmp_path / "report.md").read_text()

@@ -310,6 +310,20 @@ def test_of_two_calls_the_length_stop_cut_only_the_last_is_saved_and_the_first_r
     assert HOST_CALLS == []
 
 
+@pytest.mark.parametrize("name", API_NAMES)
+def test_a_reply_the_loop_builds_itself_goes_back_with_its_calls(
+    name: str, make_api: Callable[..., Api], on_loop: Any
+) -> None:
+    # As ``eval --live`` puts a program in the conversation as the model's own call.
+    api = make_api(name)
+    call = ToolCall("toolu_01" + "a" * 22, "run_code", raw('print("hi")'))
+    built = Reply(text="Running it.", tool_calls=[call], stop=Stop.TOOL_CALLS)
+    step = on_loop(api.adapter.step(built))
+    sent = json.dumps(step.messages[:-1] if name != "chat" else step.messages[0])
+    assert "Running it." in sent and call.id in sent and "print" in sent
+    assert step.results[0].text.strip() == "hi"
+
+
 @pytest.mark.parametrize(("name", "streamed"), SHAPES)
 def test_a_refusal_is_a_reply_with_no_tool_call(
     name: str, streamed: bool, make_api: Callable[..., Api], server: ModelServer, on_loop: Any
@@ -381,6 +395,44 @@ def test_a_stream_cut_after_text_is_continued_and_the_reply_is_whole(
     else:
         assert "cut off by a network error" in added
     assert [u.output_tokens for u in reply.usage] == [None, 30]
+
+
+#: What Claude 4.6 and later answer a request that ends with the assistant's message.
+NO_PREFILL = (
+    "This model does not support assistant message prefill. The conversation must end with a "
+    "user message."
+)
+
+
+def _refusing_prefill(reply: Scripted) -> Callable[[Any], Scripted]:
+    """A model that refuses a prefill, as Claude 4.6 does, and else answers ``reply``."""
+
+    def answer(request: Any) -> Scripted:
+        if request.body["messages"][-1]["role"] == "assistant":
+            return Scripted(status=400, error=NO_PREFILL)
+        return reply
+
+    return answer
+
+
+def test_a_model_that_refuses_a_prefill_gets_the_partial_text_quoted_instead(
+    make_api: Callable[..., Api], server: ModelServer, on_loop: Any
+) -> None:
+    api = make_api("messages")
+    api.conversation.append(api.adapter.user("what do they cost?"))
+    rest = _refusing_prefill(Scripted(text=TEXT[48:]))
+    cut = Scripted(text=TEXT, drop_after=TEXT_AFTER["messages"] + 3)
+    server.script(cut, rest, rest, Scripted(text=TEXT, drop_after=TEXT_AFTER["messages"] + 3), rest)
+    reply = _bounded(on_loop, api.reply())
+    assert reply.text.startswith(TEXT[:48].rstrip()) and reply.text.endswith(TEXT[48:])
+    (resume,) = reply.resumes
+    assert resume.continued and SLEPT == [2.0]
+    asked = server.requests[2].body["messages"][-1]
+    assert asked["role"] == "user" and json.dumps(TEXT[:48].rstrip())[1:-1] in json.dumps(asked)
+    # The adapter remembers: the next cut's continuation quotes at once.
+    reply = _bounded(on_loop, api.reply())
+    assert reply.text.endswith(TEXT[48:]) and len(server.requests) == 5
+    assert server.requests[4].body["messages"][-1]["role"] == "user"
 
 
 @pytest.mark.parametrize("name", API_NAMES)

@@ -31,7 +31,7 @@ from typing import Any
 
 from ..backend import KernelBackend
 from ..core.sentences import PREFIX
-from ..integrations.replies import ProviderAdapter, Reply, Stop, ToolCall
+from ..integrations.replies import Continuation, ProviderAdapter, Reply, Stop, ToolCall
 from .outcomes import same_value
 from .runner import eval_backend, stock_backend, work_dir
 from .scenarios import QUICK, SCENARIOS, Scenario
@@ -62,7 +62,13 @@ TASK = (
 )
 #: The calls a fix may be, as the notice and the prompt section teach them.
 ADOPTED = ("replay", "extend", "resume")
-_MAX_TOKENS = 8192
+#: What an Anthropic fix may write: the longest re-sent program (20 KB, about 8,400 tokens
+#: of cl100k_base and more of Claude's) fits, and no Claude 4 model writes less (Opus 4's
+#: limit). A request this long is streamed: the SDK refuses it otherwise.
+_MAX_TOKENS = 32_000
+#: The ``problem`` of a fix the output-token limit cut: it is not right, and not the model's
+#: mistake.
+CUT_PROBLEM = "the fix was cut by the output-token limit"
 
 
 @dataclass
@@ -117,6 +123,12 @@ def missing(api: str) -> str | None:
     return None
 
 
+#: A fix is one request: an Anthropic stream the network cuts is not continued (the
+#: continuation would add its own request and text to what is measured); the run ends on
+#: its error.
+_ONE_REQUEST = Continuation(budget=0)
+
+
 def _client_and_adapter(
     api: str, kb: KernelBackend, base_url: str | None
 ) -> tuple[ProviderAdapter[Any], Any]:
@@ -133,7 +145,7 @@ def _client_and_adapter(
     from ..integrations.anthropic import Messages
 
     anthropic_client = anthropic.AsyncAnthropic(base_url=base_url)
-    return Messages(kb), anthropic_client.messages.create
+    return Messages(kb, _ONE_REQUEST), anthropic_client.messages.create
 
 
 def _endpoint_of(api: str, base_url: str | None) -> str:
@@ -213,12 +225,20 @@ async def _play(
     notice = PREFIX.strip() in failed.results[0].text
     system = SYSTEM + ("\n" + kb.system_prompt() if arm == "on" else "")
     messages = [adapter.user(f"{TASK}\n\n```python\n{scenario.program}```"), *failed.messages]
-    reply = adapter.reply_of(await create(**_params(api, model, kb, system, messages)))
+    params = _params(api, model, kb, system, messages)
+    # Streamed on Anthropic only, where the SDK refuses a long request otherwise; a
+    # Chat-compatible endpoint may send no usage in a stream.
+    if api == "anthropic":
+        reply = await adapter.stream(create, **params)
+    else:
+        reply = adapter.reply_of(await create(**params))
     tokens = reply.tokens
     fix = await adapter.step(reply)
     result = kb.last_result
     right = bool(fix.results) and result is not None and same_value(result.value, scenario.expected)
     problem = None if failed.results[0].status == "error" else "the program did not fail"
+    if reply.stop is Stop.LENGTH:
+        problem = CUT_PROBLEM
     return LiveOutcome(
         scenario.name,
         scenario.size,
@@ -247,7 +267,7 @@ async def _play_all(
                 _play(api, model, base_url, on, scenario, "on"),
             )
             outcomes += pair
-            print("; ".join(f"{o.arm} {o.action} {'right' if o.right else 'WRONG'}" for o in pair))
+            print("; ".join(f"{o.arm} {o.action} {_verdict(o, 'right', 'WRONG')}" for o in pair))
     finally:
         await asyncio.gather(on.shutdown(), off.shutdown(), return_exceptions=True)
     return outcomes
@@ -314,6 +334,12 @@ def headline(run: dict[str, Any], numbers: dict[str, Any]) -> str:
     )
 
 
+def _verdict(outcome: LiveOutcome, right: str, wrong: str) -> str:
+    """Whether the fix was right, with what went wrong around it, if anything did."""
+    said = right if outcome.right else wrong
+    return f"{said} ({outcome.problem})" if outcome.problem else said
+
+
 def render(run: dict[str, Any], numbers: dict[str, Any], outcomes: Sequence[LiveOutcome]) -> str:
     """``report.md``: the headline, the figures per arm, and each scenario's two fixes."""
     lines = [
@@ -347,8 +373,8 @@ def render(run: dict[str, Any], numbers: dict[str, Any], outcomes: Sequence[Live
         on, off = arms["on"], arms["off"]
         lines.append(
             f"| {name} | {on.size} | {on.action}{'' if on.notice else ' (no notice)'} | "
-            f"{'yes' if on.right else 'no'} | {on.input_tokens} / {on.output_tokens} | "
-            f"{off.action} | {'yes' if off.right else 'no'} | "
+            f"{_verdict(on, 'yes', 'no')} | {on.input_tokens} / {on.output_tokens} | "
+            f"{off.action} | {_verdict(off, 'yes', 'no')} | "
             f"{off.input_tokens} / {off.output_tokens} |"
         )
     return "\n".join(lines) + "\n"

@@ -30,6 +30,7 @@ from ..core.status import ResultStatus
 from .continuation import continue_text, transport_errors
 from .replies import (
     CallResult,
+    Create,
     Message,
     ProviderAdapter,
     Reply,
@@ -183,11 +184,18 @@ class Messages(ProviderAdapter[MessagesCollector]):
     cut-off ``tool_use`` with the ``input`` that decoded), then one user message of
     ``tool_result`` blocks, ``is_error`` for a program that failed, timed out or killed its
     kernel. A continuation prefills the text that arrived as the assistant's (without its
-    trailing blanks, which the API refuses); after reasoning only, or with ``thinking`` on
-    (no prefill then), it asks for the rest in a user message that quotes it.
+    trailing blanks, which the API refuses); after reasoning only, with ``thinking`` on, or
+    for a model that refuses a prefill (Claude 4.6 and later: the adapter learns it from the
+    refusal and sends the same continuation quoted, at once and from then on), it asks for
+    the rest in a user message that quotes it.
     """
 
     transient = TRANSIENT
+    #: False once the model refused a prefill: continuations quote the text instead.
+    prefill = True
+    #: The assistant message the last continuation prefilled (only that one is quoted
+    #: instead when refused: a loop's own prefill is the loop's).
+    _prefilled: Message | None = None
 
     def collector(self) -> MessagesCollector:
         return MessagesCollector()
@@ -202,7 +210,9 @@ class Messages(ProviderAdapter[MessagesCollector]):
 
     def _messages(self, reply: Reply, results: list[CallResult]) -> list[Message]:
         blocks = [sendable for block in reply.items if (sendable := _sendable(block))]
-        if reply.continued:  # after the last part's signed thinking, the content rebuilt
+        # After a continued reply's last signed thinking, or for a reply the loop built
+        # itself (no blocks of the API's), the content is rebuilt from the text and calls.
+        if reply.continued or not reply.items:
             blocks += [{"type": "text", "text": reply.text}] if reply.text.strip() else []
             blocks += [_tool_use(call) for call in reply.tool_calls]
         messages: list[Message] = [{"role": "assistant", "content": blocks}]
@@ -221,12 +231,32 @@ class Messages(ProviderAdapter[MessagesCollector]):
 
     def _prefills(self, params: dict[str, Any], partial: Reply) -> bool:
         thinking = params.get("thinking") or {}
-        return bool(partial.text.strip()) and thinking.get("type") in (None, "disabled")
+        return (
+            self.prefill
+            and bool(partial.text.strip())
+            and thinking.get("type") in (None, "disabled")
+        )
+
+    async def _read(self, create: Create, params: dict[str, Any], collector: Any) -> None:
+        try:
+            await super()._read(create, params, collector)
+        except anthropic.BadRequestError as exc:
+            messages = list(params.get("messages") or ())
+            ours = bool(messages) and messages[-1] is self._prefilled
+            if not (ours and "prefill" in str(exc).lower()):
+                raise
+            # The model takes no prefill (the request was refused before any output): the
+            # same continuation, its text quoted in a user message.
+            self.prefill = False
+            words = continue_text(Reply(text=messages[-1]["content"]), self.quote, text_quoted=True)
+            quoted = [*messages[:-1], {"role": "user", "content": words}]
+            await super()._read(create, {**params, "messages": quoted}, collector)
 
     def _continued(self, params: dict[str, Any], partial: Reply) -> dict[str, Any]:
         messages = list(params.get("messages") or ())
         if self._prefills(params, partial):
-            messages.append({"role": "assistant", "content": self.quote(partial.text).rstrip()})
+            self._prefilled = {"role": "assistant", "content": self.quote(partial.text).rstrip()}
+            messages.append(self._prefilled)
         else:
             words = continue_text(partial, self.quote, text_quoted=True)
             messages.append({"role": "user", "content": words})

@@ -386,7 +386,9 @@ class Responses(ProviderAdapter[ResponsesCollector]):
 
     def _messages(self, reply: Reply, results: list[CallResult]) -> list[Message]:
         items = [_sent_back(item, reply) for item in reply.items]
-        if reply.continued:  # after the last part's reasoning, the reply's output rebuilt
+        # After a continued reply's last reasoning, or for a reply the loop built itself (no
+        # items of the API's), the output is rebuilt from the text and calls.
+        if reply.continued or not reply.items:
             if reply.text:
                 items.append({"role": "assistant", "content": reply.text})
             items += [
