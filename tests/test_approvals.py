@@ -531,7 +531,7 @@ def test_approval_after_another_program_rebound_its_names_reruns_it_with_its_own
     went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
 
     assert "looked up: ann-1@example.com" in went_on.text  # the paused program's own names
-    assert f"another program ran after {paused.call_id} paused" in went_on.text
+    assert f"another program ran after {paused.reference} paused" in went_on.text
     assert desk.sent[-1]["to"] == "ann-1-owner"
     assert desk.calls == {"search": 1, "send_email": 1, "lookup": 1}
 
