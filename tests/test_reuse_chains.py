@@ -619,8 +619,8 @@ def test_a_gather_of_two_identical_calls_one_failed_makes_only_that_one_again(
 
 # -- a recording the disk had no room for ----------------------------------------------------------
 
-DISK_FILLS = """\
-# The disk fills up while the program emails two customers; then it frees it and reports.
+#: A program's first lines that fill the disk up (the file ``filler``).
+FILL_DISK = """\
 import os
 filler = os.open({filler!r}, os.O_WRONLY | os.O_CREAT)
 try:
@@ -628,11 +628,18 @@ try:
         os.write(filler, b"\\0" * 512)
 except OSError:
     os.close(filler)
+"""
+
+# The disk fills up while the program emails two customers; then it frees it and reports.
+DISK_FILLS = (
+    FILL_DISK
+    + """\
 first = await tools.count(name="full-disk first")
 second = await tools.count(name="full-disk second")
 os.remove({filler!r})
 print(first, second, totl)
 """
+)
 
 
 def test_calls_the_full_disk_left_unrecorded_are_not_made_again_by_the_fix(
@@ -778,3 +785,41 @@ def test_a_call_that_leaves_out_a_defaulted_argument_matches_one_that_spells_it_
         assert fixed.status == "ok", fixed.error
         assert fixed.stdout == "sent 1 1\n"
         assert len(host.calls()) == 2  # the first run's: none made again
+
+
+DISK_STAYS_FULL = (
+    FILL_DISK
+    + """\
+first = await tools.count(name="bounded first")
+report = await tools.big(n=3000)
+second = await tools.count(name="bounded second")
+for i in range(40):
+    await tools.double(x=i)
+os.remove({filler!r})
+last = await tools.double(x=100)
+print(first, len(report), second, totl)
+"""
+)
+
+
+def test_what_a_full_disk_keeps_in_memory_is_bounded_and_said(
+    start_kernel: Any, host: Host, tmpfs: Any
+) -> None:
+    disk = tmpfs("size=256k,mode=0700")
+    kernel = start_kernel(root=disk / "root", args=["--PtcRetry.unwritten_tool_calls_bytes=2000"])
+    turn = next(_turns)
+    failed = run_turn(host, kernel, DISK_STAYS_FULL.format(filler=str(disk / "filler")), turn)
+    assert undefined(failed) == "totl"
+    call_id = failed.ptc["call_id"]
+    assert (
+        f"kept the tool calls of {call_id} without their results, for want of disk" in failed.stderr
+    )
+    assert f"dropped the tool-call lines of {call_id} from call " in failed.stderr
+
+    fixed = run_turn(host, kernel, follow(failed.ptc["notice"], old="totl", new="0"), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "1 3000 1 0\n"
+    # The line kept without its result makes that call live; the next is still reused.
+    assert host.counts["bounded first"] == 1 and host.counts["bounded second"] == 1
+    assert host.calls().count(("big", {"n": 3000})) == 2
