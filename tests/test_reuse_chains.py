@@ -823,3 +823,33 @@ def test_what_a_full_disk_keeps_in_memory_is_bounded_and_said(
     # The line kept without its result makes that call live; the next is still reused.
     assert host.counts["bounded first"] == 1 and host.counts["bounded second"] == 1
     assert host.calls().count(("big", {"n": 3000})) == 2
+
+
+def test_a_fix_that_spelt_out_a_default_and_stopped_early_is_fixed_sending_nothing_twice(
+    shared: Kernel,
+) -> None:
+    host = Notifier()
+    turn = next(_turns)
+    failed = run_turn(host, shared, DEFAULTED.format(team='"early team"'), turn)
+    assert undefined(failed) == "undefined_name"
+    # The fix spells the default out, and stops before the customer's call.
+    stopped = run_turn(
+        host,
+        shared,
+        f"await ptc_retry.replay({failed.ptc['reference']!r}, "
+        "'\"early team\")', '\"early team\", urgent=False)\\nboom')",
+        turn,
+    )
+    assert undefined(stopped) == "boom"
+
+    fixed = run_turn(
+        host,
+        shared,
+        f"await ptc_retry.replay({stopped.ptc['reference']!r}, "
+        "edits=[('\\nboom', ''), (', undefined_name', '')])",
+        turn,
+    )
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "sent 1 1\n"
+    assert len(host.calls()) == 2  # the first run's: none made again

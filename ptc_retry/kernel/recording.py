@@ -140,6 +140,8 @@ class CallRecord:
             line["reads"] = self.reads
         if self.schema is not None:
             line["schema"] = self.schema
+        if self.defaults:
+            line["defaults"] = self.defaults
         if not self.reusable:
             line["reusable"] = False
         if self.reused_from is not None:
@@ -380,6 +382,8 @@ class Reuse:
             )  # fmt: skip
             record.reusable = line.get("reusable", True) is not False
             record.schema = line.get("schema")
+            defaults = line.get("defaults")  # compared as the fix's call was
+            record.defaults = defaults if isinstance(defaults, dict) else None
             taken = self.take(record)
             if self.ended or (taken is not None) != (line.get("reused") is True):
                 return False  # they parted, or the fix made its calls afresh
