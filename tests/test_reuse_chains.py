@@ -853,3 +853,49 @@ def test_a_fix_that_spelt_out_a_default_and_stopped_early_is_fixed_sending_nothi
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "sent 1 1\n"
     assert len(host.calls()) == 2  # the first run's: none made again
+
+
+CHAINED_RETRY = """\
+# Email the start, then log in and look the stock up, retrying; then email the customer.
+started = await tools.count(name="chained start")
+for attempt in range(3):
+    token = await tools.count(name="chained token")
+    try:
+        stock = await tools.flaky(key="chained stock")
+    except ptc_retry.ToolError:
+        continue
+    break
+sent = await tools.count(name="chained email")
+print(started, stock, sent, undefined_name)
+"""
+
+
+def test_a_fix_of_a_fix_that_stopped_before_a_retry_loop_does_not_email_again(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    host.failing.add("chained stock")
+    failed = run_turn(host, shared, CHAINED_RETRY, turn)
+    assert undefined(failed) == "undefined_name"
+    # The first fix stops before the loop, on a typo of its own.
+    stopped = run_turn(
+        host,
+        shared,
+        f"await ptc_retry.replay({failed.ptc['reference']!r}, 'for attempt', 'tpyo\\nfor attempt')",
+        turn,
+    )
+    assert undefined(stopped) == "tpyo"
+    made = len(host.calls())
+
+    fixed = run_turn(
+        host,
+        shared,
+        f"await ptc_retry.replay({stopped.ptc['reference']!r}, "
+        "edits=[('tpyo\\n', ''), (', undefined_name', '')])",
+        turn,
+    )
+
+    assert fixed.status == "ok", fixed.error
+    # The service is back: the failed lookup goes live and succeeds, nothing else is made.
+    assert host.calls()[made:] == [("flaky", {"key": "chained stock"})]
+    assert host.counts["chained email"] == 1

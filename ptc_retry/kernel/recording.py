@@ -344,7 +344,10 @@ class Reuse:
         """``record``, a live call that made a recorded failure again, succeeded: a retry
         loop that stops sooner than it did then never makes the attempts that followed that
         failure up to the recorded success of the same call. The next call that differs from
-        the recorded ones may be matched after that success instead (:meth:`take`)."""
+        the recorded ones may be matched after that success instead (:meth:`take`). The
+        programs of ``then`` see it too: the failure may be one of theirs."""
+        if self.then is not None:
+            self.then.succeeded(record)
         for retry, failure in self._retried:
             if retry is record:
                 calls = self._calls
