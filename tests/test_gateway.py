@@ -569,3 +569,31 @@ def test_what_a_gateway_said_is_read_from_any_answer() -> None:
     assert said(502, b"<html><body>Bad Gateway</body></html>") == "Bad Gateway"
     long = said(400, json.dumps({"message": "x" * 2000}).encode())
     assert len(long) == MAX_SAID_CHARS and long.endswith("...")
+
+
+def test_a_program_outside_ascii_goes_as_utf_8_on_the_websocket_and_is_saved_as_it_is(
+    gateway: Gateway, on_loop: OnLoop[Any]
+) -> None:
+    text = "é" * 200_000  # 400 kB as UTF-8; 1.2 MB as \u00e9 escapes
+    program = f"text = {text!r}\nlen(text)"
+    # Under a limit of 1 MB: its UTF-8 fits, its escapes would not.
+    options = gateway.backend_options()
+    transport = GatewayKernel(
+        options["gateway_url"],
+        token=TOKEN,
+        env=options.get("env"),
+        startup_timeout=30,
+        max_send_bytes=1_000_000,
+    )
+
+    async def run() -> tuple[RunResult, bytes]:
+        async with KernelBackend(transport=transport) as kb:
+            result = await kb.run_code(program, call_id="call_utf8", timeout=20)
+            assert result.checkpoint is not None  # the gateway's kernel is on this machine
+            return result, Path(result.checkpoint).read_bytes()
+
+    result, saved = on_loop(asyncio.wait_for(run(), 60))
+
+    assert result.value == "200000", result.text
+    assert json.loads(saved) == {"code": program}
+    assert len(saved) < 2 * len(text) + 100  # "é" saved as its 2 bytes, not as \u00e9

@@ -145,6 +145,9 @@ class Odd:
     def says_oddly(self) -> None:
         raise ValueError("no \ud83d here")
 
+    def int_keys(self) -> Any:
+        return {"rows": [{1: "a"}]}
+
     def floats(self) -> list[float]:
         return [math.nan, math.inf, -math.inf]
 
@@ -176,6 +179,7 @@ class Odd:
             self.interrupts,
             self.halts,
             self.says_oddly,
+            self.int_keys,
             self.floats,
             self.echo,
             self.keywords,
@@ -709,6 +713,11 @@ ODD_OUTCOMES = [
     ("interrupts()", "KeyboardInterrupt (the tool was interrupted)"),
     ("halts()", "Halt: stop here"),
     ("says_oddly()", "ValueError: no \\ud83d here"),
+    (
+        "int_keys()",
+        "its result has the dict key 1 (int at ['rows'][0]), which JSON would turn into the "
+        'string "1"; use str keys',
+    ),
 ]
 
 
@@ -747,7 +756,7 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "deep = 0\n"
         "for _ in range(20000):\n"
         "    deep = [deep]\n"
-        "for s in ['Great job \\ud83d', {'k': ['ok', '\\udce9']}, deep, float('nan')]:\n"
+        "for s in ['Great job \\ud83d', {'k': ['ok', '\\udce9']}, deep, float('nan'), {2: 'b'}]:\n"
         "    try:\n"
         "        await tools.echo(s=s)\n"
         "    except ptc_retry.ToolError as error:\n"
@@ -773,6 +782,8 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "RecursionError); flatten it",
         "tools.echo: argument 's' holds NaN or Infinity, which are not JSON; pass finite "
         "numbers (or None)",
+        "tools.echo: argument 's' has the dict key 2 (int), which JSON would turn into the "
+        'string "2"; use str keys',
         "tools.keywords: an argument's name holds a lone surrogate '\\ud83d' at index 1 of "
         "'s\\ud83d': half of a UTF-16 pair (an emoji cut in two, or undecodable bytes), which "
         "UTF-8 cannot encode; send valid text, e.g. s.encode('utf-8', 'replace').decode()",

@@ -619,8 +619,8 @@ def test_a_gather_of_two_identical_calls_one_failed_makes_only_that_one_again(
 
 # -- a recording the disk had no room for ----------------------------------------------------------
 
-DISK_FILLS = """\
-# The disk fills up while the program emails two customers; then it frees it and reports.
+#: A program's first lines that fill the disk up (the file ``filler``).
+FILL_DISK = """\
 import os
 filler = os.open({filler!r}, os.O_WRONLY | os.O_CREAT)
 try:
@@ -628,11 +628,18 @@ try:
         os.write(filler, b"\\0" * 512)
 except OSError:
     os.close(filler)
+"""
+
+# The disk fills up while the program emails two customers; then it frees it and reports.
+DISK_FILLS = (
+    FILL_DISK
+    + """\
 first = await tools.count(name="full-disk first")
 second = await tools.count(name="full-disk second")
 os.remove({filler!r})
 print(first, second, totl)
 """
+)
 
 
 def test_calls_the_full_disk_left_unrecorded_are_not_made_again_by_the_fix(
@@ -778,3 +785,117 @@ def test_a_call_that_leaves_out_a_defaulted_argument_matches_one_that_spells_it_
         assert fixed.status == "ok", fixed.error
         assert fixed.stdout == "sent 1 1\n"
         assert len(host.calls()) == 2  # the first run's: none made again
+
+
+DISK_STAYS_FULL = (
+    FILL_DISK
+    + """\
+first = await tools.count(name="bounded first")
+report = await tools.big(n=3000)
+second = await tools.count(name="bounded second")
+for i in range(40):
+    await tools.double(x=i)
+os.remove({filler!r})
+last = await tools.double(x=100)
+print(first, len(report), second, totl)
+"""
+)
+
+
+def test_what_a_full_disk_keeps_in_memory_is_bounded_and_said(
+    start_kernel: Any, host: Host, tmpfs: Any
+) -> None:
+    disk = tmpfs("size=256k,mode=0700")
+    kernel = start_kernel(root=disk / "root", args=["--PtcRetry.unwritten_tool_calls_bytes=2000"])
+    turn = next(_turns)
+    failed = run_turn(host, kernel, DISK_STAYS_FULL.format(filler=str(disk / "filler")), turn)
+    assert undefined(failed) == "totl"
+    call_id = failed.ptc["call_id"]
+    assert (
+        f"kept the tool calls of {call_id} without their results, for want of disk" in failed.stderr
+    )
+    assert f"dropped the tool-call lines of {call_id} from call " in failed.stderr
+
+    fixed = run_turn(host, kernel, follow(failed.ptc["notice"], old="totl", new="0"), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "1 3000 1 0\n"
+    # The line kept without its result makes that call live; the next is still reused.
+    assert host.counts["bounded first"] == 1 and host.counts["bounded second"] == 1
+    assert host.calls().count(("big", {"n": 3000})) == 2
+
+
+def test_a_fix_that_spelt_out_a_default_and_stopped_early_is_fixed_sending_nothing_twice(
+    shared: Kernel,
+) -> None:
+    host = Notifier()
+    turn = next(_turns)
+    failed = run_turn(host, shared, DEFAULTED.format(team='"early team"'), turn)
+    assert undefined(failed) == "undefined_name"
+    # The fix spells the default out, and stops before the customer's call.
+    stopped = run_turn(
+        host,
+        shared,
+        f"await ptc_retry.replay({failed.ptc['reference']!r}, "
+        "'\"early team\")', '\"early team\", urgent=False)\\nboom')",
+        turn,
+    )
+    assert undefined(stopped) == "boom"
+
+    fixed = run_turn(
+        host,
+        shared,
+        f"await ptc_retry.replay({stopped.ptc['reference']!r}, "
+        "edits=[('\\nboom', ''), (', undefined_name', '')])",
+        turn,
+    )
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "sent 1 1\n"
+    assert len(host.calls()) == 2  # the first run's: none made again
+
+
+CHAINED_RETRY = """\
+# Email the start, then log in and look the stock up, retrying; then email the customer.
+started = await tools.count(name="chained start")
+for attempt in range(3):
+    token = await tools.count(name="chained token")
+    try:
+        stock = await tools.flaky(key="chained stock")
+    except ptc_retry.ToolError:
+        continue
+    break
+sent = await tools.count(name="chained email")
+print(started, stock, sent, undefined_name)
+"""
+
+
+def test_a_fix_of_a_fix_that_stopped_before_a_retry_loop_does_not_email_again(
+    shared: Kernel, host: Host
+) -> None:
+    turn = next(_turns)
+    host.failing.add("chained stock")
+    failed = run_turn(host, shared, CHAINED_RETRY, turn)
+    assert undefined(failed) == "undefined_name"
+    # The first fix stops before the loop, on a typo of its own.
+    stopped = run_turn(
+        host,
+        shared,
+        f"await ptc_retry.replay({failed.ptc['reference']!r}, 'for attempt', 'tpyo\\nfor attempt')",
+        turn,
+    )
+    assert undefined(stopped) == "tpyo"
+    made = len(host.calls())
+
+    fixed = run_turn(
+        host,
+        shared,
+        f"await ptc_retry.replay({stopped.ptc['reference']!r}, "
+        "edits=[('tpyo\\n', ''), (', undefined_name', '')])",
+        turn,
+    )
+
+    assert fixed.status == "ok", fixed.error
+    # The service is back: the failed lookup goes live and succeeds, nothing else is made.
+    assert host.calls()[made:] == [("flaky", {"key": "chained stock"})]
+    assert host.counts["chained email"] == 1

@@ -25,7 +25,7 @@ from ..core.protocol import execute_request
 from ..kernelspec import KERNEL_NAME
 from .gateway_errors import http_error, logged, start_error, start_failure, too_large
 from .gateway_rest import REQUEST_TIMEOUT, GatewayRest
-from .gateway_wire import CLOSED, acknowledge_now, encode_message, read_frame
+from .gateway_wire import CLOSED, acknowledge_now, encode_message, frame_bytes, read_frame
 from .remote import connect_expression, remote_session_dir
 from .transport import KernelSetup
 
@@ -379,8 +379,9 @@ class GatewayKernel:
         if self._ws is None:
             raise self._lost()
         msg_id, frame = encode_message(msg_type, self._client_session, content, metadata, parent)
-        if len(frame) > self.max_send_bytes:
-            raise too_large(self.url, self.max_send_bytes, msg_type, len(frame))
+        size = frame_bytes(frame)
+        if size > self.max_send_bytes:
+            raise too_large(self.url, self.max_send_bytes, msg_type, size)
         try:
             await self._ws.write_message(frame)
         except WebSocketClosedError:

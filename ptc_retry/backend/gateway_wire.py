@@ -10,7 +10,7 @@ import uuid
 from datetime import datetime, timezone
 from typing import Any
 
-__all__ = ["CLOSED", "acknowledge_now", "encode_message", "read_frame"]
+__all__ = ["CLOSED", "acknowledge_now", "encode_message", "frame_bytes", "read_frame"]
 
 #: What ``read_frame`` gives for the end of the websocket.
 CLOSED = object()
@@ -25,8 +25,9 @@ def encode_message(
     parent: dict[str, Any] | None = None,
 ) -> tuple[str, str]:
     """``(msg_id, frame)`` of a shell request of the websocket session ``session``, or with
-    ``parent`` (an input_request) the stdin reply to it. The frame is ASCII: as many bytes
-    as characters."""
+    ``parent`` (an input_request) the stdin reply to it. The frame holds text outside ASCII
+    as it is (a websocket text frame is UTF-8, so "é" is two bytes on the wire, not the six of
+    ``\u00e9``); one that UTF-8 cannot encode (a lone surrogate) is sent escaped instead."""
     msg_id = uuid.uuid4().hex
     header = {
         "msg_id": msg_id,
@@ -46,7 +47,17 @@ def encode_message(
         "channel": "shell" if parent is None else "stdin",
         "buffers": [],
     }
-    return msg_id, json.dumps(message)
+    frame = json.dumps(message, ensure_ascii=False)
+    try:
+        frame.encode("utf-8")
+    except UnicodeEncodeError:
+        frame = json.dumps(message)
+    return msg_id, frame
+
+
+def frame_bytes(frame: str) -> int:
+    """How many bytes ``frame`` is on the websocket (a text frame is UTF-8)."""
+    return len(frame.encode("utf-8"))
 
 
 def read_frame(raw: str | bytes | None) -> Any:

@@ -9,7 +9,7 @@ import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..core.protocol import TOO_DEEP, lone_surrogate
+from ..core.protocol import TOO_DEEP, lone_surrogate, not_str_key
 from ..core.schema import signature_text
 from .results import json_kind
 
@@ -75,6 +75,9 @@ def check_result(result: Any) -> None:
         raise Refused(
             f"its result {lone_surrogate(result)}; the tool must return valid text"
         ) from None
+    key = not_str_key(result)  # json.dumps turns {1: "a"} into {"1": "a"} silently
+    if key is not None:
+        raise Refused(f"its result {key}")
 
 
 def json_result(result: Any) -> Any:

@@ -8,6 +8,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from . import sentences as said
+
 #: The key of ptc-retry's part of an execute_request's and an execute_reply's metadata.
 METADATA_KEY = "ptc_retry"
 
@@ -148,6 +150,37 @@ def lone_surrogate(value: Any) -> str | None:
             for n in reversed(range(len(item))):
                 stack.append((item[n], f"{path}[{n}]", False))
     return None
+
+
+def not_str_key(value: Any) -> str | None:
+    """Where the value ``value`` (JSON by ``json.dumps``) holds a dict key that is not a str
+    (``{1: "a"}``, which JSON sends as ``{"1": "a"}``), as the words that follow its name
+    (``has the dict key 1 (int at ['rows']), which JSON would turn into ...``); None when
+    every key is a str. Keys that JSON cannot encode at all are left to its own error."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, dict):
+            for name, child in reversed(list(item.items())):
+                if not isinstance(name, str):
+                    return _key_problem(name, path)
+                stack.append((child, f"{path}[{name!r}]"))
+        elif isinstance(item, (list, tuple)):
+            for n in reversed(range(len(item))):
+                stack.append((item[n], f"{path}[{n}]"))
+    return None
+
+
+def _key_problem(key: Any, path: str) -> str | None:
+    try:
+        text = json.loads(json.dumps({key: 0}))
+    except (TypeError, ValueError):
+        return None  # json.dumps names it itself
+    (as_text,) = text
+    kind = type(key).__name__
+    return said.NOT_STR_KEY.render(
+        key=repr(key), kind=kind, place=f" at {path}" if path else "", text=as_text
+    )
 
 
 def _surrogate_at(text: str, index: int, path: str, key: bool) -> str:

@@ -470,6 +470,21 @@ CANNOT_SEND = Sentence(
     {"what": '"code"', "reason": "surrogates not allowed", "index": 123456},
 )
 
+#: A host tool's result (or a program's argument) holds a dict key that is not a str: JSON
+#: would turn it into a string silently, so a program would get ``{"1": ...}`` for
+#: ``{1: ...}``. It is refused instead, and says what to return.
+NOT_STR_KEY = Sentence(
+    "has the dict key {key} ({kind}{place}), which JSON would turn into the string "
+    "{text!j}; use str keys",
+    40,
+    {
+        "key": "1234567.25",
+        "kind": "float",
+        "place": " at [0]['rows'][12]",
+        "text": "1234567.25",
+    },
+)
+
 # -- the static prompt sections and the tools' descriptions --------------------------------
 
 #: Code mode's system-prompt section (``prompt_section(mode="code")``).

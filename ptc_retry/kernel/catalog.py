@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..core.errors import ToolError
-from ..core.protocol import TOO_DEEP, lone_surrogate
+from ..core.protocol import TOO_DEEP, lone_surrogate, not_str_key
 from ..core.schema import schema_signature
 from .recording import canonical
 
@@ -149,6 +149,9 @@ def _argument_problem(value: Any) -> str | None:
     text = canonical(value)
     if text is None:
         return _not_json(value)
+    key = not_str_key(value)  # JSON would send {1: "a"} as {"1": "a"}
+    if key is not None:
+        return key
     try:
         text.encode("utf-8")
     except UnicodeEncodeError:

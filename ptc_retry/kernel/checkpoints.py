@@ -55,8 +55,13 @@ class Checkpoints:
     def __init__(self, config: PtcRetry) -> None:
         self._config = config
         self.store: CheckpointStore | None = None
-        #: The recording lines the store could not write yet, by call id, in order.
-        self._unwritten: dict[str, list[dict[str, Any]]] = {}
+        #: The recording lines the store could not write yet, by call id, in order, with
+        #: their sizes as JSON (0 for the first, which was not measured).
+        self._unwritten: dict[str, tuple[list[dict[str, Any]], list[int]]] = {}
+        #: The bytes ``_unwritten`` holds, as JSON; the call ids whose lines were dropped.
+        self._unwritten_bytes = 0
+        self._dropped: set[str] = set()
+        self._thinned: set[str] = set()  # those whose lines were kept without their result
         #: Why the store could not open, or the last thing it could not do.
         self.problem: str | None = None
         self._warn_once = WarnOnce(_print_warning)
@@ -102,6 +107,9 @@ class Checkpoints:
 
     def close(self) -> None:
         self._unwritten.clear()  # they belong to this store's session
+        self._unwritten_bytes = 0
+        self._dropped.clear()
+        self._thinned.clear()
         if self.store is not None:
             self.store.close()
             self.store = None
@@ -182,25 +190,68 @@ class Checkpoints:
 
         A line the store cannot write (a full disk) is kept here, and written, in order,
         before the next line of that program once the store can: a replay in this kernel
-        still finds it, so a full disk never makes a fix repeat a call."""
+        still finds it, so a full disk never makes a fix repeat a call. What is kept is
+        bounded (``PtcRetry.unwritten_tool_calls_bytes``, :meth:`_keep`), and stderr says
+        what is not."""
         call_id = call if isinstance(call, str) else call.id
         if self.store is None:
             return
-        waiting = self._unwritten.setdefault(call_id, [])
-        waiting.append(line)
+        self._keep(call_id, line)
+        waiting, sizes = self._unwritten[call_id]
         try:
             while waiting:
                 self.store.record_tool_call(call_id, waiting[0])
                 del waiting[0]
+                self._unwritten_bytes -= sizes.pop(0)
         except _STORE_ERRORS as exc:
             self._failed(f"could not record the tool calls of {call_id}", exc)
+            if sizes == [0]:  # the line that was to be written at once is kept: bound it
+                del waiting[0], sizes[0]
+                self._keep(call_id, line, measure=True)
         if not waiting:
             del self._unwritten[call_id]
+
+    def _keep(self, call_id: str, line: dict[str, Any], *, measure: bool = False) -> None:
+        """Put ``line`` after the lines of ``call_id`` that wait to be written: whole while
+        what is kept stays within the limit; past it without its result or error (not
+        reusable: a fix makes that call again, and goes on matching after it); past twice
+        it, or after a line of the same program was dropped, not at all (the recording
+        ends before it: a fix makes every call from there on live)."""
+        waiting, sizes = self._unwritten.setdefault(call_id, ([], []))
+        if not waiting and call_id not in self._dropped and not measure:
+            waiting.append(line)  # it is likely written at once: not measured
+            sizes.append(0)
+            return
+        limit = self._config.unwritten_tool_calls_bytes
+        size = _size(line)
+        if call_id not in self._dropped and self._unwritten_bytes + size > limit:
+            line = dict(line, reusable=False, kept_without_result=True)
+            line.pop("result", None)
+            if "error" in line:
+                line["error"] = "its error was not kept: the disk was full"
+            size = _size(line)
+        if call_id in self._dropped or self._unwritten_bytes + size > 2 * limit:
+            if call_id not in self._dropped:
+                self._dropped.add(call_id)
+                self.warn(
+                    f"dropped the tool-call lines of {call_id} from call {line.get('k')} on, "
+                    "for want of disk and memory: a fix of it makes those calls live"
+                )
+            return
+        if line.get("kept_without_result") and call_id not in self._thinned:
+            self._thinned.add(call_id)
+            self.warn(
+                f"kept the tool calls of {call_id} without their results, for want of disk: "
+                "a fix of it makes those calls live again"
+            )
+        waiting.append(line)
+        sizes.append(size)
+        self._unwritten_bytes += size
 
     def tool_calls(self, call_id: str) -> list[dict[str, Any]]:
         """The recorded tool calls of ``call_id``, those kept for want of room last; [] (and
         a warning) when unreadable."""
-        kept = list(self._unwritten.get(call_id, ()))
+        kept = list(self._unwritten.get(call_id, ([], []))[0])
         if self.store is not None:
             try:
                 return self.store.tool_calls(call_id) + kept
@@ -212,3 +263,8 @@ class Checkpoints:
         self.problem = f"{what}: {exc}"
         logger.info("%s: %s", what, exc)
         self.warn(f"{what} ({exc})")
+
+
+def _size(line: dict[str, Any]) -> int:
+    """About how many bytes ``line`` takes as JSON (what it would take on disk)."""
+    return len(json.dumps(line, ensure_ascii=False, default=repr))

@@ -69,6 +69,16 @@ class PtcRetry(Configurable):
         "off": no guard. Changing any guard option starts the guard fresh.""",
     ).tag(config=True)
 
+    unwritten_tool_calls_bytes = Integer(
+        16 * 2**20,
+        min=0,
+        help="""How many bytes of tool-call lines the kernel keeps in memory while the store
+        cannot write them (a full disk), to write them once it can. Past it, a line is kept
+        without its result (a fix makes that call live again, and goes on matching after
+        it), and past twice it, lines are dropped (a fix makes every call from the first
+        dropped one on live); stderr says which, once.""",
+    ).tag(config=True)
+
     failure_limit = Integer(
         3,
         help="""How many identical failures in a row trip the guard: an integer >= 2.""",

@@ -140,6 +140,8 @@ class CallRecord:
             line["reads"] = self.reads
         if self.schema is not None:
             line["schema"] = self.schema
+        if self.defaults:
+            line["defaults"] = self.defaults
         if not self.reusable:
             line["reusable"] = False
         if self.reused_from is not None:
@@ -342,7 +344,10 @@ class Reuse:
         """``record``, a live call that made a recorded failure again, succeeded: a retry
         loop that stops sooner than it did then never makes the attempts that followed that
         failure up to the recorded success of the same call. The next call that differs from
-        the recorded ones may be matched after that success instead (:meth:`take`)."""
+        the recorded ones may be matched after that success instead (:meth:`take`). The
+        programs of ``then`` see it too: the failure may be one of theirs."""
+        if self.then is not None:
+            self.then.succeeded(record)
         for retry, failure in self._retried:
             if retry is record:
                 calls = self._calls
@@ -380,6 +385,8 @@ class Reuse:
             )  # fmt: skip
             record.reusable = line.get("reusable", True) is not False
             record.schema = line.get("schema")
+            defaults = line.get("defaults")  # compared as the fix's call was
+            record.defaults = defaults if isinstance(defaults, dict) else None
             taken = self.take(record)
             if self.ended or (taken is not None) != (line.get("reused") is True):
                 return False  # they parted, or the fix made its calls afresh
