@@ -47,6 +47,8 @@ class ProgramLedger(Protocol):
 
     def approval_pending(self) -> ApprovalPending: ...
 
+    def stop_on_every_line(self) -> None: ...
+
     def not_made(self) -> None: ...
 
     def joined(self, record: CallRecord, *, result: bool) -> None: ...
@@ -214,6 +216,8 @@ class HostCalls:
         self._held = []
         for call in held:
             call.future.set_exception(self._calls.approval_pending())
+        if held:
+            self._calls.stop_on_every_line()
 
     def _settle(self, call: _Call, reply: dict[str, Any] | None) -> None:
         denied = reply.get("denied") if reply is not None else None

@@ -1,0 +1,85 @@
+"""Approvals in the chains an adversarial pass tried on real kernels: a program that catches
+the pause, a failure beside a pause, a paused session, a tool gone before the decision, an
+approver that answers oddly, many calls waiting at once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from ptc_retry.backend import KernelBackend
+from ptc_retry.core.status import ResultStatus
+
+from .helpers import OnLoop, StartBackend, long_program
+from .test_approvals import Office, bounded, continued, deny_all, run
+
+
+@pytest.fixture(scope="module")
+def desk() -> Office:
+    return Office()
+
+
+@pytest.fixture(scope="module")
+def kb(
+    start_backend: StartBackend,
+    desk: Office,
+    roots: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> KernelBackend:
+    env = {"IPYTHONDIR": str(tmp_path_factory.mktemp("ipy"))}
+    kb = start_backend(approver=desk.approver, root=roots["local"], env=env)
+    desk.register(kb)
+    return kb
+
+
+@pytest.fixture(autouse=True)
+def fresh_desk(desk: Office, kb: KernelBackend, on_loop: OnLoop[Any]) -> Iterator[None]:
+    yield
+    desk.answer = None
+    deny_all(kb, on_loop)
+    desk.calls.clear()
+    desk.asked.clear()
+
+
+@pytest.mark.parametrize("caught", ["BaseException as exc", "BaseException", ""])
+def test_a_program_that_catches_the_pause_still_stops_and_waits(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any], caught: str
+) -> None:
+    code = long_program(
+        'owner = await tools.lookup(name="kim")',
+        "try:",
+        '    sent = await tools.send_email(to=owner, body="hi")',
+        f"except {caught}:".replace(" :", ":"),
+        '    sent = "swallowed"',
+        'print("after:", sent)',
+    )
+    paused = on_loop(run(kb, code))
+
+    assert paused.status == ResultStatus.PAUSED, paused.text
+    assert "after:" not in paused.text and "swallowed" not in paused.text
+    went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+    assert "after: sent to kim@example.com" in went_on.text
+    assert desk.calls == {"lookup": 1, "send_email": 1}
+
+
+def test_a_gather_that_returns_exceptions_does_not_take_the_pause_as_a_value(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    code = long_program(
+        "import asyncio",
+        "got = await asyncio.gather(",
+        '    tools.lookup(name="max"), tools.send_email(to="max", body="x"),',
+        "    return_exceptions=True,",
+        ")",
+        'print("got:", got)',
+    )
+    paused = on_loop(run(kb, code))
+
+    assert paused.status == ResultStatus.PAUSED, paused.text
+    assert "got:" not in paused.text
+    went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+    assert "got: ['max@example.com', 'sent to max']" in went_on.text
+    assert desk.calls == {"lookup": 1, "send_email": 1}
