@@ -4,13 +4,14 @@ approver that answers oddly, many calls waiting at once."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from ptc_retry.backend import KernelBackend
+from ptc_retry.core.sentences import NOTICE_PAUSED, STILL_WAITS
 from ptc_retry.core.status import ResultStatus
 
 from .helpers import OnLoop, StartBackend, long_program
@@ -83,3 +84,25 @@ def test_a_gather_that_returns_exceptions_does_not_take_the_pause_as_a_value(
     went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
     assert "got: ['max@example.com', 'sent to max']" in went_on.text
     assert desk.calls == {"lookup": 1, "send_email": 1}
+
+
+def test_the_pause_line_names_the_first_call_and_counts_the_rest(
+    kb: KernelBackend, on_loop: OnLoop[Any], count_tokens: Callable[[str], int]
+) -> None:
+    code = long_program(
+        "import asyncio",
+        "await asyncio.gather(",
+        '    tools.send_email(to="una", body="x"),',
+        *(f"    tools.pay(amount={amount})," for amount in range(101, 113)),
+        ")",
+    )
+    paused = on_loop(run(kb, code))
+
+    assert paused.status == ResultStatus.PAUSED, paused.text
+    last = paused.text.splitlines()[-1]
+    assert "Paused before tools.send_email and 12 more for a person's approval" in last
+    assert count_tokens(last) <= NOTICE_PAUSED.budget
+    assert len(kb.pending_approvals()) == 13  # each is still listed
+    again = on_loop(run(kb, code))
+    assert "before tools.send_email and 12 more. Do not send" in again.text
+    assert count_tokens(again.text) <= STILL_WAITS.budget

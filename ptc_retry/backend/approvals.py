@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import sentences as said
-from ..core.approvals import PendingApproval, pending_calls, pending_in_history
+from ..core.approvals import PendingApproval, pending_calls, pending_in_history, waiting_calls
 from ..core.errors import ApprovalError
 from ..core.protocol import execute_request
 from ..core.session_files import read_history
@@ -104,9 +104,9 @@ class Waiting:
             ]
             if sent != code or not waiting:
                 continue
-            names = ", ".join(sorted({f"tools.{call.tool}" for call in waiting}))
+            tools = [call.tool for call in sorted(waiting, key=lambda call: call.k)]
             reference = waiting[0].reference
-            text = said.STILL_WAITS.render(reference=reference, calls=names)
+            text = said.STILL_WAITS.render(reference=reference, calls=waiting_calls(tools))
             return dataclasses.replace(
                 result, text=text, value=None, outputs=[], duration=0.0, output_chars=0
             )

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core import sentences as said
-from ..core.approvals import WAITS
+from ..core.approvals import WAITS, waiting_calls
 from ..core.errors import ApprovalPending, PtcRetryError, ToolError
 from .catalog import NO_BACKEND
 from .host import Host, current_host
@@ -72,11 +72,11 @@ class ProgramCalls:
 
     def approval_pending(self) -> ApprovalPending:
         """The pause that stops the program at its calls that wait for approval."""
-        names = sorted({f"tools.{record.tool}" for record in self.paused})
+        tools = [record.tool for record in sorted(self.paused, key=lambda record: record.k)]
         call = self.running.call
         reference = call.reference if call is not None else "this program"
         pause = ApprovalPending(
-            said.NOTICE_PAUSED.render(calls=", ".join(names), reference=reference)
+            said.NOTICE_PAUSED.render(calls=waiting_calls(tools), reference=reference)
         )
         statements = [record.statement for record in self.paused if record.statement is not None]
         # Where the program goes on from: the first paused call's statement, even when its
