@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from ptc_retry.backend import KernelBackend
+from ptc_retry.backend import ApprovalError, KernelBackend
 from ptc_retry.core.sentences import NOTICE_PAUSED, STILL_WAITS
 from ptc_retry.core.status import ResultStatus
 
@@ -106,3 +106,32 @@ def test_the_pause_line_names_the_first_call_and_counts_the_rest(
     again = on_loop(run(kb, code))
     assert "before tools.send_email and 12 more. Do not send" in again.text
     assert count_tokens(again.text) <= STILL_WAITS.budget
+
+
+def test_deciding_a_call_of_a_tool_no_longer_registered_says_to_register_it(
+    start_backend: StartBackend,
+    roots: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    on_loop: OnLoop[Any],
+) -> None:
+    options = {"root": roots["local"], "env": {"IPYTHONDIR": str(tmp_path_factory.mktemp("i"))}}
+    host = Office()
+    first = start_backend(session_id="tool-gone", **options)
+    host.register(first)
+    paused = on_loop(run(first, long_program('print(await tools.send_email(to="o", body="x"))')))
+    assert paused.status == ResultStatus.PAUSED, paused.text
+    on_loop(first.shutdown(keep=True))
+    second = start_backend(session_id="tool-gone", **options)
+    second.register_tool(host.lookup)  # send_email is not registered on this backend
+    (waiting,) = second.pending_approvals()
+
+    for decide in (second.approve(waiting.ref), second.deny(waiting.reference, "no")):
+        with pytest.raises(ApprovalError, match="no tool for") as raised:
+            on_loop(bounded(decide))
+        assert "tools.send_email" in str(raised.value)
+        assert "register it (kb.register_tool) and approve or deny again" in str(raised.value)
+    assert second.pending_approvals() == [waiting]  # nothing was decided
+
+    second.register_tool(host.send_email, approval=True)
+    went_on = continued(on_loop(bounded(second.approve(waiting.ref))))
+    assert "sent to o" in went_on.text and host.calls == {"send_email": 1}

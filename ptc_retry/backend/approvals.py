@@ -124,13 +124,15 @@ class Waiting:
         self._programs[call_id] = calls
 
     def decide(
-        self, ref: object, denial: str | None, session_id: str
+        self, ref: object, denial: str | None, session_id: str, tools: Iterable[str] = ()
     ) -> tuple[str, list[PendingApproval], dict[str, str | None]] | None:
         """Record the decision on what ``ref`` names: a program's reference (``"#3"``) or
         call id (every call of it that waits), or one call's ``ref`` (``"#3/2"``). When that
         leaves none of the program's calls undecided: ``(call id, its calls, the decision of
         each by ref)``, and it waits no more; else None. ApprovalError, saying what waits,
-        when ``ref`` names nothing that waits in this session."""
+        when ``ref`` names nothing that waits in this session, or a call of a tool that is
+        not among ``tools`` (the backend's): its continuation could not make the call, and
+        nothing is decided."""
         if not isinstance(ref, str):
             raise ApprovalError(
                 f"approve and deny take a reference such as '#3' (a program) or '#3/2' (one "
@@ -139,6 +141,15 @@ class Waiting:
         chosen = [call for call in self.calls() if ref in (call.ref, call.reference, call.call_id)]
         if not chosen:
             raise ApprovalError(self._nothing_waits(ref, session_id))
+        registered = set(tools)
+        gone = list(dict.fromkeys(call.tool for call in chosen if call.tool not in registered))
+        if gone:
+            names = ", ".join(f"tools.{tool}" for tool in gone)
+            raise ApprovalError(
+                f"{ref!r} waits to call {names}, which this backend has no tool for (it is "
+                "not registered, or was registered under another name): nothing was decided "
+                f"and it still waits; register it (kb.register_tool) and approve or deny again"
+            )
         for call in chosen:
             self._decided[call.ref] = denial
         call_id = chosen[0].call_id
@@ -197,7 +208,8 @@ class ApprovalSide:
     async def _decide(
         self, ref: str, denial: str | None, timeout: float | None
     ) -> RunResult | None:
-        decided = self._waiting.decide(ref, denial, self.session_id)
+        tools = self._code.host_tools.names
+        decided = self._waiting.decide(ref, denial, self.session_id, tools)
         if decided is None:
             return None
         call_id, calls, decisions = decided
