@@ -4,13 +4,14 @@ approver that answers oddly, many calls waiting at once."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ptc_retry.backend import ApprovalError, KernelBackend
+from ptc_retry.backend import ApprovalError, KernelBackend, PendingApproval
 from ptc_retry.core.sentences import NOTICE_PAUSED, STILL_WAITS
 from ptc_retry.core.status import ResultStatus
 
@@ -135,3 +136,37 @@ def test_deciding_a_call_of_a_tool_no_longer_registered_says_to_register_it(
     second.register_tool(host.send_email, approval=True)
     went_on = continued(on_loop(bounded(second.approve(waiting.ref))))
     assert "sent to o" in went_on.text and host.calls == {"send_email": 1}
+
+
+def test_an_approver_answering_neither_bool_str_nor_none_leaves_the_call_waiting(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    desk.answer = lambda call: {"approved": True}  # looks like a yes, is no decision
+    ran = on_loop(run(kb, long_program('print(await tools.send_email(to="ned", body="x"))')))
+
+    assert ran.status == ResultStatus.PAUSED, ran.text
+    assert len(desk.asked) == 1 and desk.calls == {}
+    assert "the approver answered {'approved': True} on tools.send_email" in caplog.text
+
+
+def test_an_approver_that_never_answers_leaves_the_call_waiting_after_its_timeout(
+    start_backend: StartBackend,
+    roots: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    on_loop: OnLoop[Any],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    async def never(call: PendingApproval) -> bool:
+        await asyncio.Event().wait()
+        return True
+
+    host = Office()
+    env = {"IPYTHONDIR": str(tmp_path_factory.mktemp("i"))}
+    slow = start_backend(approver=never, approver_timeout=1, root=roots["local"], env=env)
+    host.register(slow)
+    ran = on_loop(run(slow, long_program('print(await tools.send_email(to="ona", body="x"))')))
+
+    assert ran.status == ResultStatus.PAUSED, ran.text
+    assert "the approver gave no answer on tools.send_email within 1 s" in caplog.text
+    went_on = continued(on_loop(bounded(slow.approve(ran.reference or ""))))
+    assert "sent to ona" in went_on.text and host.calls == {"send_email": 1}
