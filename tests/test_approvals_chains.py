@@ -170,3 +170,34 @@ def test_an_approver_that_never_answers_leaves_the_call_waiting_after_its_timeou
     assert "the approver gave no answer on tools.send_email within 1 s" in caplog.text
     went_on = continued(on_loop(bounded(slow.approve(ran.reference or ""))))
     assert "sent to ona" in went_on.text and host.calls == {"send_email": 1}
+
+
+def test_an_approval_the_paused_guard_refuses_says_so_and_the_call_still_waits(
+    start_backend: StartBackend,
+    roots: dict[str, Path],
+    tmp_path_factory: pytest.TempPathFactory,
+    on_loop: OnLoop[Any],
+) -> None:
+    host = Office()
+    env = {"IPYTHONDIR": str(tmp_path_factory.mktemp("i"))}
+    guarded = start_backend(root=roots["local"], env=env)
+    host.register(guarded)
+    on_loop(run(guarded, '%config PtcRetry.guard_mode = "pause"'))
+    code = long_program(
+        'owner = await tools.lookup(name="pia")',
+        "print(await tools.send_email(to=owner, body='x'))",
+    )
+    paused = on_loop(run(guarded, code))
+    for _ in range(3):  # the guard pauses the session's programs after the third
+        assert on_loop(run(guarded, "raise ValueError('bad')")).status == ResultStatus.ERROR
+
+    with pytest.raises(ApprovalError, match="repeated-failure guard pauses") as raised:
+        on_loop(bounded(guarded.approve(paused.reference or "")))
+
+    assert "it still waits" in str(raised.value) and "kb.new_turn()" in str(raised.value)
+    assert [call.reference for call in guarded.pending_approvals()] == [paused.reference]
+    assert host.calls == {"lookup": 1}
+    guarded.new_turn()  # the user's next instruction lifts the guard
+    went_on = continued(on_loop(bounded(guarded.approve(paused.reference or ""))))
+    assert "sent to pia@example.com" in went_on.text
+    assert host.calls == {"lookup": 1, "send_email": 1}

@@ -221,7 +221,7 @@ class ApprovalSide:
             host.add(continuation, call.key(), decisions[call.ref])
         target = json.dumps(calls[0].reference, ensure_ascii=False)
         try:
-            return await self._code.run(
+            result = await self._code.run(
                 f"await ptc_retry.resume({target})", call_id=continuation, timeout=timeout
             )
         except BaseException:
@@ -233,6 +233,16 @@ class ApprovalSide:
             raise
         finally:
             host.drop(continuation)  # a decision covers this continuation, never a later one
+        if result.status == ResultStatus.REFUSED:
+            # The repeated-failure guard paused the session: nothing ran, nothing is decided.
+            self._waiting.restore(call_id, calls)
+            raise ApprovalError(
+                f"the repeated-failure guard pauses this session's programs, so "
+                f"{calls[0].reference} did not go on and nothing was decided: it still waits. "
+                "Approve or deny it again after the user's next instruction "
+                "(kb.new_turn()) or a person's %ptc_guard reset"
+            )
+        return result
 
     def _load_waiting(self, session_dir: Path | None) -> None:
         """Read what waits from the session's history, when this machine holds it."""
