@@ -201,3 +201,39 @@ def test_an_approval_the_paused_guard_refuses_says_so_and_the_call_still_waits(
     went_on = continued(on_loop(bounded(guarded.approve(paused.reference or ""))))
     assert "sent to pia@example.com" in went_on.text
     assert host.calls == {"lookup": 1, "send_email": 1}
+
+
+@pytest.mark.parametrize("returns", [True, False])
+def test_a_call_that_failed_beside_the_pause_is_not_made_again_on_approval(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any], returns: bool
+) -> None:
+    def broken(x: int) -> int:
+        """Always fails."""
+        desk.calls["broken"] += 1
+        raise RuntimeError("upstream down")
+
+    kb.register_tool(broken, name=f"broken{int(returns)}")
+    code = long_program(
+        "import asyncio",
+        "got = await asyncio.gather(",
+        f"    tools.broken{int(returns)}(x=1),",
+        '    tools.send_email(to="max", body="x"),',
+        f"    return_exceptions={returns},",
+        ")",
+        'print("got:", got)',
+    )
+    paused = on_loop(run(kb, code))
+    assert paused.status == ResultStatus.PAUSED, paused.text
+    assert desk.calls == {"broken": 1}
+
+    went_on = on_loop(bounded(kb.approve(paused.reference or "")))
+
+    assert went_on is not None
+    assert "RuntimeError: upstream down" in went_on.text  # the failure is reported once
+    if returns:
+        assert went_on.status == ResultStatus.OK, went_on.text
+        assert "'sent to max'" in went_on.text
+    else:
+        assert went_on.status == ResultStatus.ERROR, went_on.text
+    assert desk.calls["broken"] == 1  # the failed call is not made again
+    assert desk.calls["send_email"] <= 1 and kb.pending_approvals() == []

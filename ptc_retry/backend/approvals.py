@@ -222,7 +222,9 @@ class ApprovalSide:
         target = json.dumps(calls[0].reference, ensure_ascii=False)
         try:
             result = await self._code.run(
-                f"await ptc_retry.resume({target})", call_id=continuation, timeout=timeout
+                f"await ptc_retry.resume({target}, reuse_failures=True)",
+                call_id=continuation,
+                timeout=timeout,
             )
         except BaseException:
             # Given up on (cancelled) or failed: once the continuation reached the kernel it

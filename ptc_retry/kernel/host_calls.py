@@ -101,6 +101,8 @@ class HostCalls:
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
         record = self._calls.begin(name, arguments, schema=schema)
         if record.reused_from is not None:
+            if record.ok is False:  # its recorded failure, given again
+                raise ToolError(f"tools.{name}: {record.error}", tool=name)
             return record.result
         loop = asyncio.get_running_loop()
         call = _Call(record, loop.create_future(), self._watch_interrupts())

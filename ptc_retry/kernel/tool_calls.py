@@ -143,6 +143,8 @@ class ProgramCalls:
         self.reused += 1
         reuse, line = found
         record.ok, record.result, record.reused_from = True, line.get("result"), reuse.call_id
+        if line.get("ok") is False:  # a recorded failure, given again (``reuse_failures``)
+            record.ok, record.error = False, str(line.get("error"))
         self._write(record)
         if trace is not None:
             trace.tool_call_reused(record)
