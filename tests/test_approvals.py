@@ -663,7 +663,7 @@ def test_a_paused_program_sent_again_runs_nothing_and_says_it_still_waits(
     again = on_loop(model_call(kb, code))
 
     assert again.status == ResultStatus.PAUSED and again.reference == paused.reference
-    assert again.text.startswith(f"[ptc-retry] Not run: this is {paused.reference}, which")
+    assert again.text.startswith(f"[ptc-retry] Not run: {paused.reference} still waits")
     assert desk.calls == {"lookup": 1}
     assert [call.reference for call in kb.pending_approvals()] == [paused.reference]
     went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))

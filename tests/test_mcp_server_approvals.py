@@ -113,6 +113,19 @@ def test_a_destructive_upstream_call_runs_only_once_the_person_allows_it(
     assert "mail_send" in person.asked[0]
 
 
+def test_the_question_says_which_tool_which_arguments_and_what_each_answer_does(
+    on_loop: OnLoop[Any], server: StdioServer, person: Person
+) -> None:
+    asked = len(person.asked)
+    text, error = server.call(on_loop, "print(await tools.mail_send(to='ann'))\n")
+
+    assert not error, text
+    (question,) = person.asked[asked:]
+    assert 'tools.mail_send with these arguments: {"to": "ann"}' in question
+    assert "Allow: the call runs once, with exactly these arguments" in question
+    assert "Deny (or decline): the call is not made" in question
+
+
 def test_the_instructions_mark_only_the_destructive_tool(server: StdioServer) -> None:
     lines = [line for line in server.client.instructions.splitlines() if "tools.mail_" in line]
     marked = [line.split("(")[0] for line in lines if "waits for a person's approval" in line]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core import sentences as said
-from ..core.approvals import PendingApproval, pending_calls, pending_in_history
+from ..core.approvals import PendingApproval, pending_calls, pending_in_history, waiting_calls
 from ..core.errors import ApprovalError
 from ..core.protocol import execute_request
 from ..core.session_files import read_history
@@ -105,9 +105,9 @@ class Waiting:
             ]
             if sent != code or not waiting:
                 continue
-            names = ", ".join(sorted({f"tools.{call.tool}" for call in waiting}))
+            tools = [call.tool for call in sorted(waiting, key=lambda call: call.k)]
             reference = waiting[0].reference
-            text = said.STILL_WAITS.render(reference=reference, calls=names)
+            text = said.STILL_WAITS.render(reference=reference, calls=waiting_calls(tools))
             return dataclasses.replace(
                 result, text=text, value=None, outputs=[], duration=0.0, output_chars=0
             )
@@ -125,13 +125,15 @@ class Waiting:
         self._programs[call_id] = calls
 
     def decide(
-        self, ref: object, denial: str | None, session_id: str
+        self, ref: object, denial: str | None, session_id: str, tools: Iterable[str] = ()
     ) -> tuple[str, list[PendingApproval], dict[str, str | None]] | None:
         """Record the decision on what ``ref`` names: a program's reference (``"#3"``) or
         call id (every call of it that waits), or one call's ``ref`` (``"#3/2"``). When that
         leaves none of the program's calls undecided: ``(call id, its calls, the decision of
         each by ref)``, and it waits no more; else None. ApprovalError, saying what waits,
-        when ``ref`` names nothing that waits in this session."""
+        when ``ref`` names nothing that waits in this session, or a call of a tool that is
+        not among ``tools`` (the backend's): its continuation could not make the call, and
+        nothing is decided."""
         if not isinstance(ref, str):
             raise ApprovalError(
                 f"approve and deny take a reference such as '#3' (a program) or '#3/2' (one "
@@ -140,6 +142,15 @@ class Waiting:
         chosen = [call for call in self.calls() if ref in (call.ref, call.reference, call.call_id)]
         if not chosen:
             raise ApprovalError(self._nothing_waits(ref, session_id))
+        registered = set(tools)
+        gone = list(dict.fromkeys(call.tool for call in chosen if call.tool not in registered))
+        if gone:
+            names = ", ".join(f"tools.{tool}" for tool in gone)
+            raise ApprovalError(
+                f"{ref!r} waits to call {names}, which this backend has no tool for (it is "
+                "not registered, or was registered under another name): nothing was decided "
+                f"and it still waits; register it (kb.register_tool) and approve or deny again"
+            )
         for call in chosen:
             self._decided[call.ref] = denial
         call_id = chosen[0].call_id
@@ -198,7 +209,8 @@ class ApprovalSide:
     async def _decide(
         self, ref: str, denial: str | None, timeout: float | None
     ) -> RunResult | None:
-        decided = self._waiting.decide(ref, denial, self.session_id)
+        tools = self._code.host_tools.names
+        decided = self._waiting.decide(ref, denial, self.session_id, tools)
         if decided is None:
             return None
         call_id, calls, decisions = decided
@@ -211,8 +223,10 @@ class ApprovalSide:
         target = json.dumps(calls[0].reference, ensure_ascii=False)
         try:
             with described(_approval(call_id, decisions)):
-                return await self._code.run(
-                    f"await ptc_retry.resume({target})", call_id=continuation, timeout=timeout
+                result = await self._code.run(
+                    f"await ptc_retry.resume({target}, reuse_failures=True)",
+                    call_id=continuation,
+                    timeout=timeout,
                 )
         except BaseException:
             # Given up on (cancelled) or failed: once the continuation reached the kernel it
@@ -223,6 +237,16 @@ class ApprovalSide:
             raise
         finally:
             host.drop(continuation)  # a decision covers this continuation, never a later one
+        if result.status == ResultStatus.REFUSED:
+            # The repeated-failure guard paused the session: nothing ran, nothing is decided.
+            self._waiting.restore(call_id, calls)
+            raise ApprovalError(
+                f"the repeated-failure guard pauses this session's programs, so "
+                f"{calls[0].reference} did not go on and nothing was decided: it still waits. "
+                "Approve or deny it again after the user's next instruction "
+                "(kb.new_turn()) or a person's %ptc_guard reset"
+            )
+        return result
 
     def _load_waiting(self, session_dir: Path | None) -> None:
         """Read what waits from the session's history, when this machine holds it."""

@@ -67,7 +67,8 @@ class KernelBackend(ModelSide, ApprovalSide):
     ``await tools.<name>(...)`` (code mode; see ``register_tool``). ``approver``: an async
     callback, awaited with each ``PendingApproval`` while its program waits on the call:
     True approves it, a str denies it with that reason, None leaves it paused for
-    ``approve`` / ``deny`` (see docs/agent-loop.md#approvals).
+    ``approve`` / ``deny`` (see docs/agent-loop.md#approvals); one that gives no answer in
+    ``approver_timeout`` seconds, raises, or answers anything else leaves it paused (logged).
 
     ``mode="native"`` behind a gateway is refused (ValueError): the kernelspec there, not
     the backend, decides whether the kernel adds the code-mode notice, and the journal
@@ -90,6 +91,7 @@ class KernelBackend(ModelSide, ApprovalSide):
         tools: Iterable[Callable[..., Any]] = (),
         telemetry: Telemetry | None = None,
         approver: Approver | None = None,
+        approver_timeout: float = 300.0,
         **kernel: Unpack[KernelKeywords],
     ) -> None:
         if mode not in tuple(Mode):
@@ -133,6 +135,7 @@ class KernelBackend(ModelSide, ApprovalSide):
         if approver is not None and not callable(approver):
             raise TypeError(f"approver must be an async function, not {approver!r}")
         self._code.host_tools.approver = approver
+        self._code.host_tools.approver_timeout = read_delay(approver_timeout, "approver_timeout")
         #: The programs that wait for a person's decision (``pending_approvals``).
         self._waiting = Waiting()
         #: The call id of the latest program whose request may have reached the kernel.

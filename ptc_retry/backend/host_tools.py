@@ -97,6 +97,8 @@ class HostTools:
         self.decisions = Decisions()
         #: Awaited for a call that needs approval and has no decision (None: it pauses).
         self.approver: Approver | None = None
+        #: Seconds the approver may take on one call before it waits for a person instead.
+        self.approver_timeout = 300.0
         #: The calls answered with a pause, since the backend last took them.
         self.paused: list[PendingApproval] = []
 
@@ -291,10 +293,18 @@ class HostTools:
         """The inline approver's decision on ``waiting``: ``(decided, denial)``. One that
         raises decides nothing (the call pauses), and the backend logs why: also one that
         raises ``SystemExit`` or ``KeyboardInterrupt`` (a prompt on Ctrl-C), which must not
-        end the agent's process. A CancelledError passes: the batch may be cancelled."""
+        end the agent's process; so does one that gives no answer within
+        ``approver_timeout`` seconds, or answers neither True, False, None nor a str. A
+        CancelledError passes: the batch may be cancelled."""
         assert self.approver is not None
         try:
-            answer = await self.approver(waiting)
+            answer = await asyncio.wait_for(self.approver(waiting), self.approver_timeout)
+        except asyncio.TimeoutError:
+            log.warning(
+                "the approver gave no answer on tools.%s within %g s: the call waits",
+                waiting.tool, self.approver_timeout,
+            )  # fmt: skip
+            return False, None
         except asyncio.CancelledError:
             raise
         except BaseException:
@@ -306,7 +316,13 @@ class HostTools:
             return False, None
         if answer is True:
             return True, None
-        return True, answer if isinstance(answer, str) and answer.strip() else DENIED
+        if answer is False or isinstance(answer, str):
+            return True, answer if isinstance(answer, str) and answer.strip() else DENIED
+        log.warning(
+            "the approver answered %r on tools.%s, not True, False, None or a str: the call "
+            "waits", answer, waiting.tool,
+        )  # fmt: skip
+        return False, None
 
     async def _run(
         self,

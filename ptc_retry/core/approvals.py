@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import sentences as said
 from .status import HistoryStatus
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "needs_approval",
     "pending_calls",
     "pending_in_history",
+    "waiting_calls",
 ]
 
 #: A policy: the call's arguments -> whether this call needs a person's approval.
@@ -70,6 +72,15 @@ class PendingApproval:
 
     def key(self) -> tuple[str, str]:
         return call_key(self.tool, self.arguments)
+
+
+def waiting_calls(tools: list[str]) -> str:
+    """How a pause names the calls of ``tools`` (their tools, first paused first): the
+    first alone, or the first and how many more wait (``tools.pay and 2 more``), so that
+    the line stays short however many calls wait."""
+    if len(tools) <= 1:
+        return "".join(f"tools.{tool}" for tool in tools)
+    return said.WAITING_CALLS.render(tool=tools[0], more=len(tools) - 1)
 
 
 def call_key(tool: str, arguments: Any) -> tuple[str, str]:

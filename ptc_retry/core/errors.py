@@ -62,7 +62,10 @@ class ApprovalPending(BaseException):
     """Raised in a program at a tool call that needs a person's approval and has none: the
     tool did not run, and the program stops there (status ``paused``) until the host decides
     it. A BaseException, so that ``except Exception`` in the program cannot swallow the
-    pause; its message is the one line the model reads."""
+    pause; its message is the one line the model reads. ``statement``: the top-level
+    statement of the first paused call, where the program goes on from."""
+
+    statement: int | None = None
 
     def _render_traceback_(self) -> list[str]:
         # The line says everything: the frames would only cost the model tokens.

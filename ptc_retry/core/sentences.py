@@ -106,17 +106,20 @@ RESUME_CALL = Sentence(_RESUME, 15)
 #: A program stopped before tool calls that need a person's approval (ApprovalPending's
 #: message, the last line of its traceback): it goes on by itself once they are decided.
 NOTICE_PAUSED = Sentence(
-    PREFIX + "Paused before {calls}: waits for a person's approval; saved as {reference}. "
+    PREFIX + "Paused before {calls} for a person's approval; saved as {reference}. "
     "Do not send it again: it goes on once decided.",
     40,
-    {"calls": "tools.send_email"},
+    {"calls": "tools.send_email and 12 more"},
 )
+#: The calls a pause names when more than one waits: the first, and how many more wait
+#: (each one is listed in the result's ``pending``), however many a ``gather`` made.
+WAITING_CALLS = Sentence("tools.{tool} and {more} more", 10, {"tool": "send_email", "more": 12})
 #: What a program that is sent again while it waits for approval gets: nothing ran.
 STILL_WAITS = Sentence(
-    PREFIX + "Not run: this is {reference}, which still waits for a person's approval "
-    "before {calls}. Do not send it again: it goes on once decided.",
+    PREFIX + "Not run: {reference} still waits for a person's approval before {calls}. "
+    "Do not send it again: it goes on once decided.",
     40,
-    {"calls": "tools.send_email"},
+    {"calls": "tools.send_email and 12 more"},
 )
 #: The repeated-failure guard's line, once per streak (``guard_mode = "observe"``).
 GUARD_REPEATED = Sentence(

@@ -54,6 +54,8 @@ class ProgramLedger(Protocol):
 
     def approval_pending(self) -> ApprovalPending: ...
 
+    def stop_on_every_line(self) -> None: ...
+
     def not_made(self) -> None: ...
 
     def joined(self, record: CallRecord, *, result: bool) -> None: ...
@@ -113,6 +115,8 @@ class HostCalls:
         __tracebackhide__ = True  # noqa: F841  (IPython hides this frame)
         record = self._calls.begin(name, arguments, schema=schema, defaults=defaults)
         if record.reused_from is not None:
+            if record.ok is False:  # its recorded failure, given again
+                raise ToolError(f"tools.{name}: {record.error}", tool=name)
             return record.result
         loop = asyncio.get_running_loop()
         call = _Call(record, loop.create_future(), self._watch_interrupts())
@@ -228,6 +232,8 @@ class HostCalls:
         self._held = []
         for call in held:
             call.future.set_exception(self._calls.approval_pending())
+        if held:
+            self._calls.stop_on_every_line()
 
     def _settle(self, call: _Call, reply: dict[str, Any] | None) -> None:
         denied = reply.get("denied") if reply is not None else None

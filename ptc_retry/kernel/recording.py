@@ -254,7 +254,10 @@ class Reuse:
         fresh: bool = False,
         next_k: int | None = None,
         then: Reuse | None = None,
+        failures: bool = False,
     ) -> None:
+        #: A host tool call that failed is given its recorded failure (see ``take``).
+        self.failures = failures
         self.call_id = call_id
         self.source = source
         self.fresh = fresh
@@ -297,6 +300,9 @@ class Reuse:
             self._past_recording(record)
             return None
         calls, first = self._calls, self._next
+        if self.failures and first < len(calls) and _given_failure(calls[first], record):
+            self._next = first + 1
+            return calls[first]
         success = first
         while success < len(calls) and calls[success].get("ok") is not True:
             success += 1
@@ -506,3 +512,25 @@ class Reuses:
             reuse.live -= 1
             if result:
                 reuse.count(source)
+
+
+def _given_failure(line: dict[str, Any], record: CallRecord) -> bool:
+    """Whether ``record``, a host tool call, takes the recorded failure ``line``: the same
+    call, which failed with an error of its own (not paused, cancelled or cut short)."""
+    if record.code is not None or line.get("ok") is not False or line.get("paused"):
+        return False
+    error = line.get("error")
+    if not isinstance(error, str) or error.startswith(_NOT_THE_TOOLS):
+        return False
+    return record.matches(line)
+
+
+#: How the failures that are not the tool's own begin: the call was cut short, so it is made
+#: again.
+_NOT_THE_TOOLS = (
+    "cancelled while it ran",
+    "interrupted while it ran",
+    "no end recorded",
+    "the program ended before",
+    "denied:",
+)

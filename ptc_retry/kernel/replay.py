@@ -50,6 +50,7 @@ def replay(
     edits: Iterable[tuple[str, str]] | None = None,
     resume: bool = False,
     fresh: bool = False,
+    reuse_failures: bool = False,
 ) -> Replay:
     """Replay a saved program with a small fix; must be awaited.
 
@@ -60,7 +61,9 @@ def replay(
     ``replace_all``. ``resume=True`` skips the statements that completed before
     the target failed (see :class:`.resume.ResumePolicy`); with it, the edits may be left out.
     Tool calls that match the target's recorded ones, in order, get their recorded results
-    (see :mod:`.recording`); ``fresh=True`` makes every call again.
+    (see :mod:`.recording`); ``fresh=True`` makes every call again. ``reuse_failures=True``
+    gives a host tool call that failed its recorded error again instead of making it anew
+    (what the continuation of an approval does: nothing the paused program made is repeated).
     Raises :class:`ReplayError` when the edits are malformed or ptc-retry is not
     loaded; matching errors come when the replay is awaited.
     """
@@ -72,7 +75,9 @@ def replay(
         "for previous/n.json",
     )
     kind = Resume if resume else Replay
-    return _pending(kind(_host(), target, pairs, replace_all=replace_all, fresh=fresh))
+    replayed = kind(_host(), target, pairs, replace_all=replace_all, fresh=fresh)
+    replayed.reuse_failures = reuse_failures
+    return _pending(replayed)
 
 
 def extend(target: str | int, rest: str) -> Replay:
@@ -91,13 +96,13 @@ def extend(target: str | int, rest: str) -> Replay:
     return _pending(Extend(_host(), target, rest))
 
 
-def resume(target: str | int, *, fresh: bool = False) -> Replay:
+def resume(target: str | int, *, fresh: bool = False, reuse_failures: bool = False) -> Replay:
     """Run a saved program again from the statement where it failed or was interrupted.
 
     ``await ptc_retry.resume("#3")`` is ``await ptc_retry.replay("#3", resume=True)``:
     no edit, and the statements that completed are not run again.
     """
-    return replay(target, resume=True, fresh=fresh)
+    return replay(target, resume=True, fresh=fresh, reuse_failures=reuse_failures)
 
 
 def _check_target(target: object, expected: str) -> None:
@@ -146,6 +151,7 @@ class Replay:
         self.edits = edits
         self.replace_all = replace_all
         self.fresh = fresh
+        self.reuse_failures = False
         self.awaited = False
 
     def __await__(self) -> Generator[Any, None, Any]:
@@ -263,6 +269,7 @@ class Replay:
             fresh=self.fresh,
             next_k=None if then is not None else recorded.next_k(start),
             then=then,
+            failures=self.reuse_failures,
         )
 
     def _recorded(self, store: CheckpointStore, call_id: str) -> RecordedCalls:

@@ -52,6 +52,21 @@ class Statements:
                 return index
         return None
 
+    def program_frames(self) -> list[types.FrameType]:
+        """The frames of the program's own code now, outermost first: those of its cell (or
+        of the file a replay compiles it under) and of the functions defined there."""
+        running = self.running
+        frames = self._frames()
+        if running.program is not None:
+            filename = running.program[0]
+        else:
+            pairs = zip(frames, frames[1:])
+            cells = [inner for outer, inner in pairs if outer.f_code is self._run_code]
+            if not cells:
+                return []
+            filename = cells[0].f_code.co_filename
+        return [frame for frame in frames if frame.f_code.co_filename == filename]
+
     def _frames(self) -> list[types.FrameType]:
         """The frames from the kernel down to the call, outermost first: the stack, when the
         program's own task makes the call; else the chain of awaits of the program, which

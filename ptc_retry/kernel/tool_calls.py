@@ -12,11 +12,12 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from ..core import sentences as said
-from ..core.approvals import WAITS
+from ..core.approvals import WAITS, waiting_calls
 from ..core.errors import ApprovalPending, PtcRetryError, ToolError
 from .catalog import NO_BACKEND
 from .host import Host, current_host
 from .host_calls import HostCalls
+from .pause_stop import PauseStop
 from .recording import CallRecord, RecordedCalls, Reuses, origin
 from .running import STARTED_BY
 from .statements import Statements
@@ -47,6 +48,8 @@ class ProgramCalls:
         self._statements = Statements(host.shell, running)
         #: The calls the host answered with a pause: they wait for a person's approval.
         self.paused: list[CallRecord] = []
+        #: What keeps the program stopped once it paused, should its code catch the pause.
+        self._stop: PauseStop | None = None
         #: The live calls of the host's tools, on their way or waiting for their result.
         self.host_calls = HostCalls(host, self)
 
@@ -69,12 +72,26 @@ class ProgramCalls:
 
     def approval_pending(self) -> ApprovalPending:
         """The pause that stops the program at its calls that wait for approval."""
-        names = sorted({f"tools.{record.tool}" for record in self.paused})
+        tools = [record.tool for record in sorted(self.paused, key=lambda record: record.k)]
         call = self.running.call
         reference = call.reference if call is not None else "this program"
-        return ApprovalPending(
-            said.NOTICE_PAUSED.render(calls=", ".join(names), reference=reference)
+        pause = ApprovalPending(
+            said.NOTICE_PAUSED.render(calls=waiting_calls(tools), reference=reference)
         )
+        statements = [record.statement for record in self.paused if record.statement is not None]
+        # Where the program goes on from: the first paused call's statement, even when its
+        # code caught the pause and it stopped again on a later line.
+        pause.statement = min(statements) if statements else None
+        return pause
+
+    def stop_on_every_line(self) -> None:
+        """The program paused: from now on, its code stops at each line it would run (it may
+        catch the pause with ``except BaseException`` or ``gather(return_exceptions=True)``)."""
+        if self._stop is None:
+            frames = self._statements.program_frames()
+            files = {frame.f_code.co_filename for frame in frames}
+            self._stop = PauseStop(files, self.approval_pending)
+            self._stop.install(frames)
 
     def summary(self) -> dict[str, int] | None:
         """``{"reused": n, "live": m}`` for the history line; None when it made no call."""
@@ -84,6 +101,8 @@ class ProgramCalls:
         """The program ended: the calls still waiting fail (its backend cancels what it
         still runs), none is sent later, and a reply that comes late is dropped."""
         self._closed = True
+        if self._stop is not None:
+            self._stop.uninstall()
         self.host_calls.close()
 
     # -- every call ----------------------------------------------------------------------------
@@ -126,6 +145,8 @@ class ProgramCalls:
         self.reused += 1
         reuse, line = found
         record.ok, record.result, record.reused_from = True, line.get("result"), reuse.call_id
+        if line.get("ok") is False:  # a recorded failure, given again (``reuse_failures``)
+            record.ok, record.error = False, str(line.get("error"))
         self._write(record)
         if trace is not None:
             trace.tool_call_reused(record)

@@ -91,14 +91,20 @@ def _failed_statement(
             tb = tb.tb_next
         if line is not None:
             text = cell_text(shell, running.info)
-    if not isinstance(line, int) or text is None:
+    if running.program is None and text is None:
+        text = cell_text(shell, running.info)
+    paused_at = getattr(error, "statement", None)  # ApprovalPending: its first paused call
+    if text is None or (not isinstance(line, int) and not isinstance(paused_at, int)):
         return None
     try:
         spans = statement_spans(text)
     except SyntaxError:
         return None
+    if isinstance(paused_at, int) and 0 <= paused_at < len(spans):
+        first, last = spans[paused_at]
+        return {"index": paused_at, "lines": [first, last]}
     for index, (first, last) in enumerate(spans):
-        if first <= line <= last:
+        if isinstance(line, int) and first <= line <= last:
             return {"index": index, "lines": [first, last]}
     return None
 

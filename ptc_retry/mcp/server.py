@@ -112,12 +112,28 @@ class ServerOptions:
 
 #: What a call that needs approval is denied with when the host cannot ask the person.
 CANNOT_ASK = said.CANNOT_ASK.render()
-#: What the host shows the person (elicitation's message).
-APPROVAL_QUESTION = "A program wants to call {tool} with {arguments}. Allow this call?"
+#: What the host shows the person (elicitation's message): which tool, which arguments,
+#: and what each answer does.
+APPROVAL_QUESTION = (
+    "A program the assistant wrote wants to call tools.{tool} with these arguments: "
+    "{arguments}\n"
+    "Allow: the call runs once, with exactly these arguments, and the program goes on with "
+    "its result.\n"
+    "Deny (or decline): the call is not made; the program is told that a person denied it, "
+    "and may go on without it."
+)
+#: The longest the arguments are shown in the question; longer ones are cut, saying so.
+ARGUMENTS_SHOWN = 2000
 #: The form the host shows: one yes or no.
 APPROVAL_FORM: dict[str, Any] = {
     "type": "object",
-    "properties": {"approve": {"type": "boolean", "title": "Allow this call"}},
+    "properties": {
+        "approve": {
+            "type": "boolean",
+            "title": "Allow this call",
+            "description": "Yes: run it once, as shown. No: do not make it.",
+        }
+    },
     "required": ["approve"],
 }
 
@@ -137,6 +153,9 @@ class AskThePerson:
         if request is None:
             return CANNOT_ASK
         arguments = json.dumps(pending.arguments, ensure_ascii=False)
+        if len(arguments) > ARGUMENTS_SHOWN:
+            cut = len(arguments) - ARGUMENTS_SHOWN
+            arguments = f"{arguments[:ARGUMENTS_SHOWN]}... ({cut} more characters not shown)"
         message = APPROVAL_QUESTION.format(tool=pending.tool, arguments=arguments)
         try:
             # Related to the running call: on a transport whose back-channel is the call's
