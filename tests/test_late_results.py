@@ -28,7 +28,8 @@ from ptc_retry.backend import KernelBackend
 from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.notice import read_notice
 from ptc_retry.core.protocol import TOOL_RESULTS
-from ptc_retry.kernel.recording import CallRecord, Reuse, in_order
+from ptc_retry.kernel.call_lines import CallRecord, in_order
+from ptc_retry.kernel.recording import Reuse
 
 from .gateway_server import KERNEL_GATEWAY
 from .helpers import (

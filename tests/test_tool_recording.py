@@ -17,17 +17,10 @@ from ptc_retry.core.errors import ToolError
 from ptc_retry.core.history_table import format_tool_calls
 from ptc_retry.core.schema import schema_signature
 from ptc_retry.core.store import CheckpointStore
+from ptc_retry.kernel.call_lines import CallRecord, RecordedCalls, calls_made, in_order, json_copy
 from ptc_retry.kernel.catalog import bind_arguments
 from ptc_retry.kernel.fingerprint import code_digest, reads_digest
-from ptc_retry.kernel.recording import (
-    CallRecord,
-    RecordedCalls,
-    Reuse,
-    Reuses,
-    calls_made,
-    in_order,
-    json_copy,
-)
+from ptc_retry.kernel.recording import Reuse, Reuses
 from ptc_retry.sessions import SessionReader
 
 

@@ -14,7 +14,7 @@ from typing import Any
 from ..core.errors import ToolError
 from ..core.protocol import TOO_DEEP, lone_surrogate, not_str_key
 from ..core.schema import schema_signature
-from .recording import canonical
+from .call_lines import canonical
 
 ToolFunction = Callable[..., Coroutine[Any, Any, Any]]
 #: What a tool function's call does with the bound arguments: ``call(name, arguments)``.

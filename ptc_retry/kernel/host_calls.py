@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from ..core.approvals import WAITS
 from ..core.errors import ApprovalPending, ToolDenied, ToolError
 from ..core.protocol import ToolCancel, parse_tool_reply, tool_cancel, tool_request
+from .call_lines import CallRecord
 from .interrupts import Interrupts
-from .recording import CallRecord
 from .statements import current_task
 from .stdin import EOF, Answer, Request, Route, StdinChannel
 

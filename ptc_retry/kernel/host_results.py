@@ -17,7 +17,7 @@ import logging
 from typing import TYPE_CHECKING, Any, TypeGuard
 
 from ..core.session_files import latest_calls
-from .recording import RECORDED, CallRecord, canonical
+from .call_lines import RECORDED, CallRecord, canonical
 
 if TYPE_CHECKING:
     from .checkpoints import Checkpoints

@@ -8,8 +8,8 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from .call_lines import RECORDED, CallRecord, json_copy
 from .fingerprint import WRAPPED, code_digest, reads_digest
-from .recording import RECORDED, CallRecord, json_copy
 from .tool_calls import ProgramCalls, current_calls
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -25,8 +25,9 @@ from ..core.errors import CheckpointError, PtcRetryError, ReplayError
 from ..core.program import run_program, statement_spans
 from ..core.status import HistoryStatus
 from ..core.store import CheckpointStore
+from .call_lines import RecordedCalls, calls_made, in_order
 from .host import Host, current_host
-from .recording import RecordedCalls, Reuse, calls_made, in_order
+from .recording import Reuse
 from .resume import history_line, where_resumed
 from .running import Running
 from .tool_calls import program_calls

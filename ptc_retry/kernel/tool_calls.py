@@ -14,11 +14,12 @@ from typing import TYPE_CHECKING, Any
 from ..core import sentences as said
 from ..core.approvals import WAITS, waiting_calls
 from ..core.errors import ApprovalPending, PtcRetryError, ToolError
+from .call_lines import CallRecord, RecordedCalls, origin
 from .catalog import NO_BACKEND
 from .host import Host, current_host
 from .host_calls import HostCalls
 from .pause_stop import PauseStop
-from .recording import CallRecord, RecordedCalls, Reuses, origin
+from .recording import Reuses
 from .running import STARTED_BY
 from .statements import Statements
 

@@ -24,7 +24,7 @@ from ..core.status import HistoryStatus
 
 if TYPE_CHECKING:
     from ..core.store import Call
-    from .recording import CallRecord
+    from .call_lines import CallRecord
     from .requests import Request
 
 __all__ = ["ProgramTrace", "program_trace"]
