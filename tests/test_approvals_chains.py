@@ -16,7 +16,7 @@ from ptc_retry.core.sentences import NOTICE_PAUSED, STILL_WAITS
 from ptc_retry.core.status import ResultStatus
 
 from .helpers import OnLoop, StartBackend, long_program
-from .test_approvals import Office, bounded, continued, deny_all, run
+from .test_approvals import Office, bounded, continued, deny_all, model_call
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_a_program_that_catches_the_pause_still_stops_and_waits(
         '    sent = "swallowed"',
         'print("after:", sent)',
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
 
     assert paused.status == ResultStatus.PAUSED, paused.text
     assert "after:" not in paused.text and "swallowed" not in paused.text
@@ -78,7 +78,7 @@ def test_a_gather_that_returns_exceptions_does_not_take_the_pause_as_a_value(
         ")",
         'print("got:", got)',
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
 
     assert paused.status == ResultStatus.PAUSED, paused.text
     assert "got:" not in paused.text
@@ -97,14 +97,14 @@ def test_the_pause_line_names_the_first_call_and_counts_the_rest(
         *(f"    tools.pay(amount={amount})," for amount in range(101, 113)),
         ")",
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
 
     assert paused.status == ResultStatus.PAUSED, paused.text
     last = paused.text.splitlines()[-1]
     assert "Paused before tools.send_email and 12 more for a person's approval" in last
     assert count_tokens(last) <= NOTICE_PAUSED.budget
     assert len(kb.pending_approvals()) == 13  # each is still listed
-    again = on_loop(run(kb, code))
+    again = on_loop(model_call(kb, code))
     assert "before tools.send_email and 12 more. Do not send" in again.text
     assert count_tokens(again.text) <= STILL_WAITS.budget
 
@@ -119,7 +119,9 @@ def test_deciding_a_call_of_a_tool_no_longer_registered_says_to_register_it(
     host = Office()
     first = start_backend(session_id="tool-gone", **options)
     host.register(first)
-    paused = on_loop(run(first, long_program('print(await tools.send_email(to="o", body="x"))')))
+    paused = on_loop(
+        model_call(first, long_program('print(await tools.send_email(to="o", body="x"))'))
+    )
     assert paused.status == ResultStatus.PAUSED, paused.text
     on_loop(first.shutdown(keep=True))
     second = start_backend(session_id="tool-gone", **options)
@@ -142,7 +144,7 @@ def test_an_approver_answering_neither_bool_str_nor_none_leaves_the_call_waiting
     kb: KernelBackend, desk: Office, on_loop: OnLoop[Any], caplog: pytest.LogCaptureFixture
 ) -> None:
     desk.answer = lambda call: {"approved": True}  # looks like a yes, is no decision
-    ran = on_loop(run(kb, long_program('print(await tools.send_email(to="ned", body="x"))')))
+    ran = on_loop(model_call(kb, long_program('print(await tools.send_email(to="ned", body="x"))')))
 
     assert ran.status == ResultStatus.PAUSED, ran.text
     assert len(desk.asked) == 1 and desk.calls == {}
@@ -164,7 +166,9 @@ def test_an_approver_that_never_answers_leaves_the_call_waiting_after_its_timeou
     env = {"IPYTHONDIR": str(tmp_path_factory.mktemp("i"))}
     slow = start_backend(approver=never, approver_timeout=1, root=roots["local"], env=env)
     host.register(slow)
-    ran = on_loop(run(slow, long_program('print(await tools.send_email(to="ona", body="x"))')))
+    ran = on_loop(
+        model_call(slow, long_program('print(await tools.send_email(to="ona", body="x"))'))
+    )
 
     assert ran.status == ResultStatus.PAUSED, ran.text
     assert "the approver gave no answer on tools.send_email within 1 s" in caplog.text
@@ -182,14 +186,14 @@ def test_an_approval_the_paused_guard_refuses_says_so_and_the_call_still_waits(
     env = {"IPYTHONDIR": str(tmp_path_factory.mktemp("i"))}
     guarded = start_backend(root=roots["local"], env=env)
     host.register(guarded)
-    on_loop(run(guarded, '%config PtcRetry.guard_mode = "pause"'))
+    on_loop(model_call(guarded, '%config PtcRetry.guard_mode = "pause"'))
     code = long_program(
         'owner = await tools.lookup(name="pia")',
         "print(await tools.send_email(to=owner, body='x'))",
     )
-    paused = on_loop(run(guarded, code))
+    paused = on_loop(model_call(guarded, code))
     for _ in range(3):  # the guard pauses the session's programs after the third
-        assert on_loop(run(guarded, "raise ValueError('bad')")).status == ResultStatus.ERROR
+        assert on_loop(model_call(guarded, "raise ValueError('bad')")).status == ResultStatus.ERROR
 
     with pytest.raises(ApprovalError, match="repeated-failure guard pauses") as raised:
         on_loop(bounded(guarded.approve(paused.reference or "")))
@@ -222,7 +226,7 @@ def test_a_call_that_failed_beside_the_pause_is_not_made_again_on_approval(
         ")",
         'print("got:", got)',
     )
-    paused = on_loop(run(kb, code))
+    paused = on_loop(model_call(kb, code))
     assert paused.status == ResultStatus.PAUSED, paused.text
     assert desk.calls == {"broken": 1}
 
