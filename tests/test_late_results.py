@@ -65,6 +65,7 @@ class Shop:
         self.kernel_pid: int | None = None
         self.first_slow: set[str] = set()  # tools whose next call is slow (and maybe fails)
         self.let_go = threading.Event()
+        self.hold_payment: threading.Event | None = None  # set: pay returns (else: seconds)
 
     def note(self, text: str) -> str:
         """Write a line to the audit log."""
@@ -83,7 +84,10 @@ class Shop:
         self.calls["pay"] += 1
         assert self.kernel_pid is not None
         os.kill(self.kernel_pid, signal.SIGKILL)
-        time.sleep(seconds)
+        if self.hold_payment is not None:
+            self.hold_payment.wait(BOUND)
+        else:
+            time.sleep(seconds)
         return f"paid {order}"
 
     async def reserve(self, item: str) -> str:
@@ -498,11 +502,16 @@ def test_a_slow_call_running_when_the_kernel_dies_is_made_once_by_short_resumes(
     ran), so the resume knows it only by its place after the recorded calls."""
     code = long_program(
         "logged = await tools.note(text='order 11')",
-        "paid = await tools.pay(order=11, seconds=8)",
+        "paid = await tools.pay(order=11)",
         "print(logged, paid)",
     )
-    died = died_paying(backend, shop, on_loop, code, "call_d0")
-    text = on_loop(call(backend, raw(offered(died)), "call_d1", timeout=1))
+    shop.hold_payment = threading.Event()  # the payment runs until the first resume stopped
+    try:
+        died = died_paying(backend, shop, on_loop, code, "call_d0")
+        text = on_loop(call(backend, raw(offered(died)), "call_d1", timeout=1))
+    finally:
+        shop.hold_payment.set()
+        shop.hold_payment = None
 
     *statuses, text = resumed_until_ok(backend, text, on_loop, "call_d")
 
