@@ -256,6 +256,12 @@ def views(server: Server, browser: Any) -> Views:
 
 
 def _open(page: Any, server: Server, front_end: str) -> None:
+    # jupyter-collaboration (which the jupyter-mcp-server extra brings) asks what to do when
+    # a document's sync is slow, as on a loaded machine: a person would keep waiting.
+    slow_load = page.locator(".jp-Dialog", has_text="taking some time to load")
+    page.add_locator_handler(
+        slow_load, lambda dialog: dialog.get_by_role("button", name="Continue waiting").click()
+    )
     where = "lab/tree" if front_end == "jupyterlab" else "notebooks"
     page.goto(f"{server.base}/{where}/person.ipynb?token={server.token}")
     page.wait_for_selector(".jp-Notebook .jp-Cell .cm-content", timeout=SERVER_START * 1000)
