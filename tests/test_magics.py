@@ -214,3 +214,13 @@ def test_numbers_too_long_to_convert_are_refused_with_the_nearest_not_a_value_er
         ran = kernel.execute(f"await ptc_retry.{call}").error
         assert ran is not None and ran["ename"] == "ReplayError", ran
         assert len(ran["evalue"]) < 1000 and "The most recent are: #" in ran["evalue"]
+
+
+def test_ptc_history_of_no_programs_is_refused_rather_than_listing_all(kernel: Kernel) -> None:
+    kernel.execute("print('listed')")
+    for zero in ("0", "000"):
+        listed = kernel.execute(f"%ptc_history {zero}")
+        assert listed.displayed == "", listed.displayed
+        assert listed.stderr.startswith(
+            f"UsageError: %ptc_history takes a number of programs, not '{zero}'"
+        )

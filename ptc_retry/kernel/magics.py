@@ -36,7 +36,7 @@ _OWN_MAGICS_ONLY_FROM_BACKEND = re.compile(rf"(?:[ \t]*(?:{_OWN_MAGIC}|#[^\n]*)?
 _PERSON_RESET = re.compile(r"\s*%ptc_guard[ \t]+reset\s*")
 
 #: What to type, said after a magic's refusal of what it was given.
-HISTORY_USAGE = "usage: %ptc_history [N], the last N programs (default 20)"
+HISTORY_USAGE = "usage: %ptc_history [N], the last N programs (N from 1, default 20)"
 SHOW_USAGE = (
     "usage: %ptc_show #N (program N of the session), %ptc_show N (what replay(N, ...) runs "
     "in the next cell) or %ptc_show <call id>"
@@ -77,7 +77,7 @@ class PtcRetryMagics(Magics):
         """%ptc_history [N]: the last N calls of this session (default 20), displayed as
         text (``format_history``) and as an HTML table."""
         text = line.strip()
-        if text and not (text.isascii() and text.isdigit()):
+        if text and not (text.isascii() and text.isdigit() and text.strip("0")):
             raise UsageError(
                 f"%ptc_history takes a number of programs, not {text!r}\n{HISTORY_USAGE}"
             )
