@@ -193,3 +193,34 @@ def test_a_resume_after_reset_runs_the_whole_program_and_says_so(kernel: Kernel)
         "running the whole program.\n"
     )
     assert resumed.stdout == "pages [0, 1, 2, 3]\n"  # `done = []` ran again
+
+
+def test_numbers_too_long_to_convert_are_refused_with_the_nearest_not_a_value_error(
+    kernel: Kernel,
+) -> None:
+    kernel.execute("print('one program at least')")
+    digits = "9" * 5000  # past the 4,300 digits Python converts
+    for cell in (f"%ptc_show {digits}", f"%ptc_show #{digits}"):
+        shown = kernel.execute(cell)
+        assert shown.error is None and shown.stderr.startswith("UsageError: no "), shown.stderr
+    assert "the nearest is #" in kernel.execute(f"%ptc_show #{digits}").stderr
+    listed = kernel.execute(f"%ptc_history {digits}")
+    assert listed.error is None and "one program at least" not in listed.stderr
+    assert "ok" in listed.displayed
+    nearest = kernel.execute(f"await ptc_retry.replay('#{digits}', 'a', 'b')").error
+    assert nearest is not None and nearest["ename"] == "ReplayError", nearest
+    assert "the nearest is #" in nearest["evalue"]
+    for call in ("replay(10**5000, 'a', 'b')", "resume(-(10**5000))"):
+        ran = kernel.execute(f"await ptc_retry.{call}").error
+        assert ran is not None and ran["ename"] == "ReplayError", ran
+        assert len(ran["evalue"]) < 1000 and "The most recent are: #" in ran["evalue"]
+
+
+def test_ptc_history_of_no_programs_is_refused_rather_than_listing_all(kernel: Kernel) -> None:
+    kernel.execute("print('listed')")
+    for zero in ("0", "000"):
+        listed = kernel.execute(f"%ptc_history {zero}")
+        assert listed.displayed == "", listed.displayed
+        assert listed.stderr.startswith(
+            f"UsageError: %ptc_history takes a number of programs, not '{zero}'"
+        )

@@ -206,7 +206,10 @@ def test_read_notice_gives_the_call_to_send_and_its_reference(
 ) -> None:
     # As a traceback ends with it, and as a framework quotes it, indented.
     indented = "\n".join("    " + line for line in notice.splitlines())
-    for text in (f"KeyError: 'x'\n{notice}", f"Error:\n{indented}\n"):
+    # As a chat quotes it in Markdown, and with CRLF line ends.
+    quoted = "\n".join(f"{marks} {line}" for marks in (">", ">>") for line in notice.splitlines())
+    crlf = notice.replace("\n", "\r\n")
+    for text in (f"KeyError: 'x'\n{notice}", f"Error:\n{indented}\n", quoted, f"{crlf}\r\n"):
         assert read_notice(text) == offered
     assert offered.resumes is ("resume" in offered.call)
     assert read_notice("KeyError: 'x'") is None

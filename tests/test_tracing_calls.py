@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -422,9 +423,11 @@ def test_a_span_processor_or_meter_that_raises_fails_no_program_or_tool_call(
     roots: dict[str, Path],
     tmp_path_factory: pytest.TempPathFactory,
     on_loop: OnLoop[Any],
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     from opentelemetry.sdk.trace import TracerProvider
 
+    caplog.set_level(logging.WARNING, "ptc_retry.backend.tracing")
     ipython = tmp_path_factory.mktemp("raising-ipython")
     startup = ipython / "profile_default" / "startup"
     startup.mkdir(parents=True)
@@ -451,3 +454,8 @@ def test_a_span_processor_or_meter_that_raises_fails_no_program_or_tool_call(
     assert "ZeroDivisionError" in text
     printed = on_loop(asyncio.wait_for(kb.run_code("print(6 * 7)"), BOUND))
     assert printed.status == ResultStatus.OK and printed.text == "42"
+    again = on_loop(asyncio.wait_for(kb.run_code(CHASE.split("\n")[0] + "\nprint(order)"), BOUND))
+    assert again.status == ResultStatus.OK and "tea" in again.text
+    # Each problem is logged once, though every program met it again, and in turn with others.
+    logged = [r.getMessage() for r in caplog.records if r.name == "ptc_retry.backend.tracing"]
+    assert logged and len(logged) == len(set(logged)), logged

@@ -56,6 +56,9 @@ _DUPLICATE = re.compile(r"(.+)\.([0-9]+)")  # how the store saves an id sent aga
 _MAX_ID = 120
 _DIGEST = 8  # hex digits of the hash that keeps a changed name apart from every other
 _MAX_NUMBER = 2**31 - 1  # a larger session number in a history line is damage, not a call
+#: A number written with more digits is no program's and no step's position; Python refuses
+#: to convert one of over 4,300 (sys.get_int_max_str_digits()), so it is never converted.
+MAX_DIGITS = 18
 _MAX_LINE = 1 << 20  # a longer history line is skipped unread (the store writes < 1 KiB)
 _CHUNK = 1 << 20
 
@@ -173,7 +176,15 @@ def reference_number(ref: str) -> int:
             f'{ref!r} is not a reference: write "#" and the program\'s number, like "#7", '
             "or give the call id."
         )
-    return int(match.group(1))
+    digits = match.group(1)
+    # Too long to be a program's: a number no program has, so the refusal names the nearest.
+    return int(digits) if len(digits) <= MAX_DIGITS else _MAX_NUMBER + 1
+
+
+def too_long(n: int) -> bool:
+    """True when ``n`` has more than ``MAX_DIGITS`` digits: no position, and a message must
+    not write it out (Python refuses past 4,300 digits)."""
+    return abs(n) >= 10**MAX_DIGITS
 
 
 def is_reference(target: object) -> bool:

@@ -76,10 +76,11 @@ def resume_call(reference: str) -> str:
 
 
 # The call to send is the line after the notice's first, or ends that line: the whole rest
-# of the line, from "await" to its last parenthesis.
+# of the line, from "await" to its last parenthesis. Its line may be indented, and quoted as
+# Markdown quotes a reply (``> ``, ``>> ``).
 _NOTICE = re.compile(
     re.escape(PREFIX)
-    + r"[^\n]*?(?:\n[ \t]*)?(?P<call>await ptc_retry\.(?P<helper>replay|resume|extend)\("
+    + r"[^\n]*?(?:\n[ \t>]*)?(?P<call>await ptc_retry\.(?P<helper>replay|resume|extend)\("
     + r"(?P<ref>\"(?:[^\"\\]|\\.)*\")[^\n]*\))"
 )
 
@@ -107,7 +108,8 @@ def read_notice(text: str) -> OfferedCall | None:
     """The call the first notice in ``text`` offers, with the reference it names.
 
     ``text`` is a traceback, a tool result or any text that holds a notice as the kernel
-    wrote it (its lines may be indented, as a framework quotes them). None when ``text``
+    wrote it (its lines may be indented, as a framework quotes them, or quoted with ``> ``
+    as Markdown quotes them; CRLF line ends are read as LF). None when ``text``
     holds no notice that offers a call (a guard's sentence alone, a native-mode notice).
     """
     match = _NOTICE.search(text)

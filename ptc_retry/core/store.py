@@ -26,6 +26,7 @@ from .layout import (
     BY_ID,
     CALLS,
     LINE_KEYS,
+    MAX_DIGITS,
     PARTIAL_SUFFIX,
     PREVIOUS,
     RESEND,
@@ -34,6 +35,7 @@ from .layout import (
     link_text,
     reference_number,
     sanitize,
+    too_long,
 )
 from .previous_step import PreviousStep
 from .session_files import (
@@ -323,6 +325,7 @@ class CheckpointStore:
                 )
             return path
         if isinstance(target, int) and not isinstance(target, bool):
+            self._check_position(target)
             return self._previous.path_for(target, self._position_advice)
         raise CheckpointError(
             f'a checkpoint target is a reference like "#7", a call id (str) or a position in '
@@ -334,6 +337,7 @@ class CheckpointStore:
         of the current step. It is what ``replay(n)`` runs in a person's next cell (each such
         cell is a step of its own), whatever ``previous/`` holds now. CheckpointError when
         the current step has no n-th call."""
+        self._check_position(n)
         with self._lock:
             ids = list(self._index.step_ids)
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= len(ids):
@@ -388,6 +392,15 @@ class CheckpointStore:
             if not self._calls.exists(name):
                 self._link(self._calls, name, call.id, hard=False)
         return self._calls.path / name
+
+    def _check_position(self, n: object) -> None:
+        """CheckpointError, without writing ``n`` out, when it has too many digits to be any
+        position of a step."""
+        if isinstance(n, int) and too_long(n):
+            raise CheckpointError(
+                f"no previous/<n>.json for a number of more than {MAX_DIGITS} digits: a step's "
+                f"calls are numbered from 1. The most recent are: {self._recent_text()}."
+            )
 
     def _position_advice(self, n: int, count: int, ids: Sequence[str] | None = None) -> str:
         """The end of a refusal of position ``n`` of a step of ``count`` calls (``ids``)."""

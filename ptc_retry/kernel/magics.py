@@ -14,6 +14,7 @@ from IPython.display import display
 from ..core import sentences as said
 from ..core.errors import PtcRetryError
 from ..core.history_table import format_history, format_tool_calls, history_html
+from ..core.layout import MAX_DIGITS
 from .host import Host
 
 if TYPE_CHECKING:
@@ -35,7 +36,7 @@ _OWN_MAGICS_ONLY_FROM_BACKEND = re.compile(rf"(?:[ \t]*(?:{_OWN_MAGIC}|#[^\n]*)?
 _PERSON_RESET = re.compile(r"\s*%ptc_guard[ \t]+reset\s*")
 
 #: What to type, said after a magic's refusal of what it was given.
-HISTORY_USAGE = "usage: %ptc_history [N], the last N programs (default 20)"
+HISTORY_USAGE = "usage: %ptc_history [N], the last N programs (N from 1, default 20)"
 SHOW_USAGE = (
     "usage: %ptc_show #N (program N of the session), %ptc_show N (what replay(N, ...) runs "
     "in the next cell) or %ptc_show <call id>"
@@ -76,14 +77,15 @@ class PtcRetryMagics(Magics):
         """%ptc_history [N]: the last N calls of this session (default 20), displayed as
         text (``format_history``) and as an HTML table."""
         text = line.strip()
-        if text and not (text.isascii() and text.isdigit()):
+        if text and not (text.isascii() and text.isdigit() and text.strip("0")):
             raise UsageError(
                 f"%ptc_history takes a number of programs, not {text!r}\n{HISTORY_USAGE}"
             )
         store = self.extension.checkpoints.open()
         if store is None:
             return
-        count = int(text) if text else 20
+        # More programs than a session can hold: all of them (and no int of 5,000 digits).
+        count = (int(text) if len(text) <= MAX_DIGITS else None) if text else 20
         lines, where = store.history(), store.session_dir
         # Plain text for a terminal and for a model; a table for a notebook, which a
         # narrow output scrolls rather than breaking it inside its cells.
@@ -104,7 +106,7 @@ class PtcRetryMagics(Magics):
         store = self.extension.checkpoints.open()
         if store is None:
             return
-        position = int(text) if text.isascii() and text.isdigit() else None
+        position = _position(text)
         try:
             # A cell of magics does not move previous/, but the next cell will.
             target = store.next_previous_id(position) if position is not None else text
@@ -142,3 +144,11 @@ class PtcRetryMagics(Magics):
             print(said.GUARD_RESET.render())
         else:
             raise UsageError(f"%ptc_guard takes no argument or reset, not {word!r}\n{GUARD_USAGE}")
+
+
+def _position(text: str) -> int | None:
+    """The step position ``text`` writes, if it is digits; one past any position there can
+    be when it has too many to convert."""
+    if not (text.isascii() and text.isdigit()):
+        return None
+    return int(text) if len(text) <= MAX_DIGITS else 10**MAX_DIGITS
