@@ -241,3 +241,25 @@ def test_a_call_that_failed_beside_the_pause_is_not_made_again_on_approval(
         assert went_on.status == ResultStatus.ERROR, went_on.text
     assert desk.calls["broken"] == 1  # the failed call is not made again
     assert desk.calls["send_email"] <= 1 and kb.pending_approvals() == []
+
+
+def test_a_tracer_set_before_a_program_that_catches_its_pause_is_still_set_after(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    tracer = "import sys\ndef tracer(frame, event, arg):\n    return None\nsys.settrace(tracer)\n"
+    assert on_loop(model_call(kb, tracer)).status == ResultStatus.OK
+    try:
+        code = long_program(
+            "try:",
+            '    sent = await tools.send_email(to="cy", body="x")',
+            "except BaseException:",
+            '    sent = "swallowed"',
+        )
+        paused = on_loop(model_call(kb, code))
+        assert paused.status == ResultStatus.PAUSED, paused.text
+        continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+
+        after = on_loop(model_call(kb, "print('tracer:', sys.gettrace() is tracer)"))
+        assert "tracer: True" in after.text, after.text  # coverage or a debugger goes on
+    finally:
+        on_loop(model_call(kb, "sys.settrace(None)"))

@@ -78,7 +78,9 @@ class PauseStop:
             monitoring.restart_events()
             self._tool = None
         if self._traced and threading.get_ident() == self._thread:
-            if sys.gettrace() == self._on_call:
+            # None: Python turned tracing off when a stop raised; the tracer the kernel had
+            # before (coverage, a debugger) comes back all the same.
+            if sys.gettrace() is None or sys.gettrace() == self._on_call:
                 sys.settrace(self._previous)
             self._traced = False
 
