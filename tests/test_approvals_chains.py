@@ -263,3 +263,13 @@ def test_a_tracer_set_before_a_program_that_catches_its_pause_is_still_set_after
         assert "tracer: True" in after.text, after.text  # coverage or a debugger goes on
     finally:
         on_loop(model_call(kb, "sys.settrace(None)"))
+
+
+def test_a_plain_function_as_approver_is_refused_at_once_saying_to_make_it_async() -> None:
+    def yes(call: PendingApproval) -> bool:
+        return True
+
+    with pytest.raises(TypeError, match="approver must be an async function") as raised:
+        KernelBackend(approver=yes)  # type: ignore[arg-type]
+    assert "not the plain function 'yes'" in str(raised.value)
+    assert "asyncio.to_thread" in str(raised.value)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from jupyter_core.utils import run_sync
 
-from ..core.approvals import Approver
+from ..core.approvals import Approver, check_approver
 from ..core.errors import BackendError, GatewayError, KernelStartError
 from ..core.fs import default_root
 from ..core.layout import sanitize
@@ -132,9 +132,7 @@ class KernelBackend(ModelSide, ApprovalSide):
         self.last_tool_result: ToolResult | None = None
         self._tracing = Tracing(telemetry)
         self._code = CodeSession(self.run_code, self._tracing)
-        if approver is not None and not callable(approver):
-            raise TypeError(f"approver must be an async function, not {approver!r}")
-        self._code.host_tools.approver = approver
+        self._code.host_tools.approver = check_approver(approver)
         self._code.host_tools.approver_timeout = read_delay(approver_timeout, "approver_timeout")
         #: The programs that wait for a person's decision (``pending_approvals``).
         self._waiting = Waiting()

@@ -11,11 +11,12 @@ decision still covers exactly the tool and arguments it names.
 
 from __future__ import annotations
 
+import inspect
 import json
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from . import sentences as said
 from .status import HistoryStatus
@@ -30,6 +31,7 @@ __all__ = [
     "Policy",
     "call_key",
     "check_approval",
+    "check_approver",
     "needs_approval",
     "pending_calls",
     "pending_in_history",
@@ -86,6 +88,23 @@ def waiting_calls(tools: list[str]) -> str:
 def call_key(tool: str, arguments: Any) -> tuple[str, str]:
     """What makes two calls the same call: the tool and its arguments, as canonical JSON."""
     return tool, json.dumps(arguments, sort_keys=True, ensure_ascii=False, default=repr)
+
+
+def check_approver(approver: object) -> Approver | None:
+    """``approver`` as ``KernelBackend`` takes it; TypeError for what is no async function:
+    a plain function's answer cannot be awaited, and every call would wait for a person."""
+    if approver is None:
+        return None
+    plain = inspect.isfunction(approver) or inspect.ismethod(approver)
+    if plain and inspect.iscoroutinefunction(approver) or callable(approver) and not plain:
+        return cast(Approver, approver)  # an object or a partial: awaited as it is
+    name = getattr(approver, "__name__", "")
+    what = f"the plain function {name!r}" if plain else repr(approver)
+    raise TypeError(
+        f"approver must be an async function (async def), not {what}: its answer could not "
+        "be awaited, so every call that needs approval would pause (for a blocking prompt, "
+        "await asyncio.to_thread(prompt, pending) inside an async def)"
+    )
 
 
 def check_approval(approval: object) -> Approval:
