@@ -273,3 +273,29 @@ def test_a_plain_function_as_approver_is_refused_at_once_saying_to_make_it_async
         KernelBackend(approver=yes)  # type: ignore[arg-type]
     assert "not the plain function 'yes'" in str(raised.value)
     assert "asyncio.to_thread" in str(raised.value)
+
+
+def test_a_helper_an_earlier_program_defined_that_catches_the_pause_stops_too(
+    kb: KernelBackend, desk: Office, on_loop: OnLoop[Any]
+) -> None:
+    helper = long_program(
+        "async def with_retries(make, tries=3):",
+        "    for attempt in range(tries):",
+        "        try:",
+        "            return await make()",
+        "        except:",
+        '            print("retrying", attempt)',
+        '    return "gave up"',
+    )
+    assert on_loop(model_call(kb, helper)).status == ResultStatus.OK
+    code = long_program(
+        'got = await with_retries(lambda: tools.send_email(to="hal", body="x"))',
+        'print("got:", got)',
+    )
+    paused = on_loop(model_call(kb, code))
+
+    assert paused.status == ResultStatus.PAUSED, paused.text
+    assert "retrying" not in paused.text  # a `while True` helper would retry forever
+    went_on = continued(on_loop(bounded(kb.approve(paused.reference or ""))))
+    assert "got: sent to hal" in went_on.text and "retrying" not in went_on.text
+    assert desk.calls == {"send_email": 1}

@@ -6,8 +6,8 @@ return_exceptions=True)`` take it like any other error, and the program would go
 the call had failed. Once a program pauses, the next line of its own code that runs raises
 the pause again, until it ends: the program's code never goes on past its pause. Only lines
 of the program's own files are stopped (its cell, or the file a replay compiles it under,
-and the functions defined there); library code, ``finally`` blocks and context managers of
-other files run as usual.
+and the functions defined there, and the earlier cells whose functions it was running);
+library code, ``finally`` blocks and context managers of other files run as usual.
 
 On Python 3.12 and later this watches line events with ``sys.monitoring``, whose callback
 may raise again in each handler that catches the pause. Before 3.12 it is ``sys.settrace``,

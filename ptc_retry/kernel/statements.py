@@ -54,7 +54,9 @@ class Statements:
 
     def program_frames(self) -> list[types.FrameType]:
         """The frames of the program's own code now, outermost first: those of its cell (or
-        of the file a replay compiles it under) and of the functions defined there."""
+        of the file a replay compiles it under) and of the functions defined there, and of
+        the functions an earlier cell of the kernel defined (a helper an earlier program
+        wrote, that the program calls)."""
         running = self.running
         frames = self._frames()
         if running.program is not None:
@@ -65,7 +67,13 @@ class Statements:
             if not cells:
                 return []
             filename = cells[0].f_code.co_filename
-        return [frame for frame in frames if frame.f_code.co_filename == filename]
+        compiler = self._shell.compile
+        return [
+            frame
+            for frame in frames
+            if frame.f_code.co_filename == filename
+            or compiler.format_code_name(frame.f_code.co_filename) is not None
+        ]
 
     def _frames(self) -> list[types.FrameType]:
         """The frames from the kernel down to the call, outermost first: the stack, when the
