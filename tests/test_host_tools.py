@@ -756,7 +756,8 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "deep = 0\n"
         "for _ in range(20000):\n"
         "    deep = [deep]\n"
-        "for s in ['Great job \\ud83d', {'k': ['ok', '\\udce9']}, deep, float('nan'), {2: 'b'}]:\n"
+        "for s in ['Great job \\ud83d', {'k': ['ok', '\\udce9']}, deep, float('nan'), {2: 'b'},\n"
+        "          {'a': [{'b': 1, 3: 'c'}]}]:\n"
         "    try:\n"
         "        await tools.echo(s=s)\n"
         "    except ptc_retry.ToolError as error:\n"
@@ -784,6 +785,8 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "numbers (or None)",
         "tools.echo: argument 's' has the dict key 2 (int), which JSON would turn into the "
         'string "2"; use str keys',
+        "tools.echo: argument 's' has the dict key 3 (int at ['a'][0]), which JSON would turn "
+        'into the string "3"; use str keys',
         "tools.keywords: an argument's name holds a lone surrogate '\\ud83d' at index 1 of "
         "'s\\ud83d': half of a UTF-16 pair (an emoji cut in two, or undecodable bytes), which "
         "UTF-8 cannot encode; send valid text, e.g. s.encode('utf-8', 'replace').decode()",
