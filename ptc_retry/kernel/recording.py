@@ -38,8 +38,9 @@ class Reuse:
     that is one of the failures passed over (by it or by an earlier call: the other half of
     a ``gather``) goes live, and matching goes on. When such a call succeeds, a retry loop
     may stop sooner than it did then: a later call that differs from the next recorded one
-    is matched after the recorded success of the retried call (the attempts in between are
-    the ones this run made needless). A call that differs from the next recorded success
+    is matched after the recorded success of the retried call, or after its last recorded
+    failure when every attempt failed then (the attempts in between are the ones this run
+    made needless). A call that differs from the next recorded success
     ends the reuse: every later call goes live.
     """
 
@@ -147,8 +148,9 @@ class Reuse:
     def succeeded(self, record: CallRecord) -> None:
         """``record``, a live call that made a recorded failure again, succeeded: a retry
         loop that stops sooner than it did then never makes the attempts that followed that
-        failure up to the recorded success of the same call. The next call that differs from
-        the recorded ones may be matched after that success instead (:meth:`take`). The
+        failure up to the recorded success of the same call (up to its last recorded failure,
+        when the loop gave up then). The next call that differs from the recorded ones may be
+        matched after that place instead (:meth:`take`). The
         programs of ``then`` see it too: the failure may be one of theirs."""
         if self.then is not None:
             self.then.succeeded(record)
@@ -160,6 +162,9 @@ class Reuse:
                     (i for i in later if calls[i].get("ok") is True and record.matches(calls[i])),
                     None,
                 )
+                if success is None:  # every attempt failed then: the loop gave up after
+                    tried = [i for i in later if calls[i].get("ok") is False]
+                    success = next((i for i in reversed(tried) if record.matches(calls[i])), None)
                 if success is not None:
                     self._skips.append(_past_inner(calls, success))
                 self._retried.remove((retry, failure))

@@ -1,0 +1,82 @@
+"""Reuse at its edges, on a real kernel as in test_reuse_chains.py: a host tool's schema
+that changes a default between the failure and its fix, a retry loop that gave up then."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from . import test_tools_kernel as tools_kernel
+from .helpers import Kernel, follow
+from .test_reuse_chains import DEFAULTED, Notifier, Outages, _turns, run_turn, undefined
+
+shared = tools_kernel.shared
+
+
+def notify_defaulting(host: Notifier, urgent: Any) -> dict[str, Any]:
+    """``host``'s notify tool with ``urgent`` defaulting to ``urgent``."""
+    notify = copy.deepcopy(host.catalog[-1])
+    notify["parameters"]["properties"]["urgent"]["default"] = urgent
+    return notify
+
+
+def test_a_default_changed_before_the_fix_compares_the_recorded_call_with_its_own_default(
+    shared: Kernel,
+) -> None:
+    host = Notifier()
+    turn = next(_turns)
+    failed = run_turn(host, shared, DEFAULTED.format(team='"changed default team"'), turn)
+    assert undefined(failed) == "undefined_name"
+    # The tool now defaults to urgent: the fix spells out the urgent=False the first run
+    # was sent with.
+    host.catalog = [*tools_kernel.CATALOG, notify_defaulting(host, True)]
+
+    fixed = run_turn(
+        host,
+        shared,
+        f"await ptc_retry.replay({failed.ptc['reference']!r}, edits=["
+        "('\"changed default team\"', '\"changed default team\", urgent=False'), "
+        "(', undefined_name', '')])",
+        turn,
+    )
+
+    assert fixed.status == "ok", fixed.error
+    # The tool changed, so its call is made again; the customer's is the recorded one.
+    assert fixed.stdout == "sent 2 1\n"
+    assert host.counts["defaults customer"] == 1
+
+
+GAVE_UP_AFTER_LOGINS = """\
+# Each attempt logs in, then looks the stock up; three attempts while the service is down.
+for attempt in range(3):
+    token = await tools.count(name="gave-up-login token")
+    try:
+        stock = await tools.flaky(key="gave-up-login stock")
+        break
+    except ptc_retry.ToolError:
+        stock = None
+sent = await tools.count(name="gave-up-login email")
+print(attempt, stock, sent, undefined_name)
+"""
+
+
+def test_a_retry_loop_that_gave_up_after_logins_and_now_succeeds_does_not_email_again(
+    shared: Kernel,
+) -> None:
+    host = Outages()
+    host.down["gave-up-login stock"] = 3
+    turn = next(_turns)
+    failed = run_turn(host, shared, GAVE_UP_AFTER_LOGINS, turn)
+    assert undefined(failed) == "undefined_name"
+    made = len(host.calls())
+
+    fixed = run_turn(
+        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
+    )
+
+    assert fixed.status == "ok", fixed.error
+    # The service is back: the first login is reused, the lookup goes live and succeeds,
+    # and the email after the loop is the recorded one.
+    assert fixed.stdout == "0 gave-up-login stock: up 1\n"
+    assert host.calls()[made:] == [("flaky", {"key": "gave-up-login stock"})]
+    assert host.counts["gave-up-login email"] == 1
