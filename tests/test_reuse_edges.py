@@ -80,3 +80,42 @@ def test_a_retry_loop_that_gave_up_after_logins_and_now_succeeds_does_not_email_
     assert fixed.stdout == "0 gave-up-login stock: up 1\n"
     assert host.calls()[made:] == [("flaky", {"key": "gave-up-login stock"})]
     assert host.counts["gave-up-login email"] == 1
+
+
+GATHER_IN_A_RETRY = """\
+# Each attempt logs in, then prices both items at once; retry while a service is down.
+import asyncio
+for attempt in range(3):
+    token = await tools.count(name="loop-gather token")
+    try:
+        a, b = await asyncio.gather(
+            tools.flaky(key="loop-gather a"), tools.flaky(key="loop-gather b")
+        )
+        break
+    except ptc_retry.ToolError:
+        a = b = None
+sent = await tools.count(name="loop-gather email")
+print(attempt, a, b, sent, undefined_name)
+"""
+
+
+def test_a_gather_in_a_retry_loop_that_now_succeeds_at_once_does_not_email_again(
+    shared: Kernel,
+) -> None:
+    host = Outages()
+    host.down["loop-gather a"] = 1  # the first attempt's a fails, its b succeeds
+    turn = next(_turns)
+    failed = run_turn(host, shared, GATHER_IN_A_RETRY, turn)
+    assert undefined(failed) == "undefined_name"
+    made = len(host.calls())
+
+    fixed = run_turn(
+        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
+    )
+
+    assert fixed.status == "ok", fixed.error
+    # a goes live and succeeds, b is the first attempt's: the loop ends, and the email is
+    # the recorded one (not matched against the second attempt's b).
+    assert fixed.stdout == "0 loop-gather a: up loop-gather b: up 1\n"
+    assert host.calls()[made:] == [("flaky", {"key": "loop-gather a"})]
+    assert host.counts["loop-gather email"] == 1

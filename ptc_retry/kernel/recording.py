@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import sentences as said
-from .call_lines import CallRecord, origin
+from .call_lines import CallRecord, canonical, origin
 
 
 class Reuse:
@@ -150,8 +150,10 @@ class Reuse:
         loop that stops sooner than it did then never makes the attempts that followed that
         failure up to the recorded success of the same call (up to its last recorded failure,
         when the loop gave up then). The next call that differs from the recorded ones may be
-        matched after that place instead (:meth:`take`). The
-        programs of ``then`` see it too: the failure may be one of theirs."""
+        matched after that place instead (:meth:`take`), and after the recorded calls that
+        follow it and make again the calls this run made after the failure (the other half
+        of a ``gather``). The programs of ``then`` see it too: the failure may be one of
+        theirs."""
         if self.then is not None:
             self.then.succeeded(record)
         for retry, failure in self._retried:
@@ -166,7 +168,15 @@ class Reuse:
                     tried = [i for i in later if calls[i].get("ok") is False]
                     success = next((i for i in reversed(tried) if record.matches(calls[i])), None)
                 if success is not None:
-                    self._skips.append(_past_inner(calls, success))
+                    place = _past_inner(calls, success)
+                    # The calls this run made after the failure, in its attempt (the other
+                    # half of a gather), are made again after that success in the recorded
+                    # attempt: past them too.
+                    for taken in calls[failure + 1 : self._next]:
+                        if place >= len(calls) or not _same_call(calls[place], taken):
+                            break
+                        place = _past_inner(calls, place)
+                    self._skips.append(place)
                 self._retried.remove((retry, failure))
                 return
 
@@ -231,6 +241,13 @@ class Reuse:
         return said.TOOL_RESULTS_REUSED.render(
             reused=self.reused, results=results, sources=sources, live=self.live, calls=calls
         )
+
+
+def _same_call(line: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two recorded lines are calls of the same tool with the same arguments."""
+    return line.get("tool") == other.get("tool") and canonical(line.get("arguments")) == (
+        canonical(other.get("arguments"))
+    )
 
 
 def _past_inner(calls: Sequence[dict[str, Any]], index: int) -> int:
