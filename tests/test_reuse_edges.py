@@ -7,7 +7,7 @@ import copy
 from typing import Any
 
 from . import test_tools_kernel as tools_kernel
-from .helpers import Kernel, follow
+from .helpers import Execution, Kernel, follow
 from .test_reuse_chains import DEFAULTED, Notifier, Outages, _turns, run_turn, undefined
 
 shared = tools_kernel.shared
@@ -46,6 +46,21 @@ def test_a_default_changed_before_the_fix_compares_the_recorded_call_with_its_ow
     assert host.counts["defaults customer"] == 1
 
 
+def fail_then_fix(
+    host: Outages, kernel: Kernel, code: str, key: str, down: int
+) -> tuple[Execution, int]:
+    """Run ``code`` while the flaky service of ``key`` is down for ``down`` calls, then the
+    fix its notice offers (the service back up), which takes out the ``undefined_name`` it
+    fails on: the fix's execution, and how many calls the host had answered before it."""
+    host.down[key] = down
+    turn = next(_turns)
+    failed = run_turn(host, kernel, code, turn)
+    assert undefined(failed) == "undefined_name"
+    made = len(host.calls())
+    fix = follow(failed.ptc["notice"], old=", undefined_name", new="")
+    return run_turn(host, kernel, fix, turn), made
+
+
 GAVE_UP_AFTER_LOGINS = """\
 # Each attempt logs in, then looks the stock up; three attempts while the service is down.
 for attempt in range(3):
@@ -64,15 +79,7 @@ def test_a_retry_loop_that_gave_up_after_logins_and_now_succeeds_does_not_email_
     shared: Kernel,
 ) -> None:
     host = Outages()
-    host.down["gave-up-login stock"] = 3
-    turn = next(_turns)
-    failed = run_turn(host, shared, GAVE_UP_AFTER_LOGINS, turn)
-    assert undefined(failed) == "undefined_name"
-    made = len(host.calls())
-
-    fixed = run_turn(
-        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
-    )
+    fixed, made = fail_then_fix(host, shared, GAVE_UP_AFTER_LOGINS, "gave-up-login stock", 3)
 
     assert fixed.status == "ok", fixed.error
     # The service is back: the first login is reused, the lookup goes live and succeeds,
@@ -103,15 +110,8 @@ def test_a_gather_in_a_retry_loop_that_now_succeeds_at_once_does_not_email_again
     shared: Kernel,
 ) -> None:
     host = Outages()
-    host.down["loop-gather a"] = 1  # the first attempt's a fails, its b succeeds
-    turn = next(_turns)
-    failed = run_turn(host, shared, GATHER_IN_A_RETRY, turn)
-    assert undefined(failed) == "undefined_name"
-    made = len(host.calls())
-
-    fixed = run_turn(
-        host, shared, follow(failed.ptc["notice"], old=", undefined_name", new=""), turn
-    )
+    # The first attempt's a fails, its b succeeds.
+    fixed, made = fail_then_fix(host, shared, GATHER_IN_A_RETRY, "loop-gather a", 1)
 
     assert fixed.status == "ok", fixed.error
     # a goes live and succeeds, b is the first attempt's: the loop ends, and the email is
