@@ -119,3 +119,37 @@ def test_a_gather_in_a_retry_loop_that_now_succeeds_at_once_does_not_email_again
     assert fixed.stdout == "0 loop-gather a: up loop-gather b: up 1\n"
     assert host.calls()[made:] == [("flaky", {"key": "loop-gather a"})]
     assert host.counts["loop-gather email"] == 1
+
+
+TUPLE_ARGUMENT = """\
+# Add the pair up in a recorded function, then email the total.
+@ptc_retry.recorded
+def total(pair):
+    return sum(pair)
+
+t = total((1, 2))
+sent = await tools.count(name="tuple-argument email")
+print(t, sent, undefined_name)
+"""
+
+
+def test_a_recorded_function_given_a_tuple_goes_live_and_the_email_after_it_is_reused(
+    shared: Kernel,
+) -> None:
+    host = Notifier()
+    turn = next(_turns)
+    failed = run_turn(host, shared, TUPLE_ARGUMENT, turn)
+    assert undefined(failed) == "undefined_name"
+
+    fixed = run_turn(
+        host,
+        shared,
+        f"await ptc_retry.replay({failed.ptc['reference']!r}, ', undefined_name', '')",
+        turn,
+    )
+
+    assert fixed.status == "ok", fixed.error
+    # A tuple is no JSON: no telling whether total's call is the same, so it runs again;
+    # the email after it is still the recorded one.
+    assert fixed.stdout == "3 1\n"
+    assert host.counts["tuple-argument email"] == 1

@@ -105,14 +105,17 @@ class Reuse:
         success = first
         while success < len(calls) and calls[success].get("ok") is not True:
             success += 1
-        if success < len(calls) and record.matches(calls[success]):
+        if success < len(calls) and (
+            record.matches(calls[success]) or record.uncompared(calls[success])
+        ):
             self._passed += range(first, success)
             self._next = success + 1
             line = calls[success]
             # A result recorded as not reusable (or a damaged line that holds none), or that a
-            # recorded function would not return now (its code or reads differ): this call
-            # goes live, and the next may still match, the calls it makes inside first.
-            if not (record.may_take(line) and "result" in line):
+            # recorded function would not return now (its code or reads differ, or arguments
+            # that are not JSON left no telling): this call goes live, and the next may
+            # still match, the calls it makes inside first.
+            if record.arguments is None or not (record.may_take(line) and "result" in line):
                 return None
             self._next = _past_inner(calls, success)
             self.inner = calls[success + 1 : self._next]
