@@ -1,14 +1,16 @@
 """Reuse at its edges, on a real kernel as in test_reuse_chains.py: a host tool's schema
-that changes a default between the failure and its fix, a retry loop that gave up then."""
+that changes a default between the failure and its fix, retry loops that gave up or
+gathered, a recorded function given a tuple, and lines a full disk kept in memory."""
 
 from __future__ import annotations
 
 import copy
+import os
 from typing import Any
 
 from . import test_tools_kernel as tools_kernel
 from .helpers import Execution, Kernel, follow
-from .test_reuse_chains import DEFAULTED, Notifier, Outages, _turns, run_turn, undefined
+from .test_reuse_chains import DEFAULTED, FILL_DISK, Notifier, Outages, _turns, run_turn, undefined
 
 shared = tools_kernel.shared
 
@@ -153,3 +155,35 @@ def test_a_recorded_function_given_a_tuple_goes_live_and_the_email_after_it_is_r
     # the email after it is still the recorded one.
     assert fixed.stdout == "3 1\n"
     assert host.counts["tuple-argument email"] == 1
+
+
+DISK_STAYS_FULL = (
+    FILL_DISK
+    + """\
+first = await tools.count(name="freed-disk first")
+second = await tools.count(name="freed-disk second")
+print(first, second, totl)
+"""
+)
+
+
+def test_calls_kept_for_want_of_disk_are_written_once_it_has_room_and_outlive_a_restart(
+    start_kernel: Any, tmpfs: Any
+) -> None:
+    host = Notifier()
+    disk = tmpfs("size=256k,mode=0700")
+    kernel = start_kernel(root=disk / "root")
+    turn = next(_turns)
+    filler = str(disk / "filler")
+    failed = run_turn(host, kernel, DISK_STAYS_FULL.format(filler=filler), turn)
+    assert undefined(failed) == "totl"
+    assert "could not record the tool calls" in failed.stderr
+    os.remove(filler)  # the disk has room again, after that program ended
+    assert run_turn(host, kernel, "'a later program'", turn).status == "ok"
+    kernel.restart()  # what the kernel kept in memory is gone
+
+    fixed = run_turn(host, kernel, follow(failed.ptc["notice"], old="totl", new="0"), turn)
+
+    assert fixed.status == "ok", fixed.error
+    assert fixed.stdout == "1 1 0\n"
+    assert host.counts["freed-disk first"] == 1 and host.counts["freed-disk second"] == 1
