@@ -237,7 +237,7 @@ def test_a_tool_is_described_by_its_hints_and_its_docstring() -> None:
             "description": "Add two numbers.",
             "parameters": {
                 "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 2}},
                 "required": ["a"],
                 "additionalProperties": False,
             },
@@ -298,7 +298,7 @@ def test_the_prompt_section_lists_each_tool_on_one_line(tmp_path: Path) -> None:
     prompt = kb.system_prompt()
 
     assert prompt == CODE_PROMPT.render(session_dir=kb.session_dir) + TOOLS_PROMPT.render() + (
-        "await tools.add(a: int, b: int = ...)  # Add two numbers.\n"
+        "await tools.add(a: int, b: int = 2)  # Add two numbers.\n"
         "await tools.lookup(message: str)\n"
         "await tools.anything(q: str, **kwargs)  # Search for anything.\n"
     )
@@ -323,7 +323,7 @@ def test_bad_calls_get_an_error_that_says_what_to_send() -> None:
     tools = HostTools()
     for function in Host().tools():
         tools.register(function)
-    takes = "it takes (a: int, b: int = ...)"
+    takes = "it takes (a: int, b: int = 2)"
 
     results = answer(
         tools,

@@ -4,12 +4,13 @@ gathered, a recorded function given a tuple, and lines a full disk kept in memor
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import os
 from typing import Any
 
 from . import test_tools_kernel as tools_kernel
-from .helpers import Execution, Kernel, follow
+from .helpers import Execution, Kernel, OnLoop, StartBackend, follow
 from .test_reuse_chains import DEFAULTED, FILL_DISK, Notifier, Outages, _turns, run_turn, undefined
 
 shared = tools_kernel.shared
@@ -187,3 +188,39 @@ def test_calls_kept_for_want_of_disk_are_written_once_it_has_room_and_outlive_a_
     assert fixed.status == "ok", fixed.error
     assert fixed.stdout == "1 1 0\n"
     assert host.counts["freed-disk first"] == 1 and host.counts["freed-disk second"] == 1
+
+
+class Desk:
+    """Host tools registered as Python functions, whose defaults their schema gives."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, bool]] = []
+
+    def notify(self, to: str, urgent: bool = False) -> str:
+        """Send a message (a side effect)."""
+        self.sent.append((to, urgent))
+        return f"sent {len(self.sent)}"
+
+
+def test_a_registered_function_s_default_spelt_out_by_the_fix_sends_nothing_twice(
+    start_backend: StartBackend, options: dict[str, Any], on_loop: OnLoop[Any]
+) -> None:
+    desk = Desk()
+    kb = start_backend(tools=[desk.notify], **options)
+    program = (
+        "team = await tools.notify('registered team')\n"
+        "customer = await tools.notify('registered customer', urgent=True)\n"
+        "print(team, customer, undefined_name)\n"
+    )
+    failed = on_loop(asyncio.wait_for(kb.run_code(program), 30))
+    assert failed.status == "error" and failed.reference is not None
+    fix = (
+        f"await ptc_retry.replay({failed.reference!r}, edits=[(\"'registered team')\", "
+        "\"'registered team', urgent=False)\"), (', undefined_name', '')])"
+    )
+
+    fixed = on_loop(asyncio.wait_for(kb.run_code(fix), 30))
+
+    assert fixed.status == "ok", fixed.text
+    assert fixed.text.startswith("sent 1 sent 2"), fixed.text
+    assert desk.sent == [("registered team", False), ("registered customer", True)]
