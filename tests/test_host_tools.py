@@ -237,7 +237,7 @@ def test_a_tool_is_described_by_its_hints_and_its_docstring() -> None:
             "description": "Add two numbers.",
             "parameters": {
                 "type": "object",
-                "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+                "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 2}},
                 "required": ["a"],
                 "additionalProperties": False,
             },
@@ -298,7 +298,7 @@ def test_the_prompt_section_lists_each_tool_on_one_line(tmp_path: Path) -> None:
     prompt = kb.system_prompt()
 
     assert prompt == CODE_PROMPT.render(session_dir=kb.session_dir) + TOOLS_PROMPT.render() + (
-        "await tools.add(a: int, b: int = ...)  # Add two numbers.\n"
+        "await tools.add(a: int, b: int = 2)  # Add two numbers.\n"
         "await tools.lookup(message: str)\n"
         "await tools.anything(q: str, **kwargs)  # Search for anything.\n"
     )
@@ -323,7 +323,7 @@ def test_bad_calls_get_an_error_that_says_what_to_send() -> None:
     tools = HostTools()
     for function in Host().tools():
         tools.register(function)
-    takes = "it takes (a: int, b: int = ...)"
+    takes = "it takes (a: int, b: int = 2)"
 
     results = answer(
         tools,
@@ -756,7 +756,8 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "deep = 0\n"
         "for _ in range(20000):\n"
         "    deep = [deep]\n"
-        "for s in ['Great job \\ud83d', {'k': ['ok', '\\udce9']}, deep, float('nan'), {2: 'b'}]:\n"
+        "for s in ['Great job \\ud83d', {'k': ['ok', '\\udce9']}, deep, float('nan'), {2: 'b'},\n"
+        "          {'a': [{'b': 1, 3: 'c'}]}]:\n"
         "    try:\n"
         "        await tools.echo(s=s)\n"
         "    except ptc_retry.ToolError as error:\n"
@@ -784,6 +785,8 @@ def test_arguments_the_wire_cannot_carry_are_refused_before_the_host_is_called(
         "numbers (or None)",
         "tools.echo: argument 's' has the dict key 2 (int), which JSON would turn into the "
         'string "2"; use str keys',
+        "tools.echo: argument 's' has the dict key 3 (int at ['a'][0]), which JSON would turn "
+        'into the string "3"; use str keys',
         "tools.keywords: an argument's name holds a lone surrogate '\\ud83d' at index 1 of "
         "'s\\ud83d': half of a UTF-16 pair (an emoji cut in two, or undecodable bytes), which "
         "UTF-8 cannot encode; send valid text, e.g. s.encode('utf-8', 'replace').decode()",

@@ -41,6 +41,7 @@ from .helpers import (
     raw,
     tool_call_lines,
 )
+from .test_reuse_chains import Notifier
 from .test_tools_kernel import Host as Answering
 
 #: Each backend test runs on a local kernel. Those whose kernel dies or whose program is
@@ -598,3 +599,21 @@ def test_the_kernel_appends_only_what_its_recording_lacks(
     assert late["statement"] == before[1]["statement"] == 1
     again = host.run(kernel, "'again'", **{TOOL_RESULTS: entries})
     assert again.result == "'again'" and tool_call_lines(checkpoint_root / "test", "p1") == lines
+
+
+def test_a_late_line_keeps_the_defaults_its_call_was_compared_with(
+    kernel: Kernel, checkpoint_root: Path
+) -> None:
+    host = Notifier()
+    host.answer = lambda call: {"id": call["id"], "ok": False, "error": "TimeoutError: slow"}
+    code = "try:\n    await tools.notify('ops')\nexcept ptc_retry.ToolError:\n    pass"
+    assert host.run(kernel, code, call_id="d1").status == "ok"
+    (failed,) = tool_call_lines(checkpoint_root / "test", "d1")
+    entry = {"program": "d1", "k": 1, "tool": "notify", "arguments": {"to": "ops"}, "result": 1}
+
+    host.run(kernel, "'ran'", **{TOOL_RESULTS: [entry]})
+
+    late = tool_call_lines(checkpoint_root / "test", "d1")[-1]
+    assert late["late"] is True
+    # A fix that followed this program compares the call as it was made: urgent=False.
+    assert (late["schema"], late["defaults"]) == (failed["schema"], {"urgent": False})

@@ -149,7 +149,7 @@ class HostTools:
         tool = HostTool(
             tool_name,
             " ".join(description.split()) if description is not None else first_paragraph(function),
-            signature_schema(function),
+            signature_schema(function, defaults=True),
             function,
             is_async(function),
             checked,

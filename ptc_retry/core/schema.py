@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import inspect
 import keyword
+import math
 import typing
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -121,8 +122,10 @@ def first_paragraph(function: Callable[..., Any]) -> str:
     return " ".join(doc.split("\n\n", 1)[0].split())
 
 
-def signature_schema(function: Callable[..., Any]) -> dict[str, Any]:
-    """A JSON schema of the keyword arguments ``function`` takes, typed where that is plain."""
+def signature_schema(function: Callable[..., Any], *, defaults: bool = False) -> dict[str, Any]:
+    """A JSON schema of the keyword arguments ``function`` takes, typed where that is plain;
+    with ``defaults``, the JSON defaults of those it gives one (a host tool's: a replay fills
+    them in when it compares calls, and the prompt shows them)."""
     try:
         signature = inspect.signature(function)
     except (TypeError, ValueError):
@@ -145,9 +148,26 @@ def signature_schema(function: Callable[..., Any]) -> dict[str, Any]:
         properties[parameter.name] = {"type": json_type} if json_type else {}
         if parameter.default is parameter.empty:
             required.append(parameter.name)
+        elif defaults and _is_json(parameter.default):  # a replay compares calls with it
+            properties[parameter.name]["default"] = parameter.default
     schema: dict[str, Any] = {"type": "object", "properties": properties}
     if required:
         schema["required"] = required
     if not extra:
         schema["additionalProperties"] = False
     return schema
+
+
+def _is_json(value: Any) -> bool:
+    """Whether ``value`` is plain JSON (None, a bool, a finite number, a str, or lists and
+    str-keyed dicts of them) that comes back from JSON as it is: a schema default."""
+    kind = type(value)
+    if value is None or kind in (bool, int, str):
+        return True
+    if kind is float:
+        return math.isfinite(value)
+    if kind is list:
+        return all(_is_json(item) for item in value)
+    if kind is dict:
+        return all(type(key) is str and _is_json(item) for key, item in value.items())
+    return False

@@ -94,13 +94,28 @@ class CallRecord:
 
     def matches(self, line: dict[str, Any]) -> bool:
         """Whether ``line`` (a recorded call) is this call: same tool and arguments, the
-        tool's schema defaults filled in on both sides."""
+        tool's schema defaults filled in on both sides: the recorded call's own (its line's
+        ``defaults``) on its side, when the schema gave them then, so a default the schema
+        changed since is the one that call was made with."""
         if self.arguments is None:  # not JSON: no telling whether it is the same
             return False
         if line.get("tool") != self.tool:
             return False
-        recorded = _filled(line.get("arguments"), self.defaults)
+        then = line.get("defaults")
+        then = {**(self.defaults or {}), **then} if isinstance(then, dict) else self.defaults
+        recorded = _filled(line.get("arguments"), then)
         return canonical(recorded) == canonical(_filled(self.arguments, self.defaults))
+
+    def uncompared(self, line: dict[str, Any]) -> bool:
+        """Whether ``line`` is a call of the same recorded function whose arguments, like
+        this call's, are not JSON (a tuple, an int key): no telling whether it is the same
+        call, so this one goes live, yet in its place (the calls after it may match)."""
+        return (
+            self.arguments is None
+            and self.tool.startswith(RECORDED)
+            and line.get("tool") == self.tool
+            and line.get("arguments") is None
+        )
 
     def may_take(self, line: dict[str, Any]) -> bool:
         """Whether this call may be given the result of ``line``, a recorded call it matches:

@@ -173,9 +173,22 @@ def _not_json(value: Any) -> str:
             return "holds NaN or Infinity, which are not JSON; pass finite numbers (or None)"
         return f"is not JSON ({exc}); pass {kinds}"
     except TypeError as exc:
+        key = _unsortable_key(value)  # {1: "a", "b": 2}: sort_keys cannot order 1 and "b"
+        if key is not None:
+            return key
         if isinstance(value, (dict, list, tuple)):
             return f"is not JSON ({exc}); pass {kinds}"
     return f"is a {type(value).__name__}, not JSON ({kinds})"
+
+
+def _unsortable_key(value: Any) -> str | None:
+    """The words of :func:`not_str_key` when ``value`` is JSON but for keys of mixed types,
+    which ``sort_keys`` cannot order; None otherwise (a circular value is never walked)."""
+    try:
+        json.dumps(value)
+    except (TypeError, ValueError, RecursionError):
+        return None
+    return not_str_key(value)
 
 
 def _with_nan(value: Any) -> bool:

@@ -133,6 +133,7 @@ class Checkpoints:
             self._failed("could not save this program", exc)
             return None
         self._warn_once.reset()
+        self._write_all_waiting()
         return call
 
     def finish(self, call: Call, status: str, **extra: object) -> None:
@@ -142,6 +143,8 @@ class Checkpoints:
                 self.store.finish(call, status, **extra)
             except _STORE_ERRORS as exc:
                 self._failed("could not write the history", exc)
+            else:
+                self._write_all_waiting()
 
     def link_number(self, call: Call) -> None:
         """``calls/<n>.json``, for a model that reads the file without the helper."""
@@ -199,16 +202,38 @@ class Checkpoints:
         self._keep(call_id, line)
         waiting, sizes = self._unwritten[call_id]
         try:
-            while waiting:
-                self.store.record_tool_call(call_id, waiting[0])
-                del waiting[0]
-                self._unwritten_bytes -= sizes.pop(0)
+            self._write_waiting(call_id)
         except _STORE_ERRORS as exc:
             self._failed(f"could not record the tool calls of {call_id}", exc)
             if sizes == [0]:  # the line that was to be written at once is kept: bound it
                 del waiting[0], sizes[0]
                 self._keep(call_id, line, measure=True)
         if not waiting:
+            del self._unwritten[call_id]
+
+    def _write_waiting(self, call_id: str) -> None:
+        """Write the lines of ``call_id`` that wait, in order, as far as the store can (the
+        store's error, past the last one written)."""
+        assert self.store is not None
+        waiting, sizes = self._unwritten[call_id]
+        while waiting:
+            self.store.record_tool_call(call_id, waiting[0])
+            del waiting[0]
+            self._unwritten_bytes -= sizes.pop(0)
+
+    def _write_all_waiting(self) -> None:
+        """Write every program's lines that wait, when the store can: a program that ended
+        while the disk was full has no next line to write them before, and a kernel that
+        restarts would lose them (its fix would make those calls again). Their failure was
+        said when they were kept: one now is only logged."""
+        if self.store is None:
+            return
+        for call_id in list(self._unwritten):
+            try:
+                self._write_waiting(call_id)
+            except _STORE_ERRORS as exc:
+                logger.info("could not write the kept tool calls of %s: %s", call_id, exc)
+                return
             del self._unwritten[call_id]
 
     def _keep(self, call_id: str, line: dict[str, Any], *, measure: bool = False) -> None:

@@ -6,8 +6,8 @@ runs, so that a replay or resume reuses them instead of making the calls again.
 
 Exact: a line is appended only for a call of a program of this session whose recording does
 not already say it succeeded, and whose own line, if it has one, names the same tool and
-arguments. The appended line carries that line's ``k``, tool, arguments and statement, and
-``"late": true``; being the call's last line, it is the call's truth (see
+arguments. The appended line carries that line's ``k``, tool, arguments, statement, schema
+and defaults, and ``"late": true``; being the call's last line, it is the call's truth (see
 :func:`ptc_retry.core.session_files.latest_calls`).
 """
 
@@ -95,6 +95,8 @@ def _superseding(entry: dict[str, Any], line: dict[str, Any] | None) -> dict[str
             record.within = within
         if isinstance(line.get("schema"), str):
             record.schema = line["schema"]
+        if isinstance(line.get("defaults"), dict):  # what the call is compared with
+            record.defaults = line["defaults"]
     record.ok, record.result = True, entry["result"]
     return {**record.line(), "late": True}
 

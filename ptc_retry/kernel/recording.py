@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..core import sentences as said
-from .call_lines import CallRecord, origin
+from .call_lines import CallRecord, canonical, origin
 
 
 class Reuse:
@@ -38,8 +38,9 @@ class Reuse:
     that is one of the failures passed over (by it or by an earlier call: the other half of
     a ``gather``) goes live, and matching goes on. When such a call succeeds, a retry loop
     may stop sooner than it did then: a later call that differs from the next recorded one
-    is matched after the recorded success of the retried call (the attempts in between are
-    the ones this run made needless). A call that differs from the next recorded success
+    is matched after the recorded success of the retried call, or after its last recorded
+    failure when every attempt failed then (the attempts in between are the ones this run
+    made needless). A call that differs from the next recorded success
     ends the reuse: every later call goes live.
     """
 
@@ -104,14 +105,17 @@ class Reuse:
         success = first
         while success < len(calls) and calls[success].get("ok") is not True:
             success += 1
-        if success < len(calls) and record.matches(calls[success]):
+        if success < len(calls) and (
+            record.matches(calls[success]) or record.uncompared(calls[success])
+        ):
             self._passed += range(first, success)
             self._next = success + 1
             line = calls[success]
             # A result recorded as not reusable (or a damaged line that holds none), or that a
-            # recorded function would not return now (its code or reads differ): this call
-            # goes live, and the next may still match, the calls it makes inside first.
-            if not (record.may_take(line) and "result" in line):
+            # recorded function would not return now (its code or reads differ, or arguments
+            # that are not JSON left no telling): this call goes live, and the next may
+            # still match, the calls it makes inside first.
+            if record.arguments is None or not (record.may_take(line) and "result" in line):
                 return None
             self._next = _past_inner(calls, success)
             self.inner = calls[success + 1 : self._next]
@@ -147,9 +151,12 @@ class Reuse:
     def succeeded(self, record: CallRecord) -> None:
         """``record``, a live call that made a recorded failure again, succeeded: a retry
         loop that stops sooner than it did then never makes the attempts that followed that
-        failure up to the recorded success of the same call. The next call that differs from
-        the recorded ones may be matched after that success instead (:meth:`take`). The
-        programs of ``then`` see it too: the failure may be one of theirs."""
+        failure up to the recorded success of the same call (up to its last recorded failure,
+        when the loop gave up then). The next call that differs from the recorded ones may be
+        matched after that place instead (:meth:`take`), and after the recorded calls that
+        follow it and make again the calls this run made after the failure (the other half
+        of a ``gather``). The programs of ``then`` see it too: the failure may be one of
+        theirs."""
         if self.then is not None:
             self.then.succeeded(record)
         for retry, failure in self._retried:
@@ -160,8 +167,19 @@ class Reuse:
                     (i for i in later if calls[i].get("ok") is True and record.matches(calls[i])),
                     None,
                 )
+                if success is None:  # every attempt failed then: the loop gave up after
+                    tried = [i for i in later if calls[i].get("ok") is False]
+                    success = next((i for i in reversed(tried) if record.matches(calls[i])), None)
                 if success is not None:
-                    self._skips.append(_past_inner(calls, success))
+                    place = _past_inner(calls, success)
+                    # The calls this run made after the failure, in its attempt (the other
+                    # half of a gather), are made again after that success in the recorded
+                    # attempt: past them too.
+                    for taken in calls[failure + 1 : self._next]:
+                        if place >= len(calls) or not _same_call(calls[place], taken):
+                            break
+                        place = _past_inner(calls, place)
+                    self._skips.append(place)
                 self._retried.remove((retry, failure))
                 return
 
@@ -226,6 +244,13 @@ class Reuse:
         return said.TOOL_RESULTS_REUSED.render(
             reused=self.reused, results=results, sources=sources, live=self.live, calls=calls
         )
+
+
+def _same_call(line: dict[str, Any], other: dict[str, Any]) -> bool:
+    """Whether two recorded lines are calls of the same tool with the same arguments."""
+    return line.get("tool") == other.get("tool") and canonical(line.get("arguments")) == (
+        canonical(other.get("arguments"))
+    )
 
 
 def _past_inner(calls: Sequence[dict[str, Any]], index: int) -> int:
