@@ -36,6 +36,7 @@ from .tool_checks import (
     raised,
 )
 from .tracing import NO_HOST_SPAN, HostSpan, Tracing
+from .within import within
 
 __all__ = ["Completed", "HostTool", "HostTools"]
 
@@ -298,7 +299,7 @@ class HostTools:
         CancelledError passes: the batch may be cancelled."""
         assert self.approver is not None
         try:
-            answer = await asyncio.wait_for(self.approver(waiting), self.approver_timeout)
+            answer = await within(self.approver(waiting), self.approver_timeout)
         except asyncio.TimeoutError:
             log.warning(
                 "the approver gave no answer on tools.%s within %g s: the call waits",
