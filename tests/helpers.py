@@ -369,6 +369,25 @@ class Kernel:
     def restart(self) -> None:
         self.manager.restart_kernel(now=True)
         self.client.wait_for_ready(timeout=KERNEL_TIMEOUT)
+        self._wait_for_iopub()
+
+    def _wait_for_iopub(self) -> None:
+        """Until the restarted kernel's status reaches this client on IOPub: its channel
+        subscribes again after a restart, and a status the kernel publishes before then is
+        lost (jupyter_client 8.0 on a loaded machine), so the next program's idle would never
+        come. Each kernel_info request publishes one."""
+        deadline = time.monotonic() + KERNEL_TIMEOUT
+        while time.monotonic() < deadline:
+            msg_id = self.client.kernel_info()
+            seen = time.monotonic() + 1
+            while time.monotonic() < seen:
+                try:
+                    msg = self.client.get_iopub_msg(timeout=self._left(seen))
+                except queue.Empty:
+                    break
+                if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status":
+                    return
+        raise TimeoutError(f"no status on IOPub within {KERNEL_TIMEOUT}s of a restart")
 
     def shutdown(self) -> None:
         self.client.stop_channels()
