@@ -157,6 +157,12 @@ def model_call_id(prefix: str, length: int, seed: int) -> str:
     return prefix + "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(length))
 
 
+#: A minute's blocking wait (``import time`` first) that an interrupt stops within 0.05 s. One
+#: ``time.sleep(60)`` sleeps on when the SIGINT lands just before its system call: CPython
+#: looks for a signal only once the call is interrupted, and the C handler already ran.
+BLOCKING_MINUTE = "for _ in range(1200):\n    time.sleep(0.05)\n"
+
+
 def wait_until(condition: Callable[[], object], seconds: float, what: str) -> None:
     """Poll ``condition`` until it holds; fail naming ``what`` after ``seconds``."""
     deadline = time.monotonic() + seconds

@@ -11,15 +11,17 @@ from typing import Any
 import ipykernel
 import pytest
 
-from .helpers import Execution, Kernel, history
+from .helpers import BLOCKING_MINUTE, Execution, Kernel, history
 
 # Fails at once on its last line; its first line is what a replay changes.
 # Each prints WAITING just before it waits, which is when the tests interrupt it.
+# A blocking wait is many short sleeps (BLOCKING_MINUTE).
 WAITING = "waiting"
 #: An awaiting program says WAITING once it is suspended in its next ``await``: from the loop.
 AWAITING = "asyncio.get_running_loop().call_soon(lambda: print('waiting', flush=True))\n"
 SLEEPER = (
-    "import time\nseconds = 0\nprint('waiting', flush=True)\ntime.sleep(seconds)\n"
+    "import time\nseconds = 0\nprint('waiting', flush=True)\nfor _ in range(seconds * 20):\n"
+    "    time.sleep(0.05)\n"
     "print('slept')\nundefined_name\n"
 )
 SPINNER = (
@@ -64,13 +66,13 @@ def test_an_interrupt_stops_a_replayed_program_at_once(
 
 @pytest.mark.parametrize(
     "wait",
-    ["time.sleep(seconds)", "await asyncio.sleep(seconds)"],
+    ["time.sleep(0.05)", "await asyncio.sleep(0.05)"],
     ids=["blocking", "awaiting"],
 )
 def test_an_interrupted_replay_is_offered_going_on(
     kernel: Kernel, checkpoint_root: Path, wait: str
 ) -> None:
-    sleeper = SLEEPER.replace("time.sleep(seconds)", wait)
+    sleeper = SLEEPER.replace("time.sleep(0.05)", wait)
     if wait.startswith("await"):
         sleeper = sleeper.replace("print('waiting', flush=True)\n", AWAITING)
     long_sleeper = (
@@ -97,9 +99,10 @@ def test_an_interrupt_stops_a_cell_that_awaits(kernel: Kernel) -> None:
 
 
 def test_an_interrupt_still_stops_a_plain_cell_and_the_kernel_goes_on(kernel: Kernel) -> None:
-    sleeping = "import time\nprint('waiting', flush=True)\ntime.sleep(60)"
+    sleeping = "import time\nprint('waiting', flush=True)\n" + BLOCKING_MINUTE
     stopped, after = interrupted_when_waiting(kernel, sleeping)
-    assert after < 5 and stopped.error["ename"] == "KeyboardInterrupt"
+    assert after < 5, f"the cell ran on for {after:.1f} s after the interrupt: {stopped.error}"
+    assert stopped.error["ename"] == "KeyboardInterrupt"
     assert kernel.execute("1 + 1").result == "2"
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from .helpers import Kernel, spawn
+from .helpers import BLOCKING_MINUTE, Kernel, spawn
 
 HEADER = {"msg_id": str, "msg_type": str, "username": str, "session": str, "version": str}
 
@@ -161,7 +161,7 @@ def test_kernel_info_describes_python(kernel: Kernel) -> None:
 
 def test_interrupt_stops_a_running_program_and_the_kernel_goes_on(kernel: Kernel) -> None:
     # stop_on_error False (kernel.send): ipykernel 6 may otherwise abort the next request.
-    msg_id = kernel.send("import time\nprint('start', flush=True)\ntime.sleep(60)")
+    msg_id = kernel.send("import time\nprint('start', flush=True)\n" + BLOCKING_MINUTE)
     kernel.wait_for_output(msg_id, "start")
     kernel.manager.interrupt_kernel()
     executed = kernel.collect(msg_id, timeout=30)
