@@ -148,6 +148,12 @@ def checkpoint_root(tmp_path: Path) -> Path:
 
 
 @pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A checkpoint root that does not exist yet (a store or the CLI makes it)."""
+    return tmp_path / "root"
+
+
+@pytest.fixture
 def start_kernel(jupyter_path: Path, checkpoint_root: Path) -> Iterator[StartKernel]:
     """``start_kernel(name="ptc-retry", session="test", root=None, env=None, args=())``."""
     kernels: list[Kernel] = []

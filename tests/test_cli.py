@@ -22,11 +22,6 @@ PROGRAM = "import json\nrows = load()\nfor row in rows:\n    check(row, retries=
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "root"
-
-
-@pytest.fixture
 def cli(capsys: pytest.CaptureFixture[str]) -> Any:
     """``cli(*argv) -> (exit code, stdout, stderr)``."""
 

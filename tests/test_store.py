@@ -26,11 +26,6 @@ OpenStore = Callable[..., CheckpointStore]
 
 
 @pytest.fixture
-def root(tmp_path: Path) -> Path:
-    return tmp_path / "root"
-
-
-@pytest.fixture
 def open_store(root: Path) -> Iterator[OpenStore]:
     """``open_store(session="s", root=root)``; every store opened is closed after the test."""
     opened: list[CheckpointStore] = []

@@ -174,6 +174,20 @@ STORE_PROBLEM = Sentence(
     35,
     {"problem": "could not save the program (OSError: [Errno 28] No space left on device)"},
 )
+#: The ``problem`` of ``STORE_PROBLEM`` when the disk is full and a program's tool-call lines
+#: pass ``PtcRetry.unwritten_tool_calls_bytes`` in memory: kept without their results, then
+#: (past twice the cap) dropped from call ``k`` on.
+TOOL_CALLS_THINNED = Sentence(
+    "kept the tool calls of {call_id} without their results, for want of disk: a fix of it "
+    "makes those calls live again",
+    45,
+)
+TOOL_CALLS_DROPPED = Sentence(
+    "dropped the tool-call lines of {call_id} from call {k} on, for want of disk and memory: "
+    "a fix of it makes those calls live",
+    50,
+    {"k": 1234},
+)
 #: Said on stderr when a resume must run the whole program (``reason``: why).
 RUN_WHOLE = Sentence(
     "ptc-retry: {reason}: running the whole program.",

@@ -258,17 +258,11 @@ class Checkpoints:
         if call_id in self._dropped or self._unwritten_bytes + size > 2 * limit:
             if call_id not in self._dropped:
                 self._dropped.add(call_id)
-                self.warn(
-                    f"dropped the tool-call lines of {call_id} from call {line.get('k')} on, "
-                    "for want of disk and memory: a fix of it makes those calls live"
-                )
+                self.warn(said.TOOL_CALLS_DROPPED.render(call_id=call_id, k=line.get("k")))
             return
         if line.get("kept_without_result") and call_id not in self._thinned:
             self._thinned.add(call_id)
-            self.warn(
-                f"kept the tool calls of {call_id} without their results, for want of disk: "
-                "a fix of it makes those calls live again"
-            )
+            self.warn(said.TOOL_CALLS_THINNED.render(call_id=call_id))
         waiting.append(line)
         sizes.append(size)
         self._unwritten_bytes += size
