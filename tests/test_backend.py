@@ -408,6 +408,36 @@ def test_unknown_kernel_name_is_a_clear_error(
         on_loop(kb.start())
 
 
+@pytest.mark.transports("local")
+@pytest.mark.parametrize("deaths", [1, 2], ids=["once", "every time"])
+def test_a_kernel_that_dies_as_it_starts_is_started_once_more(
+    on_loop: OnLoop[Any], options: dict[str, Any], tmp_path: Path, deaths: int
+) -> None:
+    # As a kernel does whose port another process bound first: it dies before kernel_info.
+    ipython = tmp_path / "ipython"
+    startup = ipython / "profile_default" / "startup"
+    startup.mkdir(parents=True)
+    starts = tmp_path / "starts"
+    (startup / "00-die.py").write_text(
+        f"import os, pathlib\nstarts = pathlib.Path({str(starts)!r})\n"
+        "n = int(starts.read_text()) if starts.exists() else 0\n"
+        f"starts.write_text(str(n + 1))\nif n < {deaths}:\n    os._exit(1)\n"
+    )
+    kb = KernelBackend(
+        session_id=f"dies-{deaths}", root=options["root"], env={"IPYTHONDIR": str(ipython)}
+    )
+    try:
+        if deaths == 1:
+            on_loop(kb.start())
+            assert on_loop(kb.run_code("6 * 7")).value == "42"
+        else:
+            with pytest.raises(KernelStartError, match="died as it started, 2 times"):
+                on_loop(kb.start())
+    finally:
+        on_loop(kb.shutdown())
+    assert starts.read_text() == "2"
+
+
 def test_run_code_before_start_is_a_clear_error() -> None:
     with pytest.raises(BackendError, match="start"):
         asyncio.run(KernelBackend().run_code("1"))

@@ -30,6 +30,8 @@ __all__ = ["NATIVE_KERNEL_DIR", "LocalKernel", "check_checkpoints", "remove_sess
 #: Native mode keeps the kernel's own checkpoints in ``<session_dir>/kernel/<session_id>``,
 #: apart from the tool-call journal: two processes never share one session directory.
 NATIVE_KERNEL_DIR = "kernel"
+#: How many times ``start`` starts a kernel that dies before it answers (kernel_info).
+_STARTS = 2
 
 
 class LocalKernel:
@@ -89,26 +91,33 @@ class LocalKernel:
         if self.cwd is not None:
             launch["cwd"] = os.fspath(self.cwd)
         specs = kernel_spec_manager()
-        manager = AsyncKernelManager(kernel_name=self.kernel_name, kernel_spec_manager=specs)
-        try:
-            await manager.start_kernel(**launch)
-        except NoSuchKernel:
-            names = ", ".join(sorted({KERNEL_NAME, *specs.find_kernel_specs()}))
-            raise KernelStartError(
-                f"no kernel named {self.kernel_name!r}; the kernels here are: {names}"
-            ) from None
-        except Exception as exc:
-            raise KernelStartError(
-                f"could not start the {self.kernel_name!r} kernel: {exc}"
-            ) from exc
-        client = manager.client()
-        client.start_channels()
-        self.manager, self.client = manager, client
-        try:
-            await client.wait_for_ready(timeout=self.startup_timeout)
-        except Exception as exc:
-            await self.shutdown(None)
-            raise KernelStartError(self._no_answer(exc)) from exc
+        for attempt in range(_STARTS):
+            manager = AsyncKernelManager(kernel_name=self.kernel_name, kernel_spec_manager=specs)
+            try:
+                await manager.start_kernel(**launch)
+            except NoSuchKernel:
+                names = ", ".join(sorted({KERNEL_NAME, *specs.find_kernel_specs()}))
+                raise KernelStartError(
+                    f"no kernel named {self.kernel_name!r}; the kernels here are: {names}"
+                ) from None
+            except Exception as exc:
+                raise KernelStartError(
+                    f"could not start the {self.kernel_name!r} kernel: {exc}"
+                ) from exc
+            client = manager.client()
+            client.start_channels()
+            self.manager, self.client = manager, client
+            try:
+                await client.wait_for_ready(timeout=self.startup_timeout)
+                break
+            except Exception as exc:
+                died = not await manager.is_alive()
+                await self.shutdown(None)
+                if not died or attempt == _STARTS - 1:
+                    raise KernelStartError(self._no_answer(exc, died)) from exc
+                # Died before it answered: most often a port that jupyter_client picked and
+                # another process bound first. A new kernel gets new ports.
+                log.info("the %r kernel died as it started; starting it again", self.kernel_name)
         session_dir = setup.root / setup.session_id
         if self.extension:
             held = await self._open_session(setup)
@@ -157,12 +166,17 @@ class LocalKernel:
             argv = ext + argv
         return argv + list(setup.options)  # last, so they win
 
-    def _no_answer(self, exc: BaseException) -> str:
+    def _no_answer(self, exc: BaseException, died: bool) -> str:
         hint = ""
         if self.kernel_name != KERNEL_NAME and self.extension:
             hint = (
                 f" (the {self.kernel_name!r} kernel must be an IPython kernel whose Python can "
                 "import ptc_retry)"
+            )
+        if died:
+            return (
+                f"the {self.kernel_name!r} kernel died as it started, {_STARTS} times; its "
+                f"error is on this process's stderr{hint}"
             )
         return (
             f"the {self.kernel_name!r} kernel did not answer within {self.startup_timeout:g} s "
