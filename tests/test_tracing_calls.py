@@ -230,7 +230,14 @@ def native(
         env={"IPYTHONDIR": str(traced_ipython)},
         telemetry=found.telemetry(),
     )
+    assert kb.native is not None
+    kb.native.register(lookup_order)
     return kb, found
+
+
+def lookup_order(order_id: str, note: str = "") -> dict[str, Any]:
+    """A tool of the agent's own on ``kb.native``: the order ``order_id``."""
+    return {"A-1": {"item": "tea", "qty": 2}}[order_id]
 
 
 def test_a_native_edit_is_an_edit_span_linked_to_the_call_it_fixes(
@@ -263,6 +270,72 @@ def test_a_native_edit_is_an_edit_span_linked_to_the_call_it_fixes(
         p.attributes["ptc_retry.operation"]: p.value for p in points(found, "ptc_retry.replays")
     }
     assert replays == {"edit": 1}
+
+
+def test_a_call_of_a_native_tool_is_a_span_and_its_edit_an_edit_span_linked_to_it(
+    native: tuple[KernelBackend, Telemetered], on_loop: OnLoop[Any]
+) -> None:
+    kb, found = native
+    wrong = json.dumps({"order_id": "A-7", "note": "the weekly delivery run, " * 8})
+    fix = {
+        "call_id": "native-order",
+        "patch": [{"path": "order_id", "old_string": "7", "new_string": "1"}],
+    }
+    edits_before = edits(found)
+
+    async def fail_then_edit() -> tuple[str, str]:
+        failed = await kb.handle_tool_call("lookup_order", wrong, "native-order")
+        return failed, await kb.handle_tool_call(EDIT_TOOL, json.dumps(fix), "native-order-fix")
+
+    failed_text, fixed_text = on_loop(asyncio.wait_for(fail_then_edit(), BOUND))
+    assert "KeyError" in failed_text and '"item": "tea"' in fixed_text
+    spans = as_dicts(found.spans.get_finished_spans())
+    failed = called(spans, "native-order")
+    assert failed["name"] == "execute_tool lookup_order"
+    assert failed["attributes"]["gen_ai.tool.name"] == "lookup_order"
+    assert failed["attributes"]["ptc_retry.operation"] == "native_tool"
+    assert failed["status"] == {"status_code": "ERROR", "description": "KeyError"}
+    assert failed["attributes"]["error.type"] == "KeyError"
+    assert "gen_ai.tool.call.arguments" not in failed["attributes"]  # off by default
+    edit = called(spans, "native-order-fix")
+    assert edit["name"] == f"execute_tool {EDIT_TOOL}"
+    attributes = edit["attributes"]
+    assert (attributes["ptc_retry.operation"], attributes["ptc_retry.status"]) == ("edit", "ok")
+    assert attributes["ptc_retry.replay_of"] == "native-order"
+    assert attributes["ptc_retry.bytes_sent"] == len(json.dumps(fix).encode())
+    patched = len(wrong.replace("A-7", "A-1").encode())
+    assert attributes["ptc_retry.bytes_saved"] == patched - len(json.dumps(fix).encode())
+    (link,) = edit["links"]
+    assert link["context"]["span_id"] == failed["context"]["span_id"]
+    assert edits(found) == edits_before + 1
+
+
+def test_a_native_call_cut_off_is_a_partial_span_its_completion_links_to(
+    native: tuple[KernelBackend, Telemetered], on_loop: OnLoop[Any]
+) -> None:
+    kb, found = native
+    completion = json.dumps({"call_id": "native-cut", "append": "2)\n"})
+
+    async def cut_then_complete() -> str:
+        await kb.handle_partial_tool_call("run_code", '{"code": "print(40 + ', "native-cut")
+        return await kb.handle_tool_call(EDIT_TOOL, completion, "native-cut-rest")
+
+    assert "42" in on_loop(asyncio.wait_for(cut_then_complete(), BOUND))
+    spans = as_dicts(found.spans.get_finished_spans())
+    cut = called(spans, "native-cut")
+    assert cut["attributes"]["ptc_retry.status"] == "partial"
+    assert cut["status"]["status_code"] == "UNSET"  # nothing failed: it waits for the rest
+    rest = called(spans, "native-cut-rest")
+    assert rest["attributes"]["ptc_retry.extend_of"] == "native-cut"
+    (link,) = rest["links"]
+    assert link["context"]["span_id"] == cut["context"]["span_id"]
+    assert link["attributes"] == {"ptc_retry.link": "extend_of"}
+
+
+def edits(telemetry: Telemetered) -> int:
+    """How many native-mode edits the counters have seen so far."""
+    counted = points(telemetry, "ptc_retry.replays")
+    return sum(p.value for p in counted if p.attributes["ptc_retry.operation"] == "edit")
 
 
 # -- calls the backend refuses ----------------------------------------------------------------
@@ -329,6 +402,9 @@ def test_a_native_edit_the_journal_refuses_has_a_span_naming_the_refusal(
         await kb.handle_tool_call(EDIT_TOOL, unmatched, "native-unmatched")
         await kb.handle_tool_call("run_code", "[1]", "native-array")
         await kb.handle_tool_call("read_file", "{}", "native-tool")
+        await kb.handle_tool_call("lookup_order", '{"order_id": "A-1"', "native-own-json")
+        await kb.handle_partial_tool_call("run_code", '{"co', "native-cut-early")
+        await kb.handle_partial_tool_call("read_file", '{"path": "a', "native-cut-tool")
 
     on_loop(asyncio.wait_for(send(), BOUND))
     assert refusals(found) == {
@@ -336,6 +412,9 @@ def test_a_native_edit_the_journal_refuses_has_a_span_naming_the_refusal(
         "native-unmatched": Refusal.BAD_PATCH,
         "native-array": Refusal.BAD_ARGUMENTS,
         "native-tool": Refusal.UNKNOWN_TOOL,
+        "native-own-json": Refusal.BAD_ARGUMENTS,
+        "native-cut-early": Refusal.CUT_OFF,
+        "native-cut-tool": Refusal.UNKNOWN_TOOL,
     }
 
 

@@ -4,6 +4,7 @@ backend opens in its session directory, and the backend's ``run_code`` as a nati
 from __future__ import annotations
 
 import contextlib
+import inspect
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -24,6 +25,7 @@ from ..native import (
     current_call,
     tool_definitions,
 )
+from ..native.tools import ToolFunction
 from .results import (
     NATIVE_RUN_CODE_DESCRIPTION,
     RUN_CODE,
@@ -95,20 +97,54 @@ class NativeRunCode:
     def _traced_as(self, call: Call | None) -> contextlib.AbstractContextManager[None]:
         """An edit's program is traced as the edit (as a replay's is in code mode): an
         ``execute_tool editPreviousToolCalling`` span linked to the call it fixes."""
-        fixed = None if call is None else call.replay_of or call.extend_of
-        if self.edit_bytes is None or call is None or fixed is None:
-            return contextlib.nullcontext()
-        link = "replay_of" if call.replay_of is not None else "extend_of"
-        edit = Operation(
-            "edit",
-            f"execute_tool {EDIT_TOOL}",
-            link=link,
-            of=fixed,
-            tool=EDIT_TOOL,
-            sent_bytes=self.edit_bytes,
-            whole_bytes=call.bytes,  # the patched arguments: what a re-sent call would be
-        )
-        return described(edit)
+        edit = _edit_operation(call, self.edit_bytes)
+        return contextlib.nullcontext() if edit is None else described(edit)
+
+
+class TracedTool:
+    """A tool registered on ``kb.native``, traced: each call is an ``execute_tool`` span
+    (``Tracing.native_tool``), an edit's re-run of it the edit's span. ``edit_bytes`` as
+    for :class:`NativeRunCode`; ``ran``: whether the tool was called."""
+
+    def __init__(
+        self, function: ToolFunction, tool: str, tracing: Tracing, edit_bytes: int | None
+    ) -> None:
+        self.function = function
+        self.tool = tool
+        self.tracing = tracing
+        self.edit_bytes = edit_bytes
+        self.ran = False
+
+    async def __call__(self, **arguments: Any) -> Any:
+        call = current_call()
+        self.ran = True
+        with self.tracing.native_tool(
+            self.tool,
+            call.id if call is not None else None,
+            arguments,
+            _edit_operation(call, self.edit_bytes),
+        ):
+            value = self.function(**arguments)
+            if inspect.isawaitable(value):
+                value = await value
+            return value
+
+
+def _edit_operation(call: Call | None, edit_bytes: int | None) -> Operation | None:
+    """What an edit call (``edit_bytes`` its size; None: not an edit) runs for: the edit,
+    linked to the call it fixes or completes; None for a call that is no edit."""
+    fixed = None if call is None else call.replay_of or call.extend_of
+    if edit_bytes is None or call is None or fixed is None:
+        return None
+    return Operation(
+        "edit",
+        f"execute_tool {EDIT_TOOL}",
+        link="replay_of" if call.replay_of is not None else "extend_of",
+        of=fixed,
+        tool=EDIT_TOOL,
+        sent_bytes=edit_bytes,
+        whole_bytes=call.bytes,  # the patched arguments: what a re-sent call would be
+    )
 
 
 class NativeSession:
@@ -155,13 +191,16 @@ class NativeSession:
         """Journal and run one call; its result, and the BackendError that stopped its
         program (the kernel is gone and cannot restart), if one did."""
         position = Position(turn, self._journal_step(options.step))
-        run_code = NativeRunCode(self.run, options, _edit_bytes(name, raw_arguments))
+        edit_bytes = _edit_bytes(name, raw_arguments)
+        run_code = NativeRunCode(self.run, options, edit_bytes)
+        functions = self._functions(run_code, edit_bytes)
         result = await self.tools.invoke(
-            name, raw_arguments, call_id, position=position, functions={RUN_CODE: run_code}
+            name, raw_arguments, call_id, position=position, functions=functions
         )
-        refusal = None if run_code.ran else _refusal(name, result)
-        if refusal is not None and self.tracing is not None:
-            self.tracing.refused(name, call_id, refusal)
+        if self.tracing is not None and self.tracing.active and not _ran(functions):
+            refusal = _refusal(name, result)
+            if refusal is not None:
+                self.tracing.refused(name, call_id, refusal)
         return result, run_code.error
 
     async def invoke_partial(
@@ -175,10 +214,32 @@ class NativeSession:
         0); ``options.step`` makes it part of a model message as for :meth:`invoke`."""
         position = Position(options.turn or 0, self._journal_step(options.step))
         run_code = NativeRunCode(self.run, options)
+        functions = self._functions(run_code, None)
         result = await self.tools.call_partial(
-            name, partial, call_id, position=position, functions={RUN_CODE: run_code}
+            name, partial, call_id, position=position, functions=functions
         )
+        if self.tracing is not None and self.tracing.active and not _ran(functions):
+            if result.status == HistoryStatus.PARTIAL and result.call_id is not None:
+                self.tracing.cut_off(name, result.call_id)
+            elif result.status == HistoryStatus.ERROR:  # nothing saved: send it again
+                unknown = result.ename == "UnknownTool"
+                refusal = Refusal.UNKNOWN_TOOL if unknown else Refusal.CUT_OFF
+                self.tracing.refused(name, call_id, refusal)
         return result, run_code.error
+
+    def _functions(
+        self, run_code: NativeRunCode, edit_bytes: int | None
+    ) -> dict[str, ToolFunction]:
+        """What runs each registered tool for one call: ``run_code``, and (while traces are
+        reported) every other tool of ``kb.native`` in its span."""
+        functions: dict[str, ToolFunction] = {RUN_CODE: run_code}
+        if self.tracing is None or not self.tracing.active:
+            return functions
+        for tool in self.tools.names:
+            function = self.tools.function(tool)
+            if tool != RUN_CODE and function is not None:
+                functions[tool] = TracedTool(function, tool, self.tracing, edit_bytes)
+        return functions
 
     def _journal_step(self, step: int | None) -> int | None:
         if step is None:
@@ -205,15 +266,18 @@ _EDIT_REFUSALS = {
 }
 
 
+def _ran(functions: Mapping[str, ToolFunction]) -> bool:
+    """Whether a call ran a tool, by what ``NativeSession._functions`` gave it (while traces
+    are reported, every tool is one that knows)."""
+    return any(getattr(function, "ran", False) for function in functions.values())
+
+
 def _refusal(name: str, result: ToolResult) -> Refusal | None:
-    """Why the journal refused a call that ran no program, or None when it was not refused
-    (it ran, or was another tool's, which may fail as it likes)."""
+    """Why the journal refused a call that ran no tool; None when it did not fail."""
     if result.status != HistoryStatus.ERROR:
         return None
     if result.ename == "UnknownTool":
         return Refusal.UNKNOWN_TOOL
-    if name == RUN_CODE:  # arguments that are not JSON, or not run_code's
-        return Refusal.BAD_ARGUMENTS
-    if name == EDIT_TOOL and result.tool == EDIT_TOOL:  # it never reached the tool it edits
+    if name == EDIT_TOOL:  # it never reached the tool it edits
         return _EDIT_REFUSALS.get(result.ename or "", Refusal.BAD_PATCH)
-    return None
+    return Refusal.BAD_ARGUMENTS  # not JSON, not an object, or not run_code's

@@ -162,6 +162,14 @@ class Metrics:
 
     def record(self, result: RunResult, facts: dict[str, Any], tool: str | None) -> None:
         """One program's points; ``tool``: the model's tool it was a call of (None: none)."""
+        error_type = (result.ename or result.status.value) if failed(result) else None
+        self.record_facts(facts, tool, result.duration, error_type)
+
+    def record_facts(
+        self, facts: dict[str, Any], tool: str | None, duration: float, error_type: str | None
+    ) -> None:
+        """One call's points from its ``facts`` (``facts_of``): ``tool`` as for :meth:`record`,
+        ``duration`` in seconds, ``error_type`` when it failed."""
         add = {name: counter.add for name, counter in self.counters.items()}
         operation = facts["ptc_retry.operation"]
         labels = {"ptc_retry.status": facts["ptc_retry.status"], "ptc_retry.operation": operation}
@@ -170,9 +178,9 @@ class Metrics:
         add["ptc_retry.calls"](1, labels)
         if tool is not None:  # a tool execution of the model's (an approval's is not)
             timing = {"gen_ai.operation.name": EXECUTE_TOOL, "gen_ai.tool.name": tool}
-            if failed(result):
-                timing["error.type"] = result.ename or result.status.value
-            self.duration.record(result.duration, timing)
+            if error_type is not None:
+                timing["error.type"] = error_type
+            self.duration.record(duration, timing)
         if operation in ("replay", "resume", "extend", "edit"):
             add["ptc_retry.replays"](1, {"ptc_retry.operation": operation})
         if "ptc_retry.bytes_saved" in facts:

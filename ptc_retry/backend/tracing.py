@@ -11,8 +11,10 @@ and no request carries a ``traceparent``.
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
+import time
 from collections import OrderedDict
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -138,6 +140,95 @@ class Tracing:
             _otel.call(_refused_span, self._tracer, tool, call_id, refusal)
         if self._metrics is not None:
             _otel.call(self._metrics.refused, refusal)
+
+    @contextmanager
+    def native_tool(
+        self,
+        tool: str,
+        call_id: str | None,
+        arguments: dict[str, Any],
+        operation: Operation | None = None,
+    ) -> Iterator[None]:
+        """One call of a tool registered on ``kb.native`` (``run_code``'s programs have
+        their own spans): an ``execute_tool <tool>`` span, current while the tool runs and
+        failed with the type of what it raised; for an edit's re-run (``operation``), the
+        edit's span, linked to the call it fixes. Its points go to the counters."""
+        if not self.active:
+            yield
+            return
+        started = time.monotonic()
+        span = _otel.call(self._start_native, tool, call_id, arguments, operation)
+        used = _otel.call(_made_current, span) if span is not None else None
+        error: BaseException | None = None
+        try:
+            yield
+        except BaseException as exc:
+            error = exc
+            raise
+        finally:
+            if used is not None:
+                _otel.call(used.__exit__, None, None, None)
+            facts = _native_facts(call_id, error, operation)
+            if span is not None:
+                _otel.call(self._end_native, span, call_id, facts, error, operation)
+            if self._metrics is not None:
+                ename = None if error is None else _ename(error)
+                duration = time.monotonic() - started
+                _otel.call(self._metrics.record_facts, facts, tool, duration, ename)
+
+    def cut_off(self, tool: str, call_id: str) -> None:
+        """A native call cut off mid-stream was saved (nothing ran): a span of no length with
+        status ``partial``, which the completion's span links to; ``ptc_retry.calls`` counts it."""
+        facts = {
+            "ptc_retry.status": ResultStatus.PARTIAL.value,
+            "ptc_retry.operation": "partial",
+            "ptc_retry.call_id": call_id,
+        }
+        if self._tracer is not None:
+            span = _otel.call(self._start_native, tool, call_id, {}, None)
+            if span is not None:
+                _otel.call(self._end_native, span, call_id, facts, None, None)
+        if self._metrics is not None:
+            _otel.call(self._metrics.record_facts, facts, None, 0.0, None)
+
+    def _start_native(
+        self, tool: str, call_id: str | None, arguments: dict[str, Any], operation: Operation | None
+    ) -> Any:
+        if self._tracer is None:
+            return None
+        attributes: dict[str, Any] = {
+            "gen_ai.operation.name": EXECUTE_TOOL,
+            "gen_ai.tool.name": tool if operation is None else operation.tool,
+            "gen_ai.tool.type": "function",
+        }
+        if call_id is not None:
+            attributes["gen_ai.tool.call.id"] = call_id
+        if operation is not None:
+            attributes |= operation.attributes
+        if self.record_program and arguments:
+            attributes["gen_ai.tool.call.arguments"] = json.dumps(
+                arguments, ensure_ascii=False, default=str
+            )
+        name = f"{EXECUTE_TOOL} {tool}" if operation is None else operation.span_name
+        return self._tracer.start_span(name, attributes=attributes)
+
+    def _end_native(
+        self,
+        span: Any,
+        call_id: str | None,
+        facts: dict[str, Any],
+        error: BaseException | None,
+        operation: Operation | None,
+    ) -> None:
+        span.set_attributes(facts)
+        earlier = self._spans.get(operation.of) if operation is not None else None
+        if operation is not None and earlier is not None:
+            span.add_link(earlier, {"ptc_retry.link": operation.link})
+        if error is not None:
+            message = str(error) if self.record_program else None
+            _set_error(span, _ename(error), message)
+        span.end()
+        self._remember(call_id, span)
 
     @_otel.method()
     def _remember(self, call_id: str | None, span: Any) -> None:
@@ -275,6 +366,42 @@ class _CallTrace(CallTrace):
 
     def _message(self, text: str | None) -> str | None:
         return text if self._tracing.record_program else None
+
+
+def _made_current(span: Any) -> Any:
+    """``span`` made the current one: the context manager that stops that."""
+    from opentelemetry import trace
+
+    used = trace.use_span(span, end_on_exit=False)
+    used.__enter__()
+    return used
+
+
+def _ename(error: BaseException) -> str:
+    """The error type a span names: a ToolFailure's own (the model reads it), else the class's."""
+    ename = getattr(error, "ename", None)
+    return ename if isinstance(ename, str) and ename else type(error).__name__
+
+
+def _native_facts(
+    call_id: str | None, error: BaseException | None, operation: Operation | None
+) -> dict[str, Any]:
+    """The ``ptc_retry.*`` attributes of one call of a ``kb.native`` tool (see ``facts_of``)."""
+    status = ResultStatus.OK if error is None else ResultStatus.ERROR
+    facts: dict[str, Any] = {
+        "ptc_retry.status": status.value,
+        "ptc_retry.operation": "native_tool" if operation is None else operation.operation,
+    }
+    if call_id is not None:
+        facts["ptc_retry.call_id"] = call_id
+    if operation is not None:
+        facts[f"ptc_retry.{operation.link}"] = operation.of
+        if operation.whole_bytes is not None and operation.sent_bytes is not None:
+            facts["ptc_retry.bytes_sent"] = operation.sent_bytes
+            saved = max(0, operation.whole_bytes - operation.sent_bytes)
+            facts["ptc_retry.bytes_saved"] = saved
+            facts["ptc_retry.tokens_saved"] = round(saved / BYTES_PER_TOKEN)
+    return facts
 
 
 def _refused_span(tracer: Any, tool: str, call_id: str | None, refusal: Refusal) -> None:

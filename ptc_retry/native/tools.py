@@ -169,6 +169,11 @@ class NativeTools:
         """The registered tool names, in registration order (without the edit tool)."""
         return list(self._tools)
 
+    def function(self, name: str) -> ToolFunction | None:
+        """What runs the registered tool ``name``; None for a name not registered."""
+        tool = self._tools.get(name)
+        return tool.function if tool is not None else None
+
     def __contains__(self, name: object) -> bool:
         return name == EDIT_TOOL or name in self._tools
 
@@ -380,10 +385,10 @@ class NativeTools:
         )
 
     def _function(self, name: str, functions: Mapping[str, ToolFunction]) -> ToolFunction | None:
-        tool = self._tools.get(name)
-        if tool is None:
+        function = self.function(name)
+        if function is None:
             return None
-        return functions.get(name, tool.function)
+        return functions.get(name, function)
 
     async def _direct(
         self, name: str, raw: str, call: Call | None, functions: Mapping[str, ToolFunction]
