@@ -332,6 +332,23 @@ def test_a_native_call_cut_off_is_a_partial_span_its_completion_links_to(
     assert link["attributes"] == {"ptc_retry.link": "extend_of"}
 
 
+def test_a_native_tool_s_arguments_and_error_message_are_on_its_span_only_by_the_option(
+    start_backend: StartBackend, roots: dict[str, Path], on_loop: OnLoop[Any]
+) -> None:
+    found = telemetered()
+    kb = start_backend(
+        root=roots["local"], mode="native", telemetry=found.telemetry(record_program=True)
+    )
+    assert kb.native is not None
+    kb.native.register(lookup_order)
+    sent = on_loop(kb.handle_tool_call("lookup_order", '{"order_id": "Z-9"}', "opted-in"))
+    assert "KeyError" in sent
+    span = called(as_dicts(found.spans.get_finished_spans()), "opted-in")
+    assert json.loads(span["attributes"]["gen_ai.tool.call.arguments"]) == {"order_id": "Z-9"}
+    (event,) = span["events"]
+    assert event["attributes"] == {"exception.type": "KeyError", "exception.message": "'Z-9'"}
+
+
 def edits(telemetry: Telemetered) -> int:
     """How many native-mode edits the counters have seen so far."""
     counted = points(telemetry, "ptc_retry.replays")

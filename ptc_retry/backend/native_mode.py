@@ -20,12 +20,12 @@ from ..native import (
     NativeTools,
     Position,
     ToolFailure,
+    ToolFunction,
     ToolJournal,
     ToolResult,
     current_call,
     tool_definitions,
 )
-from ..native.tools import ToolFunction
 from .results import (
     NATIVE_RUN_CODE_DESCRIPTION,
     RUN_CODE,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from .definitions import EDIT_TOOL, EDIT_TOOL_DESCRIPTION, EDIT_TOOL_PARAMETERS, tool_definitions
 from .journal import Position, ToolJournal
 from .results import ToolFailure, ToolResult
-from .tools import NativeTools, current_call
+from .tools import NativeTools, ToolFunction, current_call
 
 __all__ = [
     "EDIT_TOOL",
@@ -20,6 +20,7 @@ __all__ = [
     "Position",
     "ToolFailure",
     "ToolJournal",
+    "ToolFunction",
     "ToolResult",
     "current_call",
     "tool_definitions",
