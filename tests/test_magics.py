@@ -125,6 +125,18 @@ def test_a_resume_at_a_statement_that_is_no_loop_says_only_where(kernel: Kernel)
     assert resumed.stderr == f"ptc-retry: resuming {ref} at line 2 (second = first + 1).\n"
 
 
+def test_a_resume_at_a_statement_of_several_lines_quotes_its_first_as_going_on(
+    kernel: Kernel,
+) -> None:
+    failed = kernel.execute("first = 1\nsecond = dict(\n    a=first,\n    b=undefined,\n)\n")
+    ref = reference(kernel, failed)
+
+    resumed = kernel.execute(f"await ptc_retry.replay({ref!r}, 'undefined', '2', resume=True)")
+
+    assert resumed.status == "ok", resumed.error
+    assert resumed.stderr == f"ptc-retry: resuming {ref} at line 2 (second = dict( ...).\n"
+
+
 @pytest.mark.parametrize(
     ("magic", "said", "usage"),
     [

@@ -111,13 +111,15 @@ _QUOTED_CHARS = 60
 def where_resumed(reference: str, transformed: str, start: int) -> str:
     """The line a resume of ``reference`` says: the top-level statement it starts at
     (``start``, 0-based, of ``transformed``, the program as compiled), by its line and its
-    first line's text, and, when that statement is a loop, that the loop runs again from
-    its first iteration."""
+    first line's text (ending ``...`` when a statement that is not a block goes on), and,
+    when that statement is a loop, that the loop runs again from its first iteration."""
     statement = ast.parse(transformed).body[start]
-    first = statement_spans(transformed)[start][0]
+    first, last = statement_spans(transformed)[start]
     text = transformed.splitlines()[first - 1].strip()
     if len(text) > _QUOTED_CHARS:
         text = text[: _QUOTED_CHARS - 3] + "..."
+    elif last > first and not text.endswith(":"):  # it goes on, and no block header says so
+        text += " ..."
     loop = isinstance(statement, (ast.For, ast.AsyncFor, ast.While))
     return said.RESUMED_AT.render(
         reference=reference,
